@@ -1,0 +1,207 @@
+"""The fast simulator's hot loop, hand-written with ``numba.njit`` for speed.
+
+Plain Python cannot reach the issue's 2 million simulated messages per second; this loop
+does (see BENCHMARKS.md, "Model simulator", and ``python -m gpuwrite.model.bench``).
+The readable statement of the same model is ``gpuwrite.model.simpy_ref``; a test checks
+both give identical per-message times.
+
+Why a loop over messages is a correct discrete-event simulation here: every station of the
+model (staging-buffer admission, the PCIe ingress link, credit admission, the network
+link, the receiver) serves messages first come, first served, and no message overtakes
+another between stations. So taking messages in arrival order and running each one through
+all stations before the next (a Lindley recursion per station, with FIFO queues of the
+times at which staging space and credits come back) gives the same times as an event
+calendar. Closed-loop arrivals come from a small heap of next-issue times per QP.
+
+All times are integer picoseconds, so both implementations agree bit for bit.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+MODE_OPEN = 0
+MODE_CLOSED = 1
+
+
+@njit(cache=True)
+def stall_finish_ps(start, work, period, duration, offset):
+    """When ``work`` ps of draining that starts at ``start`` ends, skipping stall windows.
+
+    Stall windows are [offset + k*period, offset + k*period + duration) for every k.
+    """
+    if period <= 0 or duration <= 0 or work <= 0:
+        return start + work
+    t = start
+    remaining = work
+    while True:
+        k = (t - offset) // period
+        window_start = offset + k * period
+        window_end = window_start + duration
+        if t < window_end:
+            t = window_end
+        next_window = window_start + period
+        available = next_window - t
+        if remaining <= available:
+            return t + remaining
+        remaining -= available
+        t = next_window
+
+
+@njit(cache=True)
+def _heap_push(times, seqs, qps, size, time, seq, qp):
+    i = size
+    times[i] = time
+    seqs[i] = seq
+    qps[i] = qp
+    while i > 0:
+        parent = (i - 1) // 2
+        if times[parent] < times[i] or (times[parent] == times[i] and seqs[parent] < seqs[i]):
+            break
+        times[parent], times[i] = times[i], times[parent]
+        seqs[parent], seqs[i] = seqs[i], seqs[parent]
+        qps[parent], qps[i] = qps[i], qps[parent]
+        i = parent
+    return size + 1
+
+
+@njit(cache=True)
+def _heap_pop(times, seqs, qps, size):
+    time, seq, qp = times[0], seqs[0], qps[0]
+    size -= 1
+    times[0], seqs[0], qps[0] = times[size], seqs[size], qps[size]
+    i = 0
+    while True:
+        left = 2 * i + 1
+        if left >= size:
+            break
+        child = left
+        right = left + 1
+        if right < size and (times[right] < times[left] or (times[right] == times[left] and seqs[right] < seqs[left])):
+            child = right
+        if times[i] < times[child] or (times[i] == times[child] and seqs[i] < seqs[child]):
+            break
+        times[child], times[i] = times[i], times[child]
+        seqs[child], seqs[i] = seqs[i], seqs[child]
+        qps[child], qps[i] = qps[i], qps[child]
+        i = child
+    return time, seq, qp, size
+
+
+@njit(cache=True)
+def run_core(mode, open_arrival, n_qps, outstanding, issue_gap,
+             pre, ingress, post, wire, drain, credits_need, staging_need,
+             flight, tail, error_tail, credit_return_delay, credits_total, staging_capacity,
+             is_push, hold, stall_period, stall_duration, stall_offset,
+             qp_out, arrival, reserve, at_nic, credit_time, tx_start, tx_end, drain_end, done, dropped):
+    """Run every message through the stations; fill the per-message output arrays (ps)."""
+    n = pre.shape[0]
+    heap_cap = n_qps * outstanding + 1
+    heap_t = np.empty(heap_cap, np.int64)
+    heap_s = np.empty(heap_cap, np.int64)
+    heap_q = np.empty(heap_cap, np.int64)
+    heap_size = 0
+    issued = 0
+    if mode == MODE_CLOSED:
+        first = min(n, n_qps * outstanding)
+        for k in range(first):
+            heap_size = _heap_push(heap_t, heap_s, heap_q, heap_size, k * issue_gap, k, k % n_qps)
+        issued = first
+
+    last_reserve = 0
+    staging_used = 0
+    staging_head = 0
+    last_credit = 0
+    credits_used = 0
+    credit_head = 0
+    ingress_free = 0
+    link_free = 0
+    drain_free = 0
+    for j in range(n):
+        if mode == MODE_CLOSED:
+            t_arrival, seq, qp, heap_size = _heap_pop(heap_t, heap_s, heap_q, heap_size)
+        else:
+            t_arrival = open_arrival[j]
+            qp = j % n_qps
+        qp_out[j] = qp
+        arrival[j] = t_arrival
+        t = t_arrival
+
+        # staging admission: the GPU reserves space before pushing (push paths, hold)
+        if is_push and hold:
+            if t < last_reserve:
+                t = last_reserve
+            while staging_head < j and tx_end[staging_head] <= t:
+                staging_used -= staging_need[staging_head]
+                staging_head += 1
+            while staging_used + staging_need[j] > staging_capacity:
+                t = tx_end[staging_head]
+                staging_used -= staging_need[staging_head]
+                staging_head += 1
+            staging_used += staging_need[j]
+            last_reserve = t
+        reserve[j] = t
+        t += pre[j]
+
+        # pull paths: the NIC takes credits before it reads the payload
+        if not is_push:
+            if t < last_credit:
+                t = last_credit
+            while credit_head < j and drain_end[credit_head] + credit_return_delay <= t:
+                credits_used -= credits_need[credit_head]
+                credit_head += 1
+            while credits_total - credits_used < credits_need[j]:
+                t = drain_end[credit_head] + credit_return_delay
+                credits_used -= credits_need[credit_head]
+                credit_head += 1
+            credits_used += credits_need[j]
+            last_credit = t
+            credit_time[j] = t
+
+        start = t if t > ingress_free else ingress_free
+        ingress_free = start + ingress[j]
+        t = ingress_free + post[j]
+        at_nic[j] = t
+
+        if is_push:
+            if hold and t < last_credit:
+                t = last_credit
+            # credits come back, in order, from messages that were sent (dropped ones skip)
+            while credit_head < j and (dropped[credit_head] == 1 or drain_end[credit_head] + credit_return_delay <= t):
+                if dropped[credit_head] == 0:
+                    credits_used -= credits_need[credit_head]
+                credit_head += 1
+            if credits_total - credits_used < credits_need[j]:
+                if not hold:
+                    dropped[j] = 1
+                    credit_time[j] = -1
+                    tx_start[j] = -1
+                    tx_end[j] = -1
+                    drain_end[j] = -1
+                    done[j] = t + error_tail
+                    if mode == MODE_CLOSED and issued < n:
+                        heap_size = _heap_push(heap_t, heap_s, heap_q, heap_size, done[j], issued, qp)
+                        issued += 1
+                    continue
+                while credits_total - credits_used < credits_need[j]:
+                    while dropped[credit_head] == 1:
+                        credit_head += 1
+                    t = drain_end[credit_head] + credit_return_delay
+                    credits_used -= credits_need[credit_head]
+                    credit_head += 1
+            credits_used += credits_need[j]
+            last_credit = t
+            credit_time[j] = t
+
+        start = t if t > link_free else link_free
+        tx_start[j] = start
+        link_free = start + wire[j]
+        tx_end[j] = link_free
+        received = link_free + flight
+        start = received if received > drain_free else drain_free
+        drain_free = stall_finish_ps(start, drain[j], stall_period, stall_duration, stall_offset)
+        drain_end[j] = drain_free
+        done[j] = received + tail
+        if mode == MODE_CLOSED and issued < n:
+            heap_size = _heap_push(heap_t, heap_s, heap_q, heap_size, done[j], issued, qp)
+            issued += 1

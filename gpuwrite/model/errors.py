@@ -1,0 +1,29 @@
+"""The one error the model raises for bad parameters."""
+from __future__ import annotations
+
+
+class ParamError(ValueError):
+    """A model parameter is out of range: the message names the value and what is allowed.
+
+    The CLI turns it into a ``UsageError``; library callers can catch ``ValueError``.
+    """
+
+    def __init__(self, name: str, value: object, allowed: str):
+        self.name = name
+        self.value = value
+        self.allowed = allowed
+        super().__init__(f"{name}={value!r} is not allowed; allowed: {allowed}")
+
+
+def check_choice(name: str, value: object, allowed) -> None:
+    """Raise ParamError unless ``value`` is one of ``allowed``."""
+    if value not in allowed:
+        raise ParamError(name, value, ", ".join(str(a) for a in allowed))
+
+
+def check_positive(name: str, value: float, *, zero_ok: bool = False) -> None:
+    """Raise ParamError unless ``value`` is a number > 0 (or >= 0 with ``zero_ok``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ParamError(name, value, "a number")
+    if value < 0 or (value == 0 and not zero_ok):
+        raise ParamError(name, value, "a number >= 0" if zero_ok else "a number > 0")

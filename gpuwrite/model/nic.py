@@ -1,0 +1,168 @@
+"""The NIC, the GPU that feeds it, the network link with credits, and the remote receiver.
+
+Parameters only, plus one small function per formula (packets, wire bytes, credits).
+Rates are Gb/s, times ns, sizes bytes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuwrite.model.errors import ParamError, check_choice, check_positive
+
+POLICIES = ("hold", "drop")
+SCHEDULERS = ("fifo",)
+
+# mlx5 WQE layout (csrc header, DESIGN.md): 64-byte basic blocks; a control segment of
+# 16 B, a remote-address segment of 16 B, an inline-data header of 4 B.
+WQE_BASIC_BLOCK_BYTES = 64
+WQE_CTRL_SEGMENT_BYTES = 16
+WQE_RADDR_SEGMENT_BYTES = 16
+WQE_INLINE_HEADER_BYTES = 4
+CQE_BYTES = 64                       # mlx5 CQE (DESIGN.md byte layouts)
+DOORBELL_BYTES = 8                   # one 64-bit doorbell record / MMIO write
+# InfiniBand: credits are counted in 64-byte blocks (IBTA spec Vol 1, 7.9.4 flow control).
+CREDIT_BLOCK_BYTES = 64
+# RDMA WRITE packet headers: LRH 8 + BTH 12 + RETH 16 + ICRC 4 + VCRC 2 (IBTA spec Vol 1,
+# chapter 5/9 header formats); RETH is carried on every packet here (an upper bound).
+IB_HEADER_BYTES = 42
+IB_MTUS = (256, 512, 1024, 2048, 4096)  # IBTA spec Vol 1, 7.7.1
+
+
+def _check_int(name: str, value, minimum: int = 0) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ParamError(name, value, f"an integer >= {minimum}")
+
+
+@dataclass(frozen=True)
+class GpuParams:
+    """How fast the GPU issues stores and copies."""
+
+    # calibration: "full-grid GPU stores into mapped host memory, 256 MiB: 52.4 GB/s"
+    store_rate_gbps: float = 52.4 * 8
+    # calibration: "copy engine device->host, 256 MiB pinned: 55.1 GB/s"
+    copy_rate_gbps: float = 55.1 * 8
+    # Time for a store to leave the SM and reach the GPU's PCIe port: half of
+    # topology.GPU_READ_ISSUE_NS (derived from the calibration's 1.14 us host read).
+    write_issue_ns: float = 130.0
+
+    def __post_init__(self):
+        check_positive("gpu.store_rate_gbps", self.store_rate_gbps)
+        check_positive("gpu.copy_rate_gbps", self.copy_rate_gbps)
+        check_positive("gpu.write_issue_ns", self.write_issue_ns, zero_ok=True)
+
+
+@dataclass(frozen=True)
+class NicParams:
+    """The NIC: doorbell processing, the push staging buffer and its policy, the scheduler."""
+
+    # Doorbell / WQE processing inside the NIC: assumption, to be calibrated.
+    processing_ns: float = 100.0
+    # Push staging region (on-NIC memory, ibv_alloc_dm): assumption, 1 MiB.
+    staging_buffer_bytes: int = 1 << 20
+    # hold: the GPU reserves staging space first and the NIC holds data until credits
+    # exist (never loses). drop: the naive design, lost when credits are missing.
+    policy: str = "hold"
+    # The NIC serves QPs in doorbell order (one FIFO across QPs).
+    scheduler: str = "fifo"
+    # BlueFlame register of 256 B minus control, remote-address and inline headers:
+    # 256 - 16 - 16 - 4 = 220 (mlx5 layout; assumption on the BlueFlame size).
+    inline_max_bytes: int = 220
+    # host_staged: bounce-buffer chunk size for the pipelined copy (assumption).
+    bounce_chunk_bytes: int = 64 * 1024
+
+    def __post_init__(self):
+        check_positive("nic.processing_ns", self.processing_ns, zero_ok=True)
+        _check_int("nic.staging_buffer_bytes", self.staging_buffer_bytes, 1)
+        check_choice("nic.policy", self.policy, POLICIES)
+        check_choice("nic.scheduler", self.scheduler, SCHEDULERS)
+        _check_int("nic.inline_max_bytes", self.inline_max_bytes, 0)
+        _check_int("nic.bounce_chunk_bytes", self.bounce_chunk_bytes, 1)
+
+
+@dataclass(frozen=True)
+class NetworkParams:
+    """The network link out of the NIC, with credit-based flow control (one VL)."""
+
+    # NDR InfiniBand 4x (ConnectX-7 class): 400 Gb/s. IBTA spec; assumption of the NIC.
+    rate_gbps: float = 400.0
+    # ~20 m of cable at 5 ns/m: assumption.
+    propagation_ns: float = 100.0
+    mtu_bytes: int = 4096                   # IBTA maximum MTU
+    header_bytes: int = IB_HEADER_BYTES
+    credit_block_bytes: int = CREDIT_BLOCK_BYTES
+    # Receive buffer of the VL at the far end: assumption, 256 KiB.
+    vl_buffer_bytes: int = 256 * 1024
+    # Time from the receiver freeing buffer to the sender seeing the credits (FCCL
+    # packet interval and processing): assumption, 500 ns (+ propagation).
+    credit_update_delay_ns: float = 500.0
+
+    def __post_init__(self):
+        check_positive("network.rate_gbps", self.rate_gbps)
+        check_positive("network.propagation_ns", self.propagation_ns, zero_ok=True)
+        check_choice("network.mtu_bytes", self.mtu_bytes, IB_MTUS)
+        _check_int("network.header_bytes", self.header_bytes, 0)
+        check_choice("network.credit_block_bytes", self.credit_block_bytes, (CREDIT_BLOCK_BYTES,))
+        _check_int("network.vl_buffer_bytes", self.vl_buffer_bytes, self.credit_block_bytes)
+        check_positive("network.credit_update_delay_ns", self.credit_update_delay_ns, zero_ok=True)
+
+    @property
+    def credits_total(self) -> int:
+        return self.vl_buffer_bytes // self.credit_block_bytes
+
+
+@dataclass(frozen=True)
+class ReceiverParams:
+    """The remote receiver: drains its VL buffer at a rate and can stall periodically.
+
+    Stalls repeat every ``stall_period_ns`` and last ``stall_duration_ns``, the first
+    starting at ``stall_offset_ns``; a period of 0 means it never stalls.
+    """
+
+    drain_rate_gbps: float = 400.0          # line rate: assumption
+    stall_period_ns: float = 0.0
+    stall_duration_ns: float = 0.0
+    stall_offset_ns: float = 0.0
+
+    def __post_init__(self):
+        check_positive("receiver.drain_rate_gbps", self.drain_rate_gbps)
+        check_positive("receiver.stall_period_ns", self.stall_period_ns, zero_ok=True)
+        check_positive("receiver.stall_duration_ns", self.stall_duration_ns, zero_ok=True)
+        check_positive("receiver.stall_offset_ns", self.stall_offset_ns, zero_ok=True)
+        if self.stall_period_ns > 0 and self.stall_duration_ns >= self.stall_period_ns:
+            raise ParamError("receiver.stall_duration_ns", self.stall_duration_ns,
+                             f"less than receiver.stall_period_ns ({self.stall_period_ns})")
+
+    @property
+    def duty_cycle(self) -> float:
+        """Share of time the receiver drains."""
+        if self.stall_period_ns <= 0:
+            return 1.0
+        return 1.0 - self.stall_duration_ns / self.stall_period_ns
+
+
+# --- formulas ----------------------------------------------------------------------
+
+def packet_count(network: NetworkParams, size_bytes: int) -> int:
+    """Packets of one message: at least one (an empty write still sends a packet)."""
+    return max(1, -(-size_bytes // network.mtu_bytes))
+
+
+def network_wire_bytes(network: NetworkParams, size_bytes: int) -> int:
+    """Bytes on the network link for one message: payload plus per-packet headers."""
+    return size_bytes + packet_count(network, size_bytes) * network.header_bytes
+
+
+def credits_needed(network: NetworkParams, size_bytes: int) -> int:
+    """Credit blocks one message takes: each packet rounds up to whole 64-byte blocks."""
+    full, rest = divmod(size_bytes, network.mtu_bytes)
+    block = network.credit_block_bytes
+    credits = full * (-(-(network.mtu_bytes + network.header_bytes) // block))
+    if rest or full == 0:
+        credits += -(-(rest + network.header_bytes) // block)
+    return credits
+
+
+def inline_wqe_bytes(size_bytes: int) -> int:
+    """Bytes of a WQE carrying ``size_bytes`` inline, rounded to 64-byte basic blocks."""
+    raw = WQE_CTRL_SEGMENT_BYTES + WQE_RADDR_SEGMENT_BYTES + WQE_INLINE_HEADER_BYTES + size_bytes
+    return -(-raw // WQE_BASIC_BLOCK_BYTES) * WQE_BASIC_BLOCK_BYTES

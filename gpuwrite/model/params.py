@@ -1,0 +1,254 @@
+"""Model parameters as one validated, serialisable object (TOML), and workloads.
+
+``Params`` gathers everything the model needs about the machine: which data path, which
+topology (a preset name), the PCIe link configuration, the GPU, the NIC, the network link
+with credits and the remote receiver. ``Workload`` says what traffic to run. Both load
+from and dump to TOML; unknown keys and bad values are errors naming the value and what
+is allowed. Each default names its source in the dataclass that holds it (pcie.py,
+topology.py, nic.py); ``SOURCES`` lists them for display.
+"""
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+
+import tomli_w
+
+from gpuwrite.model import pcie
+from gpuwrite.model import topology as topo
+from gpuwrite.model.errors import ParamError, check_choice, check_positive
+from gpuwrite.model.nic import GpuParams, NetworkParams, NicParams, ReceiverParams
+
+PATHS = ("nic_pull", "host_staged", "gpu_push", "gpu_push_inline")
+
+SOURCES = {
+    "link.generation, link.width": "calibration/h200-pcie5-2026-11.md (H200, PCIe Gen5 x16)",
+    "link.mps_bytes, mrrs_bytes": "assumption: common server settings (pcie-bench uses MPS 256)",
+    "link.rcb_bytes": "PCIe Base Spec 2.3.1.1 (root complex RCB 64 B)",
+    "TLP framing, DLLP and SKIP overheads": "PCIe Base Spec Tables 3-7..3-9, 2-46..2-48, via pcie-bench model/pcie.py",
+    "gpu.store_rate_gbps": "calibration: full-grid GPU stores to host, 52.4 GB/s",
+    "gpu.copy_rate_gbps": "calibration: copy engine D2H, 55.1 GB/s",
+    "topology latencies": "derived so same_switch reproduces the calibration's 1.14 us GPU read of host memory; switch latency an assumption",
+    "p2p read caps": "assumption (platforms throttle P2P reads through the root complex); calibrate",
+    "nic.*": "assumptions (mlx5 layout for WQE/CQE sizes)",
+    "network.*": "IBTA spec (64 B credit blocks, headers, MTU); rate NDR 400 Gb/s; buffer and delays are assumptions",
+    "receiver.*": "assumption: drains at line rate, no stalls unless configured",
+}
+
+
+def _section_from_dict(cls, name: str, data: dict):
+    if not isinstance(data, dict):
+        raise ParamError(name, data, "a table of keys")
+    allowed = {f.name for f in fields(cls) if not f.name.startswith("_")}
+    for key in data:
+        if key not in allowed:
+            raise ParamError(f"{name}.{key}", data[key], "keys " + ", ".join(sorted(allowed)))
+    return cls(**data)
+
+
+def _section_to_dict(obj) -> dict:
+    return {f.name: getattr(obj, f.name) for f in fields(obj) if not f.name.startswith("_")}
+
+
+@dataclass(frozen=True)
+class Params:
+    """Everything about the machine and the data path that the model needs."""
+
+    path: str = "gpu_push"
+    topology: str = "same_switch"
+    gpu_name: str = ""          # endpoint names; empty: the topology's first GPU / NIC
+    nic_name: str = ""
+    p2p_read_cap_gbps: float = topo.P2P_READ_CAP_GBPS
+    p2p_read_cap_cross_socket_gbps: float = topo.P2P_READ_CAP_CROSS_SOCKET_GBPS
+    link: pcie.LinkConfig = field(default_factory=pcie.LinkConfig)
+    gpu: GpuParams = field(default_factory=GpuParams)
+    nic: NicParams = field(default_factory=NicParams)
+    network: NetworkParams = field(default_factory=NetworkParams)
+    receiver: ReceiverParams = field(default_factory=ReceiverParams)
+
+    def __post_init__(self):
+        check_choice("path", self.path, PATHS)
+        check_choice("topology", self.topology, tuple(topo.PRESETS))
+        check_positive("p2p_read_cap_gbps", self.p2p_read_cap_gbps)
+        check_positive("p2p_read_cap_cross_socket_gbps", self.p2p_read_cap_cross_socket_gbps)
+
+    _SECTIONS = {"link": pcie.LinkConfig, "gpu": GpuParams, "nic": NicParams,
+                 "network": NetworkParams, "receiver": ReceiverParams}
+
+    def build_topology(self) -> topo.Topology:
+        """The preset topology with this link configuration and these P2P caps."""
+        return topo.preset(self.topology, self.link, p2p_read_cap_gbps=self.p2p_read_cap_gbps,
+                           p2p_read_cap_cross_socket_gbps=self.p2p_read_cap_cross_socket_gbps)
+
+    def endpoints(self, topology: topo.Topology) -> tuple[str, str]:
+        """(gpu, nic) endpoint names in ``topology``."""
+        gpu = self.gpu_name or topology.first("gpu")
+        nic = self.nic_name or topology.first("nic")
+        topology.node(gpu), topology.node(nic)
+        return gpu, nic
+
+    # --- serialisation -------------------------------------------------------------
+    def to_dict(self) -> dict:
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = _section_to_dict(value) if dataclasses.is_dataclass(value) else value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Params":
+        if not isinstance(data, dict):
+            raise ParamError("params", data, "a table of keys")
+        allowed = {f.name for f in fields(cls)}
+        kwargs = {}
+        for key, value in data.items():
+            if key not in allowed:
+                raise ParamError(key, value, "keys " + ", ".join(sorted(allowed)))
+            kwargs[key] = _section_from_dict(cls._SECTIONS[key], key, value) if key in cls._SECTIONS else value
+        return cls(**kwargs)
+
+    def to_toml(self) -> str:
+        return tomli_w.dumps(self.to_dict())
+
+    @classmethod
+    def from_toml(cls, text_or_path: str | Path) -> "Params":
+        return cls.from_dict(_load_toml(text_or_path))
+
+    def updated(self, overrides: dict) -> "Params":
+        """A copy with ``overrides`` (same shape as ``to_dict``) applied section by section."""
+        data = self.to_dict()
+        for key, value in overrides.items():
+            if key in self._SECTIONS and isinstance(value, dict) and isinstance(data.get(key), dict):
+                data[key] = {**data[key], **value}
+            else:
+                data[key] = value
+        return Params.from_dict(data)
+
+    def with_calibration(self, file: str | Path) -> "Params":
+        """A copy overridden by a measured parameter file (TOML, same shape as ``to_dict``).
+
+        This is how ``gpuwrite calibrate`` output becomes a "this machine" preset. A
+        ``[params]`` table, if present, is used; otherwise the whole file.
+        """
+        data = _load_toml(file)
+        return self.updated(data.get("params", data))
+
+
+def _load_toml(text_or_path: str | Path) -> dict:
+    path = Path(text_or_path) if not isinstance(text_or_path, str) or "\n" not in text_or_path else None
+    try:
+        if path is not None and path.exists():
+            return tomllib.loads(path.read_text())
+        if path is not None and "=" not in str(text_or_path) and "[" not in str(text_or_path):
+            raise ParamError("config file", str(text_or_path), "an existing TOML file")
+        return tomllib.loads(str(text_or_path))
+    except tomllib.TOMLDecodeError as exc:
+        raise ParamError("TOML", str(text_or_path)[:60], f"valid TOML ({exc})") from None
+
+
+SIZE_KINDS = ("fixed", "choice", "uniform")
+ARRIVALS = ("open", "closed")
+PROCESSES = ("poisson", "periodic")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Traffic to run: how many messages, their sizes, how they arrive, over how many QPs.
+
+    Sizes: ``fixed`` (``size_bytes``), ``choice`` (``sizes_bytes`` with ``weights``), or
+    ``uniform`` integers in [``min_bytes``, ``max_bytes``]. Arrivals: ``open`` (a
+    ``poisson`` or ``periodic`` process with mean gap ``interval_ns``, QPs taken in turn)
+    or ``closed`` (each QP keeps ``outstanding`` messages in flight; the first ones are
+    issued ``issue_gap_ns`` apart).
+    """
+
+    n_messages: int = 10_000
+    n_qps: int = 1
+    size_kind: str = "fixed"
+    size_bytes: int = 4096
+    sizes_bytes: tuple = ()
+    weights: tuple = ()
+    min_bytes: int = 64
+    max_bytes: int = 65536
+    arrival: str = "closed"
+    outstanding: int = 8
+    issue_gap_ns: float = 10.0
+    process: str = "poisson"
+    interval_ns: float = 100.0
+    samples: int = 1000          # points in the time series
+
+    def __post_init__(self):
+        for name in ("n_messages", "n_qps", "outstanding", "samples"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ParamError(f"workload.{name}", value, "an integer >= 1")
+        check_choice("workload.size_kind", self.size_kind, SIZE_KINDS)
+        check_choice("workload.arrival", self.arrival, ARRIVALS)
+        check_choice("workload.process", self.process, PROCESSES)
+        check_positive("workload.issue_gap_ns", self.issue_gap_ns)
+        check_positive("workload.interval_ns", self.interval_ns)
+        object.__setattr__(self, "sizes_bytes", tuple(self.sizes_bytes))
+        object.__setattr__(self, "weights", tuple(self.weights))
+        for name in ("size_bytes", "min_bytes", "max_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ParamError(f"workload.{name}", value, "an integer >= 0")
+        if self.size_kind == "choice":
+            if not self.sizes_bytes or any(not isinstance(s, int) or s < 0 for s in self.sizes_bytes):
+                raise ParamError("workload.sizes_bytes", self.sizes_bytes, "a non-empty list of integers >= 0")
+            if self.weights and (len(self.weights) != len(self.sizes_bytes) or min(self.weights) < 0
+                                 or sum(self.weights) <= 0):
+                raise ParamError("workload.weights", self.weights,
+                                 f"{len(self.sizes_bytes)} non-negative numbers with a positive sum")
+        if self.size_kind == "uniform" and self.min_bytes > self.max_bytes:
+            raise ParamError("workload.min_bytes", self.min_bytes, f"<= workload.max_bytes ({self.max_bytes})")
+
+    @property
+    def largest_bytes(self) -> int:
+        if self.size_kind == "fixed":
+            return self.size_bytes
+        if self.size_kind == "choice":
+            return max(self.sizes_bytes)
+        return self.max_bytes
+
+    def to_dict(self) -> dict:
+        out = _section_to_dict(self)
+        out["sizes_bytes"] = list(self.sizes_bytes)
+        out["weights"] = list(self.weights)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Workload":
+        return _section_from_dict(cls, "workload", data)
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """A simulation as stored in a TOML file: ``seed``, ``[params...]``, ``[workload]``."""
+
+    params: Params = field(default_factory=Params)
+    workload: Workload = field(default_factory=Workload)
+    seed: int = 0
+
+    def to_dict(self) -> dict:
+        return {"seed": self.seed, "params": self.params.to_dict(), "workload": self.workload.to_dict()}
+
+    def to_toml(self) -> str:
+        return tomli_w.dumps(self.to_dict())
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "SimConfig":
+        allowed = ("seed", "params", "workload")
+        for key in data:
+            if key not in allowed:
+                raise ParamError(key, data[key], "keys " + ", ".join(allowed))
+        seed = data.get("seed", 0)
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ParamError("seed", seed, "an integer >= 0")
+        return cls(Params.from_dict(data.get("params", {})), Workload.from_dict(data.get("workload", {})), seed)
+
+    @classmethod
+    def from_toml(cls, text_or_path: str | Path) -> "SimConfig":
+        return cls.from_dict(_load_toml(text_or_path))

@@ -1,0 +1,279 @@
+"""PCIe link and TLP accounting: bytes on the wire per direction, usable bandwidth, efficiency.
+
+All rates are in Gb/s (gigabits per second, 1e9 bit/s); all sizes in bytes.
+Framing follows the model of pcie-bench (Neugebauer et al., SIGCOMM 2018,
+"Understanding PCIe performance for end host networking", repository
+pcie-bench/pcie-model, model/pcie.py): each TLP costs a data-link/physical framing of
+8 bytes plus a 4-byte generic header plus the type-specific header, and an optional
+4-byte ECRC digest. The usable TLP bandwidth deducts ACK and UpdateFC DLLPs at the
+rates the PCIe Base Specification recommends, and SKIP ordered sets.
+
+Worked example (DESIGN.md): a 512-byte read answered by two 256-byte completions with
+20 bytes of overhead each is 512 / 552 = 92.75 % efficient in the completion direction.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from gpuwrite.model.errors import ParamError, check_choice
+
+# --- constants from the PCIe Base Specification, via pcie-bench ---------------------
+
+# Transfer rate per lane in GT/s. PCIe Base Spec rev 6.0, Table 4-1 (Gen1..Gen6).
+TRANSFER_RATE_GTPS = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
+# Line encoding efficiency: 8b/10b (Gen1/2, Base Spec 4.2.1), 128b/130b (Gen3-5,
+# Base Spec 4.2.2). Gen6 uses FLIT mode; pcie-bench approximates it as 242/256 and so do we.
+ENCODING_EFFICIENCY = {1: 8 / 10, 2: 8 / 10, 3: 128 / 130, 4: 128 / 130, 5: 128 / 130, 6: 242 / 256}
+LINK_WIDTHS = (1, 2, 4, 8, 16, 32)
+# Maximum Payload Size, Maximum Read Request Size: Base Spec 7.5.3.4 (Device Control).
+MPS_BYTES = (128, 256, 512, 1024, 2048, 4096)
+MRRS_BYTES = (128, 256, 512, 1024, 2048, 4096)
+# Read Completion Boundary: 64 or 128 bytes at a root complex (Base Spec 2.3.1.1);
+# pcie-bench also allows 256 and 512 for endpoints that split coarser.
+RCB_BYTES = (64, 128, 256, 512)
+ADDRESS_BITS = (32, 64)
+# A TLP must not cross a 4 KiB address boundary (Base Spec 2.2.7).
+TLP_BOUNDARY_BYTES = 4096
+
+# Framing per TLP: 2 B physical (STP/END) + 6 B sequence number and LCRC
+# (pcie-bench DLLP_Hdr = 8).
+TLP_FRAMING_BYTES = 8
+TLP_GENERIC_HEADER_BYTES = 4      # first DW of every TLP header (Base Spec 2.2.1)
+MWR_ADDRESS_BYTES = {32: 8, 64: 12}   # MWr 3DW / 4DW header rest (Base Spec 2.2.7)
+MRD_ADDRESS_BYTES = {32: 8, 64: 12}   # MRd 3DW / 4DW header rest (Base Spec 2.2.7)
+CPLD_HEADER_BYTES = 8             # CplD: completer ID, byte count, requester ID, tag
+ECRC_BYTES = 4                    # optional TLP digest (Base Spec 2.7.1)
+
+# DLLPs: 2 B framing + 4 B DLLP + 2 B CRC (pcie-bench Ack_Size, FC_Size).
+ACK_DLLP_BYTES = 8
+UPDATE_FC_DLLP_BYTES = 8
+# SKIP ordered set of 4 symbols every 1538 symbols (pcie-bench SKIP_Length/Interval,
+# after Base Spec 4.2.7).
+SKIP_BYTES = 4
+SKIP_INTERVAL_BYTES = 1538
+
+# Bytes of TLP traffic between ACK DLLPs, by generation group, width and MPS:
+# PCIe Base Spec rev 5.0 Tables 3-7, 3-8, 3-9 (Ack transmission latency limit), as
+# tabulated in pcie-bench. Gen4..Gen6 reuse the Gen3 values (pcie-bench does the same for
+# Gen4+; the spec tables for them are in symbol times of the same size).
+_ACK_GEN1 = {
+    1: (237, 416, 559, 1071, 2095, 4143), 2: (128, 217, 289, 545, 1057, 2081),
+    4: (73, 118, 154, 282, 538, 1050), 8: (67, 107, 86, 150, 278, 534),
+    16: (48, 72, 86, 150, 278, 534), 32: (33, 45, 52, 84, 148, 276),
+}
+_ACK_GEN2 = {
+    1: (288, 467, 610, 1122, 2146, 4194), 2: (179, 268, 340, 596, 1108, 2132),
+    4: (124, 169, 205, 333, 589, 1101), 8: (118, 158, 137, 201, 329, 585),
+    16: (99, 123, 137, 201, 329, 585), 32: (84, 96, 103, 135, 199, 237),
+}
+_ACK_GEN3 = {
+    1: (333, 512, 655, 1167, 2191, 4239), 2: (224, 313, 385, 641, 1153, 2177),
+    4: (169, 214, 250, 378, 634, 1146), 8: (163, 203, 182, 246, 374, 630),
+    16: (144, 168, 182, 246, 374, 630), 32: (129, 141, 148, 180, 244, 372),
+}
+ACK_INTERVAL_BYTES = {1: _ACK_GEN1, 2: _ACK_GEN2, 3: _ACK_GEN3, 4: _ACK_GEN3, 5: _ACK_GEN3, 6: _ACK_GEN3}
+# UpdateFC DLLP interval: PCIe Base Spec rev 5.0 Tables 2-46, 2-47, 2-48. pcie-bench's
+# tables equal the ACK tables (but for two Gen1/Gen2 x32 entries); we use the ACK values.
+UPDATE_FC_INTERVAL_BYTES = ACK_INTERVAL_BYTES
+
+
+@dataclass(frozen=True)
+class LinkConfig:
+    """One PCIe link as configured: generation, width, MPS, MRRS, RCB, addressing, ECRC.
+
+    ``rcb_chunks`` says whether a completer splits read completions at every RCB
+    (True) or only where it must, at MPS (False, the default: most root complexes and
+    GPUs send MPS-sized completions for aligned reads).
+    """
+
+    generation: int = 5          # calibration: H200 on PCIe Gen5 x16
+    width: int = 16              # calibration: H200 on PCIe Gen5 x16
+    mps_bytes: int = 256         # assumption: the common server setting (pcie-bench uses 256)
+    mrrs_bytes: int = 512        # assumption: Linux default MRRS for most endpoints
+    rcb_bytes: int = 64          # PCIe Base Spec 2.3.1.1: root complex RCB 64 B
+    address_bits: int = 64       # 64-bit addressing for GPU BARs (above 4 GiB)
+    ecrc: bool = False           # ECRC is off on common platforms
+    rcb_chunks: bool = False
+
+    def __post_init__(self):
+        check_choice("generation", self.generation, tuple(TRANSFER_RATE_GTPS))
+        check_choice("width", self.width, LINK_WIDTHS)
+        check_choice("mps_bytes", self.mps_bytes, MPS_BYTES)
+        check_choice("mrrs_bytes", self.mrrs_bytes, MRRS_BYTES)
+        check_choice("rcb_bytes", self.rcb_bytes, RCB_BYTES)
+        check_choice("address_bits", self.address_bits, ADDRESS_BITS)
+        check_choice("ecrc", self.ecrc, (False, True))
+        check_choice("rcb_chunks", self.rcb_chunks, (False, True))
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# --- one small function per formula --------------------------------------------------
+
+def raw_rate_gbps(generation: int, width: int) -> float:
+    """Line rate after encoding: GT/s x encoding efficiency x lanes."""
+    check_choice("generation", generation, tuple(TRANSFER_RATE_GTPS))
+    check_choice("width", width, LINK_WIDTHS)
+    return TRANSFER_RATE_GTPS[generation] * ENCODING_EFFICIENCY[generation] * width
+
+
+def dllp_overhead_fraction(link: LinkConfig) -> float:
+    """Share of the raw rate taken by ACK DLLPs, UpdateFC DLLPs and SKIP ordered sets."""
+    index = MPS_BYTES.index(link.mps_bytes)
+    ack = ACK_DLLP_BYTES / ACK_INTERVAL_BYTES[link.generation][link.width][index]
+    update_fc = UPDATE_FC_DLLP_BYTES / UPDATE_FC_INTERVAL_BYTES[link.generation][link.width][index]
+    skip = SKIP_BYTES / SKIP_INTERVAL_BYTES
+    return ack + update_fc + skip
+
+
+def tlp_rate_gbps(link: LinkConfig) -> float:
+    """Bandwidth usable by TLPs (headers and payload) in one direction."""
+    raw = raw_rate_gbps(link.generation, link.width)
+    return raw * (1.0 - dllp_overhead_fraction(link))
+
+
+def write_tlp_overhead_bytes(link: LinkConfig) -> int:
+    """Wire bytes of one memory-write TLP beyond its payload."""
+    return (TLP_FRAMING_BYTES + TLP_GENERIC_HEADER_BYTES + MWR_ADDRESS_BYTES[link.address_bits]
+            + (ECRC_BYTES if link.ecrc else 0))
+
+
+def read_request_tlp_bytes(link: LinkConfig) -> int:
+    """Wire bytes of one memory-read request TLP (it carries no payload)."""
+    return (TLP_FRAMING_BYTES + TLP_GENERIC_HEADER_BYTES + MRD_ADDRESS_BYTES[link.address_bits]
+            + (ECRC_BYTES if link.ecrc else 0))
+
+
+def completion_tlp_overhead_bytes(link: LinkConfig) -> int:
+    """Wire bytes of one completion-with-data TLP beyond its payload (20 B without ECRC)."""
+    return (TLP_FRAMING_BYTES + TLP_GENERIC_HEADER_BYTES + CPLD_HEADER_BYTES
+            + (ECRC_BYTES if link.ecrc else 0))
+
+
+def _check_transfer(size_bytes: int, start_address: int) -> None:
+    if isinstance(size_bytes, bool) or not isinstance(size_bytes, int) or size_bytes < 0:
+        raise ParamError("size_bytes", size_bytes, "an integer >= 0")
+    if isinstance(start_address, bool) or not isinstance(start_address, int) or start_address < 0:
+        raise ParamError("start_address", start_address, "an integer >= 0")
+
+
+def split_aligned(size_bytes: int, start_address: int, chunk_bytes: int) -> list[int]:
+    """Split [start, start+size) at multiples of ``chunk_bytes``; return the piece sizes."""
+    pieces = []
+    position, end = start_address, start_address + size_bytes
+    while position < end:
+        boundary = (position // chunk_bytes + 1) * chunk_bytes
+        piece_end = min(end, boundary)
+        pieces.append(piece_end - position)
+        position = piece_end
+    return pieces
+
+
+def write_tlp_sizes(link: LinkConfig, size_bytes: int, start_address: int = 0) -> list[int]:
+    """Payload of each write TLP: split at MPS-aligned addresses (so never across 4 KiB)."""
+    _check_transfer(size_bytes, start_address)
+    return split_aligned(size_bytes, start_address, link.mps_bytes)
+
+
+def read_request_sizes(link: LinkConfig, size_bytes: int, start_address: int = 0) -> list[int]:
+    """Bytes asked by each read request: split at MRRS-aligned addresses."""
+    _check_transfer(size_bytes, start_address)
+    return split_aligned(size_bytes, start_address, link.mrrs_bytes)
+
+
+def completion_sizes(link: LinkConfig, size_bytes: int, start_address: int = 0) -> list[int]:
+    """Payload of each completion answering a read of ``size_bytes`` at ``start_address``.
+
+    Each request is answered by completions that end on RCB-aligned addresses (or the
+    request's end); each carries at most MPS bytes, or exactly up to the next RCB
+    boundary when the completer splits at every RCB (``rcb_chunks``). An unaligned start
+    therefore costs an extra short completion up to the first boundary.
+    """
+    pieces = []
+    position = start_address
+    limit = link.rcb_bytes if link.rcb_chunks else link.mps_bytes
+    for request in read_request_sizes(link, size_bytes, start_address):
+        request_end = position + request
+        while position < request_end:
+            end = min(request_end, (position + limit) // link.rcb_bytes * link.rcb_bytes)
+            if end <= position:  # cannot happen for limit >= rcb; kept as a guard
+                end = min(request_end, position + link.rcb_bytes)
+            pieces.append(end - position)
+            position = end
+    return pieces
+
+
+@dataclass(frozen=True)
+class WireBytes:
+    """Bytes on the wire for one transfer, per direction of a link.
+
+    ``data_direction_bytes`` travel the way the payload moves (write TLPs, or read
+    completions); ``other_direction_bytes`` travel against it (read requests).
+    """
+
+    payload_bytes: int
+    data_direction_bytes: int
+    other_direction_bytes: int
+    tlp_count: int
+
+
+def write_wire_bytes(link: LinkConfig, size_bytes: int, start_address: int = 0) -> WireBytes:
+    """Bytes on the wire for a posted write of ``size_bytes``: one direction only."""
+    sizes = write_tlp_sizes(link, size_bytes, start_address)
+    wire = size_bytes + len(sizes) * write_tlp_overhead_bytes(link)
+    return WireBytes(size_bytes, wire, 0, len(sizes))
+
+
+def read_wire_bytes(link: LinkConfig, size_bytes: int, start_address: int = 0) -> WireBytes:
+    """Bytes on the wire for a read: requests one way, completions the other."""
+    requests = read_request_sizes(link, size_bytes, start_address)
+    completions = completion_sizes(link, size_bytes, start_address)
+    data = size_bytes + len(completions) * completion_tlp_overhead_bytes(link)
+    other = len(requests) * read_request_tlp_bytes(link)
+    return WireBytes(size_bytes, data, other, len(requests) + len(completions))
+
+
+OPERATIONS = ("read", "write")
+
+
+def wire_bytes(link: LinkConfig, operation: str, size_bytes: int, start_address: int = 0) -> WireBytes:
+    """Dispatch to ``read_wire_bytes`` or ``write_wire_bytes``."""
+    check_choice("operation", operation, OPERATIONS)
+    if operation == "read":
+        return read_wire_bytes(link, size_bytes, start_address)
+    return write_wire_bytes(link, size_bytes, start_address)
+
+
+def efficiency(link: LinkConfig, operation: str, size_bytes: int, start_address: int = 0) -> float:
+    """Payload bytes over wire bytes in the payload's direction (0 for an empty transfer)."""
+    wire = wire_bytes(link, operation, size_bytes, start_address)
+    if wire.data_direction_bytes == 0:
+        return 0.0
+    return wire.payload_bytes / wire.data_direction_bytes
+
+
+def effective_rate_gbps(link: LinkConfig, operation: str, size_bytes: int, start_address: int = 0) -> float:
+    """Payload rate when back-to-back transfers of this size saturate the link.
+
+    Both directions are checked: reads are limited by completions in one direction and,
+    for tiny reads, by requests in the other.
+    """
+    wire = wire_bytes(link, operation, size_bytes, start_address)
+    if wire.payload_bytes == 0:
+        return 0.0
+    busiest = max(wire.data_direction_bytes, wire.other_direction_bytes)
+    return tlp_rate_gbps(link) * wire.payload_bytes / busiest
+
+
+def serialization_ns(bytes_on_wire: float, rate_gbps: float) -> float:
+    """Time to put ``bytes_on_wire`` on a link of ``rate_gbps``."""
+    return bytes_on_wire * 8.0 / rate_gbps
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+__all__ = [name for name in dir() if not name.startswith("_") and name not in ("annotations", "math")]

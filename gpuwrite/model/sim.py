@@ -1,0 +1,295 @@
+"""The fast discrete-event simulator: ``simulate(params, workload, seed) -> SimResult``.
+
+A Run takes a Workload through a Path on a Topology: every message is issued by the GPU,
+admitted into the NIC's staging buffer (push paths with ``hold``), crosses PCIe into the
+NIC, waits for network credits (or is dropped, push paths with ``drop``), is serialised
+onto the network link, drained by the remote receiver (which may stall), and completes
+when its CQE lands in GPU memory. Credits return to the sender a delay after the receiver
+drains the message. Pull paths take credits before reading the payload, so they never
+drop. Same seed, same parameters: the same result, bit for bit.
+
+Results are per-message records, a time series (bytes sent, held, in flight, delivered,
+dropped; staging occupancy; credits; link utilisation) and a summary, as pandas objects.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+import pandas as pd
+
+from gpuwrite.model import _core
+from gpuwrite.model import nic as nicmod
+from gpuwrite.model import paths
+from gpuwrite.model.errors import ParamError
+from gpuwrite.model.params import Params, SimConfig, Workload
+
+PUSH_PATHS = ("gpu_push", "gpu_push_inline")
+PS_PER_NS = 1000
+
+
+def _ps(value_ns) -> np.ndarray:
+    return np.rint(np.asarray(value_ns, dtype=np.float64) * PS_PER_NS).astype(np.int64)
+
+
+def message_sizes(workload: Workload, rng: np.random.Generator) -> np.ndarray:
+    """Sizes of all messages, drawn from the workload's distribution."""
+    n = workload.n_messages
+    if workload.size_kind == "fixed":
+        return np.full(n, workload.size_bytes, dtype=np.int64)
+    if workload.size_kind == "choice":
+        weights = np.asarray(workload.weights or [1.0] * len(workload.sizes_bytes), dtype=np.float64)
+        return rng.choice(np.asarray(workload.sizes_bytes, dtype=np.int64), size=n, p=weights / weights.sum())
+    return rng.integers(workload.min_bytes, workload.max_bytes + 1, size=n, dtype=np.int64)
+
+
+def open_arrivals_ps(workload: Workload, rng: np.random.Generator) -> np.ndarray:
+    """Issue times of an open-loop workload."""
+    n = workload.n_messages
+    if workload.process == "periodic":
+        return _ps(np.arange(n) * workload.interval_ns)
+    gaps = rng.exponential(workload.interval_ns, size=n)
+    gaps[0] = 0.0
+    return _ps(np.cumsum(gaps))
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Everything the simulator cores consume: per-message service times in ps and scalars."""
+
+    sizes: np.ndarray
+    open_arrival: np.ndarray
+    pre: np.ndarray
+    ingress: np.ndarray
+    post: np.ndarray
+    wire: np.ndarray
+    drain: np.ndarray
+    credits_need: np.ndarray
+    staging_need: np.ndarray
+    pcie_bytes: dict
+    flight: int
+    tail: int
+    error_tail: int
+    credit_return_delay: int
+    credits_total: int
+    staging_capacity: int
+    is_push: bool
+    hold: bool
+    stall_period: int
+    stall_duration: int
+    stall_offset: int
+    mode: int
+    n_qps: int
+    outstanding: int
+    issue_gap: int
+
+
+def prepare(params: Params, workload: Workload, seed: int) -> Inputs:
+    """Draw the workload and turn the path model into per-message service times."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ParamError("seed", seed, "an integer >= 0")
+    rng = np.random.default_rng(int(seed))
+    sizes = message_sizes(workload, rng)
+    arrivals = open_arrivals_ps(workload, rng) if workload.arrival == "open" else np.zeros(0, np.int64)
+    topology = params.build_topology()
+    unique, inverse = np.unique(sizes, return_inverse=True)
+    columns = {name: np.empty(len(unique), np.float64) for name in ("pre", "ingress", "post", "wire", "drain")}
+    credits = np.empty(len(unique), np.int64)
+    staging = np.empty(len(unique), np.int64)
+    pcie_per = {key: np.empty(len(unique), np.int64) for key in ("gpu_out", "gpu_in", "nic_in", "nic_out")}
+    network = params.network
+    is_push = params.path in PUSH_PATHS
+    for k, size in enumerate(unique.tolist()):
+        timing = paths.path_timing(params.path, topology, size, params)
+        for stage in ("pre", "ingress", "post", "wire"):
+            columns[stage][k] = timing.stage_ns(stage)
+        columns["drain"][k] = timing.drain_ns
+        credits[k] = timing.credits
+        if timing.credits > network.credits_total:
+            raise ParamError("message size_bytes", size,
+                             f"messages that fit the receive buffer: {timing.credits} credits needed, "
+                             f"network.vl_buffer_bytes gives {network.credits_total}")
+        staging[k] = nicmod.inline_wqe_bytes(size) if params.path == "gpu_push_inline" else size
+        if is_push and params.nic.policy == "hold" and staging[k] > params.nic.staging_buffer_bytes:
+            raise ParamError("message size_bytes", size,
+                             f"at most nic.staging_buffer_bytes ({params.nic.staging_buffer_bytes}) on {params.path}")
+        for key, value in paths.pcie_bytes(params.path, topology, size, params).items():
+            pcie_per[key][k] = value
+    gpu_name, _ = params.endpoints(topology)
+    to_nic = topology.route(gpu_name, params.endpoints(topology)[1])
+    tail = paths.path_timing(params.path, topology, int(unique[0]), params).stage_ns("tail")
+    error_tail = tail - network.propagation_ns  # an error CQE: no acknowledgement to wait for
+    receiver = params.receiver
+    return Inputs(
+        sizes=sizes, open_arrival=arrivals,
+        pre=_ps(columns["pre"])[inverse], ingress=_ps(columns["ingress"])[inverse],
+        post=_ps(columns["post"])[inverse], wire=_ps(columns["wire"])[inverse],
+        drain=_ps(columns["drain"])[inverse], credits_need=credits[inverse],
+        staging_need=staging[inverse], pcie_bytes={k: v[inverse] for k, v in pcie_per.items()},
+        flight=int(_ps(network.propagation_ns)), tail=int(_ps(tail)), error_tail=int(_ps(error_tail)),
+        credit_return_delay=int(_ps(network.credit_update_delay_ns + network.propagation_ns)),
+        credits_total=network.credits_total, staging_capacity=params.nic.staging_buffer_bytes,
+        is_push=is_push, hold=params.nic.policy == "hold",
+        stall_period=int(_ps(receiver.stall_period_ns)), stall_duration=int(_ps(receiver.stall_duration_ns)),
+        stall_offset=int(_ps(receiver.stall_offset_ns)),
+        mode=_core.MODE_OPEN if workload.arrival == "open" else _core.MODE_CLOSED,
+        n_qps=workload.n_qps, outstanding=workload.outstanding, issue_gap=int(_ps(workload.issue_gap_ns)),
+    )
+
+
+RECORD_FIELDS = ("qp", "arrival", "reserve", "at_nic", "credit_time", "tx_start", "tx_end", "drain_end", "done")
+
+
+def run_fast(inputs: Inputs) -> dict[str, np.ndarray]:
+    """Run the numba core on prepared inputs; per-message arrays in processing order (ps)."""
+    n = len(inputs.sizes)
+    out = {name: np.zeros(n, np.int64) for name in RECORD_FIELDS}
+    out["dropped"] = np.zeros(n, np.int8)
+    _core.run_core(inputs.mode, inputs.open_arrival, inputs.n_qps, inputs.outstanding, inputs.issue_gap,
+                   inputs.pre, inputs.ingress, inputs.post, inputs.wire, inputs.drain,
+                   inputs.credits_need, inputs.staging_need,
+                   inputs.flight, inputs.tail, inputs.error_tail, inputs.credit_return_delay,
+                   inputs.credits_total, inputs.staging_capacity, inputs.is_push, inputs.hold,
+                   inputs.stall_period, inputs.stall_duration, inputs.stall_offset,
+                   out["qp"], out["arrival"], out["reserve"], out["at_nic"], out["credit_time"],
+                   out["tx_start"], out["tx_end"], out["drain_end"], out["done"], out["dropped"])
+    return out
+
+
+@dataclass
+class SimResult:
+    """One Run: per-message records, time series and summary (pandas)."""
+
+    params: Params
+    workload: Workload
+    seed: int
+    inputs: Inputs
+    raw: dict = field(repr=False)
+
+    @cached_property
+    def messages(self) -> pd.DataFrame:
+        """One row per message, in issue order; times in ns; NaN where a dropped message never got."""
+        raw, inputs = self.raw, self.inputs
+        dropped = raw["dropped"].astype(bool)
+
+        def ns(name):
+            values = raw[name].astype(np.float64) / PS_PER_NS
+            if name in ("credit_time", "tx_start", "tx_end", "drain_end"):
+                values[dropped] = np.nan
+            return values
+
+        frame = pd.DataFrame({
+            "message": np.arange(len(inputs.sizes)),
+            "qp": raw["qp"],
+            "size_bytes": inputs.sizes,
+            "credits": inputs.credits_need,
+            **{f"{name}_ns": ns(name) for name in RECORD_FIELDS[1:]},
+            "dropped": dropped,
+        })
+        frame["received_ns"] = frame["tx_end_ns"] + inputs.flight / PS_PER_NS
+        frame["credit_return_ns"] = frame["drain_end_ns"] + inputs.credit_return_delay / PS_PER_NS
+        frame["latency_ns"] = frame["done_ns"] - frame["arrival_ns"]
+        return frame
+
+    @cached_property
+    def latencies_ps(self) -> np.ndarray:
+        return self.raw["done"] - self.raw["arrival"]
+
+    def timeseries(self, samples: int | None = None) -> pd.DataFrame:
+        """Books at evenly spaced times: sent = delivered + in flight + held + dropped."""
+        raw, inputs = self.raw, self.inputs
+        samples = samples or self.workload.samples
+        end = int(max(raw["done"].max(), raw["drain_end"].max() + inputs.credit_return_delay))
+        times = np.linspace(0, end, samples + 1)[1:].astype(np.int64)
+        sizes = inputs.sizes
+        dropped = raw["dropped"].astype(bool)
+        sent = ~dropped
+
+        def cumulative(event_ps, weights, mask):
+            order = np.argsort(event_ps[mask], kind="stable")
+            keys = event_ps[mask][order]
+            cum = np.concatenate([[0], np.cumsum(weights[mask][order])])
+            return cum[np.searchsorted(keys, times, side="right")]
+
+        at_nic_all = cumulative(raw["at_nic"], sizes, np.ones(len(sizes), bool))
+        accepted = cumulative(raw["at_nic"], sizes, sent)
+        left_nic = cumulative(raw["tx_end"], sizes, sent)
+        received = cumulative(raw["tx_end"] + inputs.flight, sizes, sent)
+        lost = cumulative(raw["at_nic"], sizes, dropped)
+        if inputs.is_push and inputs.hold:
+            staging = cumulative(raw["reserve"], inputs.staging_need, sent) - cumulative(raw["tx_end"], inputs.staging_need, sent)
+        elif inputs.is_push:
+            staging = cumulative(raw["at_nic"], inputs.staging_need, sent) - cumulative(raw["tx_end"], inputs.staging_need, sent)
+        else:
+            staging = np.zeros(len(times), np.int64)
+        credits_out = (cumulative(raw["credit_time"], inputs.credits_need, sent)
+                       - cumulative(raw["drain_end"] + inputs.credit_return_delay, inputs.credits_need, sent))
+        # link busy time up to each sample, then utilisation per sample interval
+        tx_start, wire = raw["tx_start"][sent], inputs.wire[sent]
+        cum_wire = np.concatenate([[0], np.cumsum(wire)])
+        index = np.searchsorted(tx_start, times, side="right")  # messages started by then
+        busy = cum_wire[index].astype(np.float64)
+        last = np.maximum(index - 1, 0)
+        overrun = np.where(index > 0, tx_start[last] + wire[last] - times, 0) if len(wire) else np.zeros(len(times))
+        busy -= np.clip(overrun, 0, None)
+        previous = np.concatenate([[0], times[:-1]])
+        busy_before = np.concatenate([[0.0], busy[:-1]])
+        utilisation = (busy - busy_before) / np.maximum(times - previous, 1)
+        return pd.DataFrame({
+            "time_ns": times / PS_PER_NS,
+            "sent_bytes": at_nic_all,
+            "held_bytes": accepted - left_nic,
+            "in_flight_bytes": left_nic - received,
+            "delivered_bytes": received,
+            "dropped_bytes": lost,
+            "staging_bytes": staging,
+            "credits_available": inputs.credits_total - credits_out,
+            "link_utilisation": utilisation,
+        })
+
+    @cached_property
+    def summary(self) -> pd.Series:
+        """Latency percentiles, throughput, drops, PCIe bytes per direction, peak buffer use."""
+        raw, inputs = self.raw, self.inputs
+        dropped = raw["dropped"].astype(bool)
+        ok = ~dropped
+        latency_ns = self.latencies_ps[ok] / PS_PER_NS
+        received = raw["tx_end"][ok] + inputs.flight
+        span_ps = (received.max() - raw["arrival"].min()) if ok.any() else 0
+        delivered_bytes = int(inputs.sizes[ok].sum())
+        series = self.timeseries(min(self.workload.samples, 4000))
+        out = {
+            "path": self.params.path,
+            "topology": self.params.topology,
+            "policy": self.params.nic.policy,
+            "seed": self.seed,
+            "messages": len(inputs.sizes),
+            "delivered": int(ok.sum()),
+            "dropped": int(dropped.sum()),
+            "dropped_bytes": int(inputs.sizes[dropped].sum()),
+            "delivered_bytes": delivered_bytes,
+            "duration_ns": span_ps / PS_PER_NS,
+            "throughput_gbps": delivered_bytes * 8.0 * PS_PER_NS / span_ps if span_ps > 0 else 0.0,
+            "messages_per_s": ok.sum() * 1e12 / span_ps if span_ps > 0 else 0.0,
+            "latency_mean_ns": float(latency_ns.mean()) if ok.any() else float("nan"),
+        }
+        for q in (50, 90, 99, 99.9):
+            out[f"latency_p{q:g}_ns"] = float(np.percentile(latency_ns, q)) if ok.any() else float("nan")
+        out["latency_max_ns"] = float(latency_ns.max()) if ok.any() else float("nan")
+        out["staging_peak_bytes"] = int(series["staging_bytes"].max())
+        out["credits_min"] = int(series["credits_available"].min())
+        for key, per_message in inputs.pcie_bytes.items():
+            counted = per_message if inputs.is_push else per_message[ok]
+            out[f"pcie_{key}_bytes"] = int(counted.sum())
+        return pd.Series(out)
+
+
+def simulate(params: Params, workload: Workload, seed: int = 0) -> SimResult:
+    """Run ``workload`` through ``params.path`` on ``params.topology``; deterministic for a seed."""
+    inputs = prepare(params, workload, seed)
+    return SimResult(params, workload, int(seed), inputs, run_fast(inputs))
+
+
+def simulate_config(config: SimConfig) -> SimResult:
+    return simulate(config.params, config.workload, config.seed)
