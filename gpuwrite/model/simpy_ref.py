@@ -1,0 +1,174 @@
+"""The reference simulator: the same model as ``sim``, written plainly with SimPy.
+
+Nothing here is tuned for speed. Each message is a SimPy process that walks the same
+stations as the fast core (``_core.run_core``): a Container for the staging buffer
+(``hold``), a Resource for the PCIe ingress link, a Container of network credits, a
+Resource for the network link, a Resource for the receiver, which stalls in periodic
+windows. The NIC hands WQEs to its send engine in posting order. It consumes the same
+prepared inputs (``sim.prepare``) and returns the same per-message arrays, so a test can
+check that both give identical per-message times, and the benchmark compares their speed.
+"""
+from __future__ import annotations
+
+import numpy as np
+import simpy
+
+from gpuwrite.model import sim as fast
+from gpuwrite.model.params import Params, Workload
+
+
+class Reference:
+    """One run of the reference model on prepared inputs (times in integer ps)."""
+
+    def __init__(self, inputs: fast.Inputs):
+        self.inputs = inputs
+        self.n = len(inputs.sizes)
+        self.env = simpy.Environment()
+        env = self.env
+        self.staging = simpy.Container(env, capacity=inputs.staging_capacity, init=inputs.staging_capacity)
+        self.credits = simpy.Container(env, capacity=inputs.credits_total, init=inputs.credits_total)
+        self.ingress = simpy.Resource(env, capacity=1)
+        self.link = simpy.Resource(env, capacity=1)
+        self.receiver = simpy.Resource(env, capacity=1)
+        self.out = {name: np.zeros(self.n, np.int64) for name in fast.RECORD_FIELDS}
+        self.out["dropped"] = np.zeros(self.n, np.int8)
+        self.handed_to_nic = [env.event() for _ in range(self.n)]   # passed credit admission
+        self.took_link = [env.event() for _ in range(self.n)]       # holds the link (or dropped)
+        self.next_index = 0
+        self.issued = 0
+
+    # --- sources --------------------------------------------------------------------
+    def open_source(self):
+        for j in range(self.n):
+            yield self.env.timeout(int(self.inputs.open_arrival[j]) - self.env.now)
+            self.next_index += 1
+            self.env.process(self.message(j, j % self.inputs.n_qps))
+
+    def issue_at(self, when_ps: int, qp: int):
+        yield self.env.timeout(when_ps - self.env.now)
+        self.start_message(qp)
+
+    def start_message(self, qp: int):
+        j = self.next_index
+        self.next_index += 1
+        self.env.process(self.message(j, qp))
+
+    def closed_sources(self):
+        inputs = self.inputs
+        first = min(self.n, inputs.n_qps * inputs.outstanding)
+        self.issued = first
+        for k in range(first):
+            self.env.process(self.issue_at(k * inputs.issue_gap, k % inputs.n_qps))
+
+    def completed(self, qp: int):
+        """Closed loop: a completion lets its QP issue the next message."""
+        if self.inputs.mode == fast._core.MODE_CLOSED and self.issued < self.n:
+            self.issued += 1
+            self.start_message(qp)
+
+    # --- one message -----------------------------------------------------------------
+    def message(self, j: int, qp: int):
+        env, inputs, out = self.env, self.inputs, self.out
+        out["qp"][j] = qp
+        out["arrival"][j] = env.now
+        push_hold = inputs.is_push and inputs.hold
+        if push_hold:
+            yield self.staging.get(int(inputs.staging_need[j]))
+        out["reserve"][j] = env.now
+        yield env.timeout(int(inputs.pre[j]))
+        if not inputs.is_push:
+            if j > 0:
+                yield self.handed_to_nic[j - 1]
+            yield self.credits.get(int(inputs.credits_need[j]))
+            out["credit_time"][j] = env.now
+            self.handed_to_nic[j].succeed()
+        with self.ingress.request() as request:
+            yield request
+            yield env.timeout(int(inputs.ingress[j]))
+        yield env.timeout(int(inputs.post[j]))
+        out["at_nic"][j] = env.now
+        if inputs.is_push:
+            if j > 0:
+                yield self.handed_to_nic[j - 1]
+            need = int(inputs.credits_need[j])
+            if not inputs.hold and self.credits.level < need:
+                out["dropped"][j] = 1
+                for name in ("credit_time", "tx_start", "tx_end", "drain_end"):
+                    out[name][j] = -1
+                self.handed_to_nic[j].succeed()
+                self.took_link[j].succeed()
+                yield env.timeout(inputs.error_tail)
+                out["done"][j] = env.now
+                self.completed(qp)
+                return
+            yield self.credits.get(need)
+            out["credit_time"][j] = env.now
+            self.handed_to_nic[j].succeed()
+        if j > 0:
+            yield self.took_link[j - 1]   # the send engine takes WQEs in posting order
+        with self.link.request() as request:
+            yield request
+            self.took_link[j].succeed()
+            out["tx_start"][j] = env.now
+            yield env.timeout(int(inputs.wire[j]))
+            out["tx_end"][j] = env.now
+        if push_hold:
+            yield self.staging.put(int(inputs.staging_need[j]))
+        env.process(self.receive(j))
+        yield env.timeout(inputs.flight + inputs.tail)
+        out["done"][j] = env.now
+        self.completed(qp)
+
+    def stall_left(self, now: int) -> int:
+        """ps until the current stall ends (0 when not stalled)."""
+        inputs = self.inputs
+        if inputs.stall_period <= 0 or inputs.stall_duration <= 0:
+            return 0
+        position = (now - inputs.stall_offset) % inputs.stall_period
+        return inputs.stall_duration - position if position < inputs.stall_duration else 0
+
+    def until_next_stall(self, now: int) -> int | None:
+        inputs = self.inputs
+        if inputs.stall_period <= 0 or inputs.stall_duration <= 0:
+            return None
+        position = (now - inputs.stall_offset) % inputs.stall_period
+        return inputs.stall_period - position
+
+    def receive(self, j: int):
+        """The remote receiver drains the message, pausing in stalls; credits then return."""
+        env, inputs = self.env, self.inputs
+        yield env.timeout(inputs.flight)
+        with self.receiver.request() as request:
+            yield request
+            remaining = int(inputs.drain[j])
+            while remaining > 0:
+                stalled = self.stall_left(env.now)
+                if stalled:
+                    yield env.timeout(stalled)
+                    continue
+                gap = self.until_next_stall(env.now)
+                step = remaining if gap is None else min(remaining, gap)
+                yield env.timeout(step)
+                remaining -= step
+            self.out["drain_end"][j] = env.now
+        yield env.timeout(inputs.credit_return_delay)
+        yield self.credits.put(int(inputs.credits_need[j]))
+
+    def run(self) -> dict[str, np.ndarray]:
+        if self.inputs.mode == fast._core.MODE_OPEN:
+            self.env.process(self.open_source())
+        else:
+            self.closed_sources()
+        self.env.run()
+        return self.out
+
+
+def run_simpy(inputs: fast.Inputs) -> dict[str, np.ndarray]:
+    """Per-message arrays (ps) in the same layout as ``sim.run_fast``."""
+    return Reference(inputs).run()
+
+
+def simulate_simpy(params: Params, workload: Workload, seed: int = 0) -> fast.SimResult:
+    """``sim.simulate`` through the SimPy reference instead of the fast core."""
+    inputs = fast.prepare(params, workload, seed)
+    return fast.SimResult(params, workload, int(seed), inputs, run_simpy(inputs))
