@@ -1,0 +1,1158 @@
+/*
+ * gw_engine.c: the software NIC engine of gpuwrite's emulated mode.
+ *
+ * Each worker thread owns a set of completion queues and the queue pairs that
+ * complete into them, so a CQ is only ever written by one thread. A pass of a worker:
+ *   1. advance the link model to now (receiver drain, credit returns);
+ *   2. for each QP: read its doorbell record, fetch and validate the newly posted WQEs
+ *      into descriptors (errors become descriptors too, so completions stay in order);
+ *   3. for each QP: move its head descriptors onto the link as credits and rate allow,
+ *      deliver their bytes into the destination region, and write completions.
+ * Pushed payloads stay in the staging region (the GPU's slots) until their message is
+ * delivered or dropped; only then are the slots returned to the GPU, in order.
+ */
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdatomic.h>
+#include <pthread.h>
+#include <time.h>
+#include <dlfcn.h>
+
+#include "gw_layouts.h"
+#include "gw_engine.h"
+
+/* ---- byte order and shared-memory access --------------------------------------- */
+
+static inline uint16_t be16_get(gw_be16 v) { return __builtin_bswap16(v.be); }
+static inline uint32_t be32_get(gw_be32 v) { return __builtin_bswap32(v.be); }
+static inline uint64_t be64_get(gw_be64 v) { return __builtin_bswap64(v.be); }
+static inline gw_be16 be16_make(uint16_t x) { gw_be16 v = {__builtin_bswap16(x)}; return v; }
+static inline gw_be32 be32_make(uint32_t x) { gw_be32 v = {__builtin_bswap32(x)}; return v; }
+static inline gw_be64 be64_make(uint64_t x) { gw_be64 v = {__builtin_bswap64(x)}; return v; }
+
+/* Words written by another agent (the GPU) are read with acquire loads. */
+static inline uint32_t load_acq32(const void *p)
+{
+    return __atomic_load_n((const uint32_t *)p, __ATOMIC_ACQUIRE);
+}
+
+/* Words another agent polls are published with release stores, after their payload. */
+static inline void store_rel32(void *p, uint32_t v)
+{
+    __atomic_store_n((uint32_t *)p, v, __ATOMIC_RELEASE);
+}
+
+uint32_t gw_load_acquire_u32(const void *addr) { return load_acq32(addr); }
+void gw_store_release_u32(void *addr, uint32_t value) { store_rel32(addr, value); }
+
+uint64_t gw_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#include <stdarg.h>
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || !errlen)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* ---- the CUDA driver, loaded only when the engine must pull from GPU memory ------ */
+
+typedef int (*cu_ctx_set_current_fn)(void *ctx);
+typedef int (*cu_stream_create_fn)(void **stream, unsigned int flags);
+typedef int (*cu_memcpy_dtoh_async_fn)(void *dst, uint64_t src, size_t bytes, void *stream);
+typedef int (*cu_stream_sync_fn)(void *stream);
+
+struct cuda_api {
+    void *lib;
+    cu_ctx_set_current_fn ctx_set_current;
+    cu_stream_create_fn stream_create;
+    cu_memcpy_dtoh_async_fn memcpy_dtoh_async;
+    cu_stream_sync_fn stream_sync;
+};
+
+enum { CU_STREAM_NON_BLOCKING = 1 };
+
+static int cuda_load(struct cuda_api *api, const char *path, char *err, size_t errlen)
+{
+    api->lib = dlopen(path ? path : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!api->lib) {
+        set_err(err, errlen, "cannot load the CUDA driver (%s): %s", path ? path : "libcuda.so.1",
+                dlerror());
+        return -1;
+    }
+    api->ctx_set_current = (cu_ctx_set_current_fn)dlsym(api->lib, "cuCtxSetCurrent");
+    api->stream_create = (cu_stream_create_fn)dlsym(api->lib, "cuStreamCreate");
+    api->memcpy_dtoh_async = (cu_memcpy_dtoh_async_fn)dlsym(api->lib, "cuMemcpyDtoHAsync_v2");
+    api->stream_sync = (cu_stream_sync_fn)dlsym(api->lib, "cuStreamSynchronize");
+    if (!api->ctx_set_current || !api->stream_create || !api->memcpy_dtoh_async ||
+        !api->stream_sync) {
+        set_err(err, errlen, "the CUDA driver lacks a function the engine needs");
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- internal state ---------------------------------------------------------------- */
+
+struct mr {
+    _Atomic uint32_t valid;
+    uint32_t key;
+    uint64_t addr;
+    uint64_t length;
+    uint32_t access;
+    uint32_t kind;
+};
+
+struct cq {
+    uint32_t cqn;
+    uint32_t ncqe;
+    uint8_t *cqes;
+    struct gw_cq_dbrec *dbrec;
+    uint32_t pi;
+};
+
+enum { MAX_SGE = GW_MAX_WQE_DS - 2 };
+
+struct sge {
+    uint64_t addr;
+    uint32_t length;
+    uint32_t kind;
+};
+
+enum desc_status { DESC_OK = 0, DESC_ERROR = 1 };
+
+/* One fetched WQE, waiting for the link. */
+struct desc {
+    uint16_t wqe_index;
+    uint8_t opcode;
+    uint8_t signaled;
+    uint8_t status;
+    uint8_t syndrome;
+    uint8_t reason;
+    uint8_t pushed;
+    uint8_t pulled;               /* GPU-memory sources already copied to the destination */
+    uint8_t nsge;
+    uint8_t inline_data;
+    uint8_t held;                 /* counted in held_msgs/held_bytes */
+    uint16_t nbb;
+    uint32_t bytes_total;
+    uint32_t bytes_done;          /* sent or dropped so far */
+    uint32_t bytes_dropped;
+    uint32_t stage_slots;
+    uint8_t *dst;
+    const uint8_t *inline_src;
+    struct sge sge[MAX_SGE];
+};
+
+struct qp {
+    uint32_t qpn;
+    struct cq *cq;
+    uint32_t sq_bbs;
+    uint8_t *sq;
+    struct gw_qp_dbrec *dbrec;
+    struct gw_nic_status *status;
+    uint32_t staging_key;
+    uint32_t stage_slots;
+    uint32_t stage_slot_bytes;
+    uint64_t stage_addr;
+
+    uint32_t state;
+    uint16_t ci_fetch;            /* next BB to fetch */
+    uint16_t ci_done;             /* BBs completed (ring space the GPU may reuse) */
+    uint16_t last_pi;
+    uint32_t stage_cursor;        /* staging slots consumed by fetched messages */
+    uint32_t stage_freed;         /* staging slots returned to the GPU */
+    uint16_t push_seq;
+    struct desc *descs;           /* ring of sq_bbs descriptors */
+    uint32_t desc_head, desc_tail;
+    _Atomic int reset_request;
+};
+
+enum { CREDIT_RING = 1 << 14 };
+
+struct credit_return {
+    uint64_t at_ns;
+    uint32_t blocks;
+};
+
+struct link {
+    int limited;
+    double ns_per_byte;
+    uint32_t mtu;
+    int credits_limited;
+    int64_t credits;
+    uint64_t rx_occupied;
+    double drain_blocks_per_ns;
+    double drain_acc;
+    uint64_t last_ns;
+    uint64_t credit_latency_ns;
+    uint64_t free_at_ns;
+    struct credit_return ring[CREDIT_RING];
+    uint32_t ring_head, ring_tail;
+};
+
+struct worker {
+    struct gw_engine *engine;
+    uint32_t index;
+    pthread_t thread;
+    struct qp *_Atomic *qps;
+    _Atomic uint32_t nqps;
+    void *stream;
+    struct gw_counters c;
+};
+
+struct gw_engine {
+    struct gw_engine_config cfg;
+    struct worker *workers;
+    struct mr *mrs;
+    struct cq *cqs;
+    struct qp *qps;
+    uint32_t nqps_total;
+    struct link link;
+    struct cuda_api cuda;
+    int have_cuda;
+    _Atomic int running;
+    _Atomic int stalled;
+    int started;
+    pthread_mutex_t lock;
+};
+
+/* ---- counters -------------------------------------------------------------------- */
+
+static inline void count(uint64_t *c, uint64_t n)
+{
+    __atomic_store_n(c, *c + n, __ATOMIC_RELAXED);
+}
+
+static inline void count_set(uint64_t *c, uint64_t v)
+{
+    __atomic_store_n(c, v, __ATOMIC_RELAXED);
+}
+
+/* ---- the link: rate, credit-based flow control, a receiver that can stall --------- */
+
+static void link_init(struct link *l, const struct gw_link_config *cfg)
+{
+    memset(l, 0, sizeof(*l));
+    l->limited = cfg->rate_gbps > 0;
+    l->ns_per_byte = l->limited ? 8.0 / cfg->rate_gbps : 0.0;
+    l->mtu = cfg->mtu_bytes ? cfg->mtu_bytes : 4096;
+    l->credits_limited = l->limited && cfg->rx_credits > 0;
+    l->credits = cfg->rx_credits;
+    double drain = cfg->drain_gbps > 0 ? cfg->drain_gbps : cfg->rate_gbps;
+    l->drain_blocks_per_ns = drain / 8.0 / GW_CREDIT_BLOCK_BYTES;
+    l->credit_latency_ns = cfg->credit_latency_ns;
+    l->last_ns = gw_now_ns();
+}
+
+static inline uint32_t blocks_for(uint32_t bytes)
+{
+    return (bytes + GW_CREDIT_BLOCK_BYTES - 1) / GW_CREDIT_BLOCK_BYTES;
+}
+
+/* The receiver drains at its rate unless stalled; drained blocks return as credits
+ * after the credit latency. */
+static void link_advance(struct link *l, uint64_t now, int stalled)
+{
+    if (!l->credits_limited)
+        return;
+    if (!stalled && l->rx_occupied > 0 && now > l->last_ns) {
+        l->drain_acc += (double)(now - l->last_ns) * l->drain_blocks_per_ns;
+        uint64_t n = (uint64_t)l->drain_acc;
+        if (n > l->rx_occupied)
+            n = l->rx_occupied;
+        if (n > 0) {
+            l->rx_occupied -= n;
+            l->drain_acc -= (double)n;
+            uint32_t last = (l->ring_tail - 1) & (CREDIT_RING - 1);
+            if (((l->ring_tail + 1) & (CREDIT_RING - 1)) == l->ring_head)
+                l->ring[last].blocks += (uint32_t)n;   /* ring full: merge into the newest */
+            else {
+                l->ring[l->ring_tail].at_ns = now + l->credit_latency_ns;
+                l->ring[l->ring_tail].blocks = (uint32_t)n;
+                l->ring_tail = (l->ring_tail + 1) & (CREDIT_RING - 1);
+            }
+        }
+        if (l->rx_occupied == 0)
+            l->drain_acc = 0;
+    }
+    l->last_ns = now;
+    while (l->ring_head != l->ring_tail && l->ring[l->ring_head].at_ns <= now) {
+        l->credits += l->ring[l->ring_head].blocks;
+        l->ring_head = (l->ring_head + 1) & (CREDIT_RING - 1);
+    }
+}
+
+enum { SEND_OK = 0, SEND_BUSY = 1, SEND_NO_CREDITS = 2 };
+
+/* Puts one packet on the wire if the link is free and (unless reserved) credits exist. */
+static int link_send(struct link *l, struct gw_counters *c, uint64_t now, uint32_t bytes,
+                     int reserved)
+{
+    if (!l->limited)
+        return SEND_OK;
+    if (now < l->free_at_ns)
+        return SEND_BUSY;
+    uint32_t need = blocks_for(bytes);
+    if (l->credits_limited && !reserved) {
+        if (l->credits < (int64_t)need)
+            return SEND_NO_CREDITS;
+        l->credits -= need;
+    }
+    if (l->credits_limited)
+        l->rx_occupied += need;
+    uint64_t ser = (uint64_t)((double)bytes * l->ns_per_byte + 0.5);
+    l->free_at_ns = (l->free_at_ns > now ? l->free_at_ns : now) + ser;
+    count(&c->link_packets, 1);
+    count(&c->link_busy_ns, ser);
+    return SEND_OK;
+}
+
+/* ---- memory regions ---------------------------------------------------------------- */
+
+static struct mr *mr_lookup(struct gw_engine *e, uint32_t key)
+{
+    uint32_t index = key >> 8;
+    if (index >= e->cfg.max_mrs)
+        return NULL;
+    struct mr *m = &e->mrs[index];
+    if (!atomic_load_explicit(&m->valid, memory_order_acquire) || m->key != key)
+        return NULL;
+    return m;
+}
+
+static int in_bounds(const struct mr *m, uint64_t addr, uint64_t length)
+{
+    return addr >= m->addr && length <= m->length && addr - m->addr <= m->length - length;
+}
+
+/* ---- completions ------------------------------------------------------------------- */
+
+/* Writes one CQE; returns 0 when the CQ has no free entry (the caller retries later). */
+static int write_cqe(struct worker *w, struct qp *q, const struct desc *d)
+{
+    struct cq *cq = q->cq;
+    uint32_t consumer = be32_get((gw_be32){load_acq32(&cq->dbrec->set_ci)}) & 0xffffff;
+    if (((cq->pi - consumer) & 0xffffff) >= cq->ncqe) {
+        count(&w->c.cq_full_stalls, 1);
+        return 0;
+    }
+    uint8_t *slot = cq->cqes + (size_t)(cq->pi & (cq->ncqe - 1)) * GW_CQE_SIZE;
+    uint8_t owner = (uint8_t)((cq->pi / cq->ncqe) & 1);
+    uint8_t opcode;
+    memset(slot, 0, 60);
+    if (d->status == DESC_OK) {
+        struct gw_cqe64 *cqe = (struct gw_cqe64 *)slot;
+        cqe->byte_cnt = be32_make(d->bytes_total);
+        cqe->timestamp = be64_make(gw_now_ns());
+        cqe->sop_drop_qpn = be32_make(q->qpn & 0xffffff);
+        opcode = GW_CQE_REQ;
+    } else {
+        struct gw_err_cqe *cqe = (struct gw_err_cqe *)slot;
+        cqe->syndrome = d->syndrome;
+        cqe->vendor_err_synd = d->reason;
+        cqe->s_wqe_opcode_qpn = be32_make(((uint32_t)d->opcode << 24) | (q->qpn & 0xffffff));
+        opcode = GW_CQE_REQ_ERR;
+        count(&w->c.error_cqes, 1);
+    }
+    /* The last word (wqe_counter, signature, op_own) is published after the body. */
+    uint8_t tail[4];
+    gw_be16 counter = be16_make(d->wqe_index);
+    memcpy(tail, &counter, 2);
+    tail[2] = 0;
+    tail[3] = (uint8_t)(opcode << 4 | owner);
+    uint32_t word;
+    memcpy(&word, tail, 4);
+    store_rel32(slot + 60, word);
+    cq->pi++;
+    count(&w->c.cqes, 1);
+    return 1;
+}
+
+/* ---- fetching and validating WQEs --------------------------------------------------- */
+
+static inline uint8_t *sq_bb(struct qp *q, uint32_t index)
+{
+    return q->sq + (size_t)(index & (q->sq_bbs - 1)) * GW_SEND_WQE_BB;
+}
+
+/* Reads the 16-byte segment number `seg` of the WQE starting at BB `first`. */
+static void read_seg(struct qp *q, uint16_t first, uint32_t seg, void *out)
+{
+    uint32_t bb = first + seg / 4;
+    memcpy(out, sq_bb(q, bb) + (seg % 4) * GW_SEND_WQE_DS, GW_SEND_WQE_DS);
+}
+
+static void desc_fail(struct desc *d, uint8_t syndrome, uint8_t reason)
+{
+    d->status = DESC_ERROR;
+    d->syndrome = syndrome;
+    d->reason = reason;
+}
+
+/* Validates the staging header in front of a pushed payload and claims its slots. */
+static int claim_staging(struct qp *q, struct desc *d, const struct sge *s)
+{
+    if (q->staging_key == 0 || s->addr < q->stage_addr + GW_STAGE_HDR_BYTES)
+        return -1;
+    uint64_t ring_bytes = (uint64_t)q->stage_slots * q->stage_slot_bytes;
+    uint64_t off = s->addr - GW_STAGE_HDR_BYTES - q->stage_addr;
+    if (off % q->stage_slot_bytes || off + GW_STAGE_HDR_BYTES + s->length > ring_bytes)
+        return -1;
+    struct gw_stage_hdr hdr;
+    memcpy(&hdr, (const void *)(uintptr_t)(s->addr - GW_STAGE_HDR_BYTES), sizeof(hdr));
+    uint32_t need = (uint32_t)((GW_STAGE_HDR_BYTES + (uint64_t)s->length +
+                                q->stage_slot_bytes - 1) / q->stage_slot_bytes);
+    if (hdr.magic_seq != (GW_STAGE_MAGIC | q->push_seq) || hdr.byte_count != s->length ||
+        hdr.slots < need || hdr.slots > q->stage_slots || hdr.wqe_index != d->wqe_index)
+        return -1;
+    uint32_t pad = hdr.slots - need;
+    uint32_t expect = (q->stage_cursor + pad) % q->stage_slots;
+    if (off / q->stage_slot_bytes != expect)
+        return -1;
+    q->stage_cursor += hdr.slots;
+    q->push_seq++;
+    d->stage_slots = hdr.slots;
+    d->pushed = 1;
+    return 0;
+}
+
+/* Turns the WQE at BB ci_fetch into a descriptor; returns its size in BBs, or 0 if the
+ * doorbell has not yet covered all of it. */
+static uint32_t fetch_wqe(struct gw_engine *e, struct worker *w, struct qp *q, struct desc *d,
+                          uint32_t posted)
+{
+    struct gw_wqe_ctrl_seg ctrl;
+    read_seg(q, q->ci_fetch, 0, &ctrl);
+    uint32_t opmod_idx_opcode = be32_get(ctrl.opmod_idx_opcode);
+    uint32_t qpn_ds = be32_get(ctrl.qpn_ds);
+    uint32_t ds = qpn_ds & 0x3f;
+    memset(d, 0, offsetof(struct desc, sge));
+    d->opcode = (uint8_t)(opmod_idx_opcode & 0xff);
+    d->wqe_index = q->ci_fetch;
+    d->signaled = (ctrl.fm_ce_se & GW_WQE_CTRL_CQ_UPDATE) != 0;
+    d->nbb = 1;
+
+    if (ds == 0 || ds > GW_MAX_WQE_DS) {
+        desc_fail(d, GW_SYND_LOCAL_QP_OP_ERR, GW_REASON_BAD_DS);
+        return 1;
+    }
+    uint32_t nbb = (ds * GW_SEND_WQE_DS + GW_SEND_WQE_BB - 1) / GW_SEND_WQE_BB;
+    if (nbb > posted) {
+        /* The doorbell covers fewer BBs than the WQE claims: malformed. */
+        desc_fail(d, GW_SYND_LOCAL_QP_OP_ERR, GW_REASON_BAD_DS);
+        return 1;
+    }
+    d->nbb = (uint16_t)nbb;
+    if (((opmod_idx_opcode >> 8) & 0xffff) != q->ci_fetch) {
+        desc_fail(d, GW_SYND_LOCAL_QP_OP_ERR, GW_REASON_BAD_WQE_INDEX);
+        return nbb;
+    }
+    if ((qpn_ds >> 8) != q->qpn) {
+        desc_fail(d, GW_SYND_LOCAL_QP_OP_ERR, GW_REASON_BAD_QPN);
+        return nbb;
+    }
+    switch (d->opcode) {
+    case GW_OPCODE_NOP:
+        return nbb;
+    case GW_OPCODE_RDMA_WRITE:
+    case GW_OPCODE_RDMA_WRITE_IMM:
+        break;
+    case GW_OPCODE_SEND:
+        /* The emulated NIC has no receive queues: say so rather than pretend. */
+        desc_fail(d, GW_SYND_LOCAL_QP_OP_ERR, GW_REASON_UNSUPPORTED);
+        return nbb;
+    default:
+        desc_fail(d, GW_SYND_LOCAL_QP_OP_ERR, GW_REASON_BAD_OPCODE);
+        return nbb;
+    }
+    if (ds < 3) {
+        desc_fail(d, GW_SYND_LOCAL_QP_OP_ERR, GW_REASON_BAD_DS);
+        return nbb;
+    }
+    struct gw_wqe_raddr_seg raddr;
+    read_seg(q, q->ci_fetch, 1, &raddr);
+
+    /* Gather list: data segments, or one inline segment. */
+    uint64_t total = 0;
+    struct gw_wqe_inline_seg first;
+    read_seg(q, q->ci_fetch, 2, &first);
+    uint32_t first_bc = be32_get(first.byte_count);
+    if (first_bc & GW_INLINE_SEG_FLAG) {
+        uint32_t len = first_bc & ~(uint32_t)GW_INLINE_SEG_FLAG;
+        if (len > GW_MAX_INLINE_BYTES || 4 + len > (ds - 2) * GW_SEND_WQE_DS) {
+            desc_fail(d, GW_SYND_LOCAL_LENGTH_ERR, GW_REASON_LENGTH);
+            return nbb;
+        }
+        /* Inline bytes stay in the SQ: the GPU reuses ring space only after completion.
+         * They may wrap past the ring's end, so they are read per BB at send time. */
+        d->inline_data = 1;
+        d->inline_src = NULL;
+        total = len;
+        count(&w->c.bytes_inline, len);
+    } else {
+        uint32_t nsge = ds - 2;
+        for (uint32_t i = 0; i < nsge; i++) {
+            struct gw_wqe_data_seg seg;
+            read_seg(q, q->ci_fetch, 2 + i, &seg);
+            uint32_t len = be32_get(seg.byte_count);
+            uint32_t lkey = be32_get(seg.lkey);
+            uint64_t addr = be64_get(seg.addr);
+            if (len & GW_INLINE_SEG_FLAG) {
+                desc_fail(d, GW_SYND_LOCAL_LENGTH_ERR, GW_REASON_LENGTH);
+                return nbb;
+            }
+            struct mr *m = mr_lookup(e, lkey);
+            if (!m) {
+                desc_fail(d, GW_SYND_LOCAL_PROT_ERR, GW_REASON_BAD_LKEY);
+                return nbb;
+            }
+            if (!in_bounds(m, addr, len)) {
+                desc_fail(d, GW_SYND_LOCAL_PROT_ERR, GW_REASON_LOCAL_BOUNDS);
+                return nbb;
+            }
+            d->sge[i].addr = addr;
+            d->sge[i].length = len;
+            d->sge[i].kind = m->kind;
+            total += len;
+        }
+        d->nsge = (uint8_t)nsge;
+    }
+    if (total > 0x7fffffffu) {
+        desc_fail(d, GW_SYND_LOCAL_LENGTH_ERR, GW_REASON_LENGTH);
+        return nbb;
+    }
+    d->bytes_total = (uint32_t)total;
+
+    uint32_t rkey = be32_get(raddr.rkey);
+    uint64_t remote = be64_get(raddr.raddr);
+    struct mr *dst = mr_lookup(e, rkey);
+    if (!dst || dst->kind == GW_MEM_STAGING) {
+        desc_fail(d, GW_SYND_REMOTE_ACCESS_ERR, GW_REASON_BAD_RKEY);
+        return nbb;
+    }
+    if (!(dst->access & GW_ACCESS_REMOTE_WRITE)) {
+        desc_fail(d, GW_SYND_REMOTE_ACCESS_ERR, GW_REASON_REMOTE_ACCESS);
+        return nbb;
+    }
+    if (!in_bounds(dst, remote, total)) {
+        desc_fail(d, GW_SYND_REMOTE_ACCESS_ERR, GW_REASON_REMOTE_BOUNDS);
+        return nbb;
+    }
+    if (dst->kind != GW_MEM_HOST) {
+        desc_fail(d, GW_SYND_REMOTE_OP_ERR, GW_REASON_UNSUPPORTED);
+        return nbb;
+    }
+    d->dst = (uint8_t *)(uintptr_t)remote;
+
+    /* A pushed payload must sit where the GPU's slot protocol says it does. */
+    uint32_t staged = 0;
+    for (uint32_t i = 0; i < d->nsge; i++) {
+        if (d->sge[i].kind != GW_MEM_STAGING)
+            continue;
+        if (staged++ || claim_staging(q, d, &d->sge[i]) != 0) {
+            desc_fail(d, GW_SYND_LOCAL_PROT_ERR, GW_REASON_BAD_STAGING);
+            return nbb;
+        }
+    }
+    if (d->pushed)
+        count(&w->c.bytes_pushed, total);
+    return nbb;
+}
+
+/* ---- delivering bytes ---------------------------------------------------------------- */
+
+static int pull_device(struct gw_engine *e, struct worker *w, void *dst, uint64_t src,
+                       uint32_t len)
+{
+    if (!e->have_cuda) {
+        /* CUDA simulator: "GPU memory" is host memory. */
+        memcpy(dst, (const void *)(uintptr_t)src, len);
+        return 0;
+    }
+    if (e->cuda.ctx_set_current(e->cfg.cuda_context) != 0)
+        return -1;
+    if (!w->stream && e->cuda.stream_create(&w->stream, CU_STREAM_NON_BLOCKING) != 0)
+        return -1;
+    if (e->cuda.memcpy_dtoh_async(dst, src, len, w->stream) != 0)
+        return -1;
+    return e->cuda.stream_sync(w->stream) != 0 ? -1 : 0;
+}
+
+/* Copies message bytes [off, off + len) into the destination. */
+static int deliver_range(struct gw_engine *e, struct worker *w, struct qp *q, struct desc *d,
+                         uint32_t off, uint32_t len)
+{
+    if (d->inline_data) {
+        /* Inline payload starts 4 bytes into segment 2; copy per BB, minding the wrap. */
+        uint32_t pos = 2 * GW_SEND_WQE_DS + 4 + off;
+        uint32_t done = 0;
+        while (done < len) {
+            uint32_t bb = (pos + done) / GW_SEND_WQE_BB;
+            uint32_t in_bb = (pos + done) % GW_SEND_WQE_BB;
+            uint32_t n = GW_SEND_WQE_BB - in_bb;
+            if (n > len - done)
+                n = len - done;
+            memcpy(d->dst + off + done, sq_bb(q, d->wqe_index + bb) + in_bb, n);
+            done += n;
+        }
+        return 0;
+    }
+    uint32_t base = 0;
+    for (uint32_t i = 0; i < d->nsge && len > 0; i++) {
+        const struct sge *s = &d->sge[i];
+        if (off >= base + s->length) {
+            base += s->length;
+            continue;
+        }
+        uint32_t start = off - base;
+        uint32_t n = s->length - start;
+        if (n > len)
+            n = len;
+        if (s->kind == GW_MEM_DEVICE) {
+            if (!d->pulled && pull_device(e, w, d->dst + off, s->addr + start, n) != 0)
+                return -1;
+            count(&w->c.bytes_pulled, n);
+        } else {
+            memcpy(d->dst + off, (const void *)(uintptr_t)(s->addr + start), n);
+            if (s->kind == GW_MEM_HOST)
+                count(&w->c.bytes_host_read, n);
+        }
+        off += n;
+        len -= n;
+        base += s->length;
+    }
+    return 0;
+}
+
+/* GPU-memory sources are pulled whole when the message's first packet is scheduled: one
+ * copy-engine transfer per message rather than per packet. */
+static int pull_whole(struct gw_engine *e, struct worker *w, struct desc *d)
+{
+    uint32_t off = 0;
+    for (uint32_t i = 0; i < d->nsge; i++) {
+        if (d->sge[i].kind == GW_MEM_DEVICE &&
+            pull_device(e, w, d->dst + off, d->sge[i].addr, d->sge[i].length) != 0)
+            return -1;
+        off += d->sge[i].length;
+    }
+    d->pulled = 1;
+    return 0;
+}
+
+/* ---- per-QP service ------------------------------------------------------------------ */
+
+static uint32_t desc_count(const struct qp *q) { return q->desc_tail - q->desc_head; }
+
+/* Held: pushed bytes in the staging region, accepted but not yet on the link. */
+static void update_held(struct worker *w, int64_t msgs, int64_t bytes)
+{
+    count_set(&w->c.held_msgs, w->c.held_msgs + msgs);
+    count_set(&w->c.held_bytes, w->c.held_bytes + bytes);
+    if (w->c.held_bytes > w->c.held_bytes_max)
+        count_set(&w->c.held_bytes_max, w->c.held_bytes);
+}
+
+/* Drop policy: a pushed message's packets take credits as they arrive; from the first
+ * packet that finds none, the rest of the message is lost. */
+static void drop_on_arrival(struct gw_engine *e, struct worker *w, struct desc *d)
+{
+    struct link *l = &e->link;
+    if (!l->credits_limited)
+        return;
+    uint32_t off = 0;
+    while (off < d->bytes_total) {
+        uint32_t n = d->bytes_total - off < l->mtu ? d->bytes_total - off : l->mtu;
+        uint32_t need = blocks_for(n);
+        if (l->credits < (int64_t)need)
+            break;
+        l->credits -= need;
+        off += n;
+    }
+    d->bytes_dropped = d->bytes_total - off;
+    if (d->bytes_dropped) {
+        count(&w->c.dropped_bytes, d->bytes_dropped);
+        count(&w->c.dropped_msgs, 1);
+    }
+}
+
+static uint32_t fetch_new(struct gw_engine *e, struct worker *w, struct qp *q, uint32_t budget)
+{
+    uint16_t pi = (uint16_t)be32_get((gw_be32){load_acq32(&q->dbrec->send_counter)});
+    if (pi != q->last_pi) {
+        count(&w->c.doorbells, 1);
+        q->last_pi = pi;
+    }
+    uint32_t outstanding = (uint16_t)(pi - q->ci_done);
+    if (outstanding > q->sq_bbs) {
+        /* The GPU wrote past WQEs the NIC had not completed: their bytes are gone. */
+        count(&w->c.ring_overflows, 1);
+        if (desc_count(q) < q->sq_bbs) {
+            struct desc *d = &q->descs[q->desc_tail % q->sq_bbs];
+            memset(d, 0, offsetof(struct desc, sge));
+            d->wqe_index = q->ci_fetch;
+            d->nbb = (uint16_t)(pi - q->ci_fetch);
+            desc_fail(d, GW_SYND_LOCAL_QP_OP_ERR, GW_REASON_RING_OVERFLOW);
+            q->desc_tail++;
+        }
+        q->ci_fetch = pi;
+        q->state = GW_QPS_ERR;
+        store_rel32(&q->status->qp_state, GW_QPS_ERR);
+        return 1;
+    }
+    uint32_t fetched = 0;
+    while (q->ci_fetch != pi && fetched < budget && desc_count(q) < q->sq_bbs) {
+        struct desc *d = &q->descs[q->desc_tail % q->sq_bbs];
+        uint32_t posted = (uint16_t)(pi - q->ci_fetch);
+        uint32_t nbb = fetch_wqe(e, w, q, d, posted);
+        if (d->status == DESC_OK && q->state == GW_QPS_ERR)
+            desc_fail(d, GW_SYND_WR_FLUSH_ERR, GW_REASON_FLUSHED);
+        else if (d->status == DESC_OK && d->pushed && e->cfg.policy == GW_POLICY_DROP)
+            drop_on_arrival(e, w, d);
+        if (d->status == DESC_OK && d->pushed) {
+            update_held(w, 1, d->bytes_total - d->bytes_dropped);
+            d->held = 1;
+        }
+        q->ci_fetch = (uint16_t)(q->ci_fetch + nbb);
+        q->desc_tail++;
+        fetched++;
+        count(&w->c.wqes, 1);
+    }
+    if (fetched)
+        store_rel32(&q->status->sq_consumed, q->ci_fetch);
+    return fetched;
+}
+
+/* Completes the head descriptor: CQE if signaled or failed, staging slots returned. */
+static int retire(struct gw_engine *e, struct worker *w, struct qp *q, struct desc *d)
+{
+    (void)e;
+    if (d->status == DESC_OK && d->bytes_dropped)
+        desc_fail(d, GW_SYND_TRANSPORT_RETRY_EXC_ERR, GW_REASON_DROPPED);
+    if ((d->signaled || d->status != DESC_OK) && !write_cqe(w, q, d))
+        return 0;
+    if (d->status == DESC_OK) {
+        count(&w->c.msgs_delivered, 1);
+    } else if (d->reason == GW_REASON_FLUSHED) {
+        count(&w->c.flushed_wqes, 1);
+    }
+    if (d->status != DESC_OK && d->reason != GW_REASON_FLUSHED &&
+        d->reason != GW_REASON_DROPPED && q->state != GW_QPS_ERR) {
+        q->state = GW_QPS_ERR;
+        store_rel32(&q->status->qp_state, GW_QPS_ERR);
+    }
+    if (d->pushed) {
+        if (d->held) {
+            /* Accepted bytes not yet sent are discarded with the failed message. */
+            uint32_t left = d->bytes_total - d->bytes_dropped - d->bytes_done;
+            update_held(w, -1, -(int64_t)left);
+            if (left) {
+                count(&w->c.dropped_bytes, left);
+                if (!d->bytes_dropped)
+                    count(&w->c.dropped_msgs, 1);
+            }
+        }
+        q->stage_freed += d->stage_slots;
+        store_rel32(&q->status->stage_freed, q->stage_freed);
+    }
+    q->ci_done = (uint16_t)(q->ci_done + d->nbb);
+    q->desc_head++;
+    return 1;
+}
+
+/* Moves the QP's head message forward by at most one packet (round-robin fairness),
+ * or all of it when the link is unlimited. Returns nonzero if anything happened. */
+static int progress(struct gw_engine *e, struct worker *w, struct qp *q, uint64_t now)
+{
+    int did = 0;
+    for (int guard = 0; guard < 64 && desc_count(q) > 0; guard++) {
+        struct desc *d = &q->descs[q->desc_head % q->sq_bbs];
+        if (d->status == DESC_OK && q->state == GW_QPS_ERR)
+            desc_fail(d, GW_SYND_WR_FLUSH_ERR, GW_REASON_FLUSHED);
+        uint32_t to_send = d->bytes_total - d->bytes_dropped;
+        if (d->status == DESC_OK && d->bytes_done < to_send) {
+            struct link *l = &e->link;
+            uint32_t remaining = to_send - d->bytes_done;
+            uint32_t n = l->limited && remaining > l->mtu ? l->mtu : remaining;
+            /* Under drop, pushed packets took their credits when they arrived. */
+            int reserved = e->cfg.policy == GW_POLICY_DROP && d->pushed;
+            int r = link_send(l, &w->c, now, n, reserved);
+            if (r == SEND_NO_CREDITS) {
+                count(&w->c.credit_stalls, 1);
+                return did;
+            }
+            if (r == SEND_BUSY)
+                return did;
+            did = 1;
+            if ((!d->pulled && pull_whole(e, w, d) != 0) ||
+                deliver_range(e, w, q, d, d->bytes_done, n) != 0) {
+                desc_fail(d, GW_SYND_LOCAL_PROT_ERR, GW_REASON_PULL_FAILED);
+            } else {
+                d->bytes_done += n;
+                count(&w->c.bytes_delivered, n);
+                if (d->held)
+                    update_held(w, 0, -(int64_t)n);
+                if (l->limited && d->bytes_done < to_send)
+                    return did;
+            }
+        }
+        if (!retire(e, w, q, d))
+            return did;
+        did = 1;
+        if (e->link.limited)
+            return did;
+    }
+    return did;
+}
+
+static void qp_reset_state(struct qp *q)
+{
+    q->state = GW_QPS_RTS;
+    q->ci_fetch = q->ci_done = q->last_pi = 0;
+    q->stage_cursor = q->stage_freed = 0;
+    q->push_seq = 0;
+    q->desc_head = q->desc_tail = 0;
+}
+
+static int worker_pass(struct worker *w)
+{
+    struct gw_engine *e = w->engine;
+    uint64_t now = gw_now_ns();
+    int did = 0;
+    if (w->index == 0)
+        link_advance(&e->link, now, atomic_load_explicit(&e->stalled, memory_order_relaxed));
+    uint32_t n = atomic_load_explicit(&w->nqps, memory_order_acquire);
+    for (uint32_t i = 0; i < n; i++) {
+        struct qp *q = atomic_load_explicit(&w->qps[i], memory_order_acquire);
+        if (atomic_load_explicit(&q->reset_request, memory_order_acquire)) {
+            qp_reset_state(q);
+            atomic_store_explicit(&q->reset_request, 0, memory_order_release);
+        }
+        did |= fetch_new(e, w, q, 32) > 0;
+        did |= progress(e, w, q, now);
+    }
+    if (e->link.credits_limited && w->index == 0) {
+        count_set(&w->c.credits_available, (uint64_t)(e->link.credits > 0 ? e->link.credits : 0));
+        count_set(&w->c.rx_occupied_blocks, e->link.rx_occupied);
+    }
+    return did;
+}
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    struct gw_engine *e = w->engine;
+    uint32_t idle = 0;
+    while (atomic_load_explicit(&e->running, memory_order_acquire)) {
+        if (worker_pass(w)) {
+            idle = 0;
+            continue;
+        }
+        if (e->cfg.idle_sleep_ns && ++idle > 1024) {
+            struct timespec ts = {0, e->cfg.idle_sleep_ns};
+            nanosleep(&ts, NULL);
+        } else {
+            __builtin_ia32_pause();
+        }
+    }
+    return NULL;
+}
+
+/* ---- the public API ------------------------------------------------------------------ */
+
+static int is_pow2(uint32_t x) { return x && !(x & (x - 1)); }
+
+struct gw_engine *gw_engine_create(const struct gw_engine_config *config, char *err, size_t errlen)
+{
+    if (config->policy != GW_POLICY_HOLD && config->policy != GW_POLICY_DROP) {
+        set_err(err, errlen, "policy %u is not one of hold (0) or drop (1)", config->policy);
+        return NULL;
+    }
+    if (config->workers < 1 || config->workers > 64) {
+        set_err(err, errlen, "workers=%u: allowed 1 to 64", config->workers);
+        return NULL;
+    }
+    if (config->link.rate_gbps > 0 && config->workers != 1) {
+        set_err(err, errlen,
+                "a modelled link (rate_gbps=%g) needs workers=1, got workers=%u: the link "
+                "is one shared resource",
+                config->link.rate_gbps, config->workers);
+        return NULL;
+    }
+    if (config->link.rate_gbps < 0 || config->link.drain_gbps < 0) {
+        set_err(err, errlen, "link rates must be >= 0 (rate_gbps=%g, drain_gbps=%g)",
+                config->link.rate_gbps, config->link.drain_gbps);
+        return NULL;
+    }
+    if (config->link.rate_gbps > 0 && config->link.rx_credits > 0 &&
+        (config->link.mtu_bytes ? config->link.mtu_bytes : 4096) >
+            (uint64_t)config->link.rx_credits * GW_CREDIT_BLOCK_BYTES) {
+        set_err(err, errlen,
+                "rx_credits=%u blocks (%u bytes) cannot hold one %u-byte packet",
+                config->link.rx_credits, config->link.rx_credits * GW_CREDIT_BLOCK_BYTES,
+                config->link.mtu_bytes);
+        return NULL;
+    }
+    struct gw_engine *e = calloc(1, sizeof(*e));
+    if (!e) {
+        set_err(err, errlen, "out of memory");
+        return NULL;
+    }
+    e->cfg = *config;
+    e->workers = calloc(config->workers, sizeof(struct worker));
+    e->mrs = calloc(config->max_mrs, sizeof(struct mr));
+    e->cqs = calloc(config->max_cqs, sizeof(struct cq));
+    e->qps = calloc(config->max_qps, sizeof(struct qp));
+    if (!e->workers || !e->mrs || !e->cqs || !e->qps) {
+        set_err(err, errlen, "out of memory");
+        gw_engine_destroy(e);
+        return NULL;
+    }
+    for (uint32_t i = 0; i < config->workers; i++) {
+        e->workers[i].engine = e;
+        e->workers[i].index = i;
+        e->workers[i].qps = calloc(config->max_qps, sizeof(struct qp *));
+        if (!e->workers[i].qps) {
+            set_err(err, errlen, "out of memory");
+            gw_engine_destroy(e);
+            return NULL;
+        }
+    }
+    link_init(&e->link, &config->link);
+    if (config->cuda_context) {
+        if (cuda_load(&e->cuda, config->libcuda_path, err, errlen) != 0) {
+            gw_engine_destroy(e);
+            return NULL;
+        }
+        e->have_cuda = 1;
+    }
+    pthread_mutex_init(&e->lock, NULL);
+    return e;
+}
+
+int gw_engine_add_cq(struct gw_engine *e, const struct gw_cq_desc *desc, char *err, size_t errlen)
+{
+    if (desc->cqn >= e->cfg.max_cqs) {
+        set_err(err, errlen, "cqn %u out of range: allowed 0 to %u", desc->cqn, e->cfg.max_cqs - 1);
+        return -1;
+    }
+    if (!is_pow2(desc->ncqe)) {
+        set_err(err, errlen, "ncqe=%u must be a power of two", desc->ncqe);
+        return -1;
+    }
+    struct cq *cq = &e->cqs[desc->cqn];
+    cq->cqn = desc->cqn;
+    cq->ncqe = desc->ncqe;
+    cq->cqes = desc->cqes;
+    cq->dbrec = desc->dbrec;
+    cq->pi = 0;
+    return 0;
+}
+
+int gw_engine_add_qp(struct gw_engine *e, const struct gw_qp_desc *desc, char *err, size_t errlen)
+{
+    if (desc->cqn >= e->cfg.max_cqs || !e->cqs[desc->cqn].cqes) {
+        set_err(err, errlen, "qp %u names cq %u, which is not registered", desc->qpn, desc->cqn);
+        return -1;
+    }
+    if (!is_pow2(desc->sq_bbs) || desc->sq_bbs > 32768) {
+        set_err(err, errlen, "sq_bbs=%u: must be a power of two up to 32768", desc->sq_bbs);
+        return -1;
+    }
+    if (desc->qpn == 0 || desc->qpn > 0xffffff) {
+        set_err(err, errlen, "qpn=%u: allowed 1 to 0xffffff", desc->qpn);
+        return -1;
+    }
+    if (desc->staging_key && (!desc->stage_slots || !desc->stage_slot_bytes ||
+                              desc->stage_slot_bytes % 16)) {
+        set_err(err, errlen, "staging of %u slots of %u bytes: both must be nonzero, slots a "
+                "multiple of 16 bytes", desc->stage_slots, desc->stage_slot_bytes);
+        return -1;
+    }
+    pthread_mutex_lock(&e->lock);
+    if (e->nqps_total >= e->cfg.max_qps) {
+        pthread_mutex_unlock(&e->lock);
+        set_err(err, errlen, "the engine holds max_qps=%u queue pairs already", e->cfg.max_qps);
+        return -1;
+    }
+    struct qp *q = &e->qps[e->nqps_total++];
+    memset(q, 0, sizeof(*q));
+    q->qpn = desc->qpn;
+    q->cq = &e->cqs[desc->cqn];
+    q->sq_bbs = desc->sq_bbs;
+    q->sq = desc->sq;
+    q->dbrec = desc->dbrec;
+    q->status = desc->status;
+    q->staging_key = desc->staging_key;
+    q->stage_slots = desc->stage_slots;
+    q->stage_slot_bytes = desc->stage_slot_bytes;
+    q->stage_addr = desc->stage_addr;
+    q->descs = calloc(desc->sq_bbs, sizeof(struct desc));
+    if (!q->descs) {
+        e->nqps_total--;
+        pthread_mutex_unlock(&e->lock);
+        set_err(err, errlen, "out of memory");
+        return -1;
+    }
+    qp_reset_state(q);
+    store_rel32(&q->status->qp_state, GW_QPS_RTS);
+    struct worker *w = &e->workers[desc->cqn % e->cfg.workers];
+    uint32_t n = atomic_load_explicit(&w->nqps, memory_order_relaxed);
+    atomic_store_explicit(&w->qps[n], q, memory_order_release);
+    atomic_store_explicit(&w->nqps, n + 1, memory_order_release);
+    pthread_mutex_unlock(&e->lock);
+    return 0;
+}
+
+int gw_engine_add_mr(struct gw_engine *e, uint32_t key, uint64_t addr, uint64_t length,
+                     uint32_t access, uint32_t mem_kind, char *err, size_t errlen)
+{
+    uint32_t index = key >> 8;
+    if (index >= e->cfg.max_mrs) {
+        set_err(err, errlen, "key 0x%x has index %u: allowed below max_mrs=%u", key, index,
+                e->cfg.max_mrs);
+        return -1;
+    }
+    if (mem_kind > GW_MEM_STAGING) {
+        set_err(err, errlen, "memory kind %u: allowed host (0), device (1), staging (2)", mem_kind);
+        return -1;
+    }
+    struct mr *m = &e->mrs[index];
+    if (atomic_load(&m->valid)) {
+        set_err(err, errlen, "key index %u is in use", index);
+        return -1;
+    }
+    m->key = key;
+    m->addr = addr;
+    m->length = length;
+    m->access = access;
+    m->kind = mem_kind;
+    atomic_store_explicit(&m->valid, 1, memory_order_release);
+    return 0;
+}
+
+int gw_engine_remove_mr(struct gw_engine *e, uint32_t key)
+{
+    struct mr *m = mr_lookup(e, key);
+    if (!m)
+        return -1;
+    atomic_store_explicit(&m->valid, 0, memory_order_release);
+    return 0;
+}
+
+int gw_engine_start(struct gw_engine *e, char *err, size_t errlen)
+{
+    if (atomic_load(&e->running)) {
+        set_err(err, errlen, "the engine is already running");
+        return -1;
+    }
+    atomic_store(&e->running, 1);
+    for (uint32_t i = 0; i < e->cfg.workers; i++) {
+        if (pthread_create(&e->workers[i].thread, NULL, worker_main, &e->workers[i]) != 0) {
+            set_err(err, errlen, "cannot start engine thread %u", i);
+            atomic_store(&e->running, 0);
+            for (uint32_t j = 0; j < i; j++)
+                pthread_join(e->workers[j].thread, NULL);
+            return -1;
+        }
+    }
+    e->started = 1;
+    return 0;
+}
+
+void gw_engine_stop(struct gw_engine *e)
+{
+    if (!e->started)
+        return;
+    atomic_store(&e->running, 0);
+    for (uint32_t i = 0; i < e->cfg.workers; i++)
+        pthread_join(e->workers[i].thread, NULL);
+    e->started = 0;
+}
+
+int gw_engine_running(struct gw_engine *e) { return atomic_load(&e->running); }
+
+int gw_engine_poll(struct gw_engine *e, uint32_t passes)
+{
+    if (atomic_load(&e->running))
+        return -1;
+    int did = 0;
+    for (uint32_t p = 0; p < passes; p++)
+        for (uint32_t i = 0; i < e->cfg.workers; i++)
+            did |= worker_pass(&e->workers[i]);
+    return did;
+}
+
+void gw_engine_destroy(struct gw_engine *e)
+{
+    if (!e)
+        return;
+    gw_engine_stop(e);
+    for (uint32_t i = 0; i < e->nqps_total; i++)
+        free(e->qps[i].descs);
+    if (e->workers)
+        for (uint32_t i = 0; i < e->cfg.workers; i++)
+            free(e->workers[i].qps);
+    free(e->workers);
+    free(e->mrs);
+    free(e->cqs);
+    free(e->qps);
+    if (e->cuda.lib)
+        dlclose(e->cuda.lib);
+    free(e);
+}
+
+void gw_engine_read_counters(struct gw_engine *e, struct gw_counters *out)
+{
+    memset(out, 0, sizeof(*out));
+    enum { N = sizeof(struct gw_counters) / sizeof(uint64_t) };
+    uint64_t *dst = (uint64_t *)out;
+    for (uint32_t i = 0; i < e->cfg.workers; i++) {
+        const uint64_t *src = (const uint64_t *)&e->workers[i].c;
+        for (int k = 0; k < N; k++)
+            dst[k] += __atomic_load_n(&src[k], __ATOMIC_RELAXED);
+    }
+}
+
+void gw_engine_set_receiver_stall(struct gw_engine *e, int stalled)
+{
+    atomic_store(&e->stalled, stalled ? 1 : 0);
+}
+
+int gw_engine_qp_reset(struct gw_engine *e, uint32_t qpn)
+{
+    for (uint32_t i = 0; i < e->nqps_total; i++) {
+        struct qp *q = &e->qps[i];
+        if (q->qpn != qpn)
+            continue;
+        if (!atomic_load(&e->running)) {
+            qp_reset_state(q);
+        } else {
+            atomic_store_explicit(&q->reset_request, 1, memory_order_release);
+            uint64_t deadline = gw_now_ns() + 1000000000ull;
+            while (atomic_load_explicit(&q->reset_request, memory_order_acquire))
+                if (gw_now_ns() > deadline)
+                    return -2;
+        }
+        store_rel32(&q->status->stage_freed, 0);
+        store_rel32(&q->status->sq_consumed, 0);
+        store_rel32(&q->status->qp_state, GW_QPS_RTS);
+        return 0;
+    }
+    return -1;
+}

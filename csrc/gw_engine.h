@@ -1,0 +1,101 @@
+/*
+ * gw_engine.h: the host API of the software NIC engine (emulated mode).
+ *
+ * The engine is a set of C threads that play an RDMA NIC: they poll the doorbell
+ * records of the queue pairs registered with them, fetch and validate WQEs, hold
+ * pushed payloads in the staging region, schedule messages onto a modelled link with
+ * credit-based flow control, deliver bytes into registered memory regions (checking
+ * keys, bounds and access rights) and write CQEs. Memory is allocated by the caller
+ * (Python, through CUDA); the engine is handed addresses.
+ *
+ * Parsed by cffi's cdef as well as compiled: no macros with arguments, no includes.
+ */
+
+struct gw_engine;
+
+struct gw_link_config {
+    double rate_gbps;             /* link rate; 0 means unlimited (no link model) */
+    uint32_t mtu_bytes;           /* packet payload size */
+    uint32_t rx_credits;          /* receiver buffer in 64-byte credit blocks; 0: unlimited */
+    uint64_t credit_latency_ns;   /* from the receiver draining a block to its credit returning */
+    double drain_gbps;            /* receiver drain rate; 0 means as fast as the link */
+};
+
+struct gw_engine_config {
+    uint32_t policy;              /* GW_POLICY_HOLD or GW_POLICY_DROP */
+    uint32_t workers;             /* engine threads; QPs are spread by their CQ number */
+    uint32_t max_qps;
+    uint32_t max_cqs;
+    uint32_t max_mrs;
+    uint32_t idle_sleep_ns;       /* 0: spin without sleeping (lowest latency) */
+    struct gw_link_config link;
+    void *cuda_context;           /* CUcontext for pulls from GPU memory; NULL: memcpy */
+    const char *libcuda_path;     /* where to dlopen the CUDA driver when cuda_context is set */
+};
+
+/* Everything the engine counts. Read at any time with gw_engine_read_counters. */
+struct gw_counters {
+    uint64_t doorbells;           /* doorbell-record advances seen */
+    uint64_t wqes;                /* WQEs fetched */
+    uint64_t cqes;                /* completions written (errors included) */
+    uint64_t error_cqes;
+    uint64_t msgs_delivered;
+    uint64_t bytes_delivered;
+    uint64_t bytes_pushed;        /* payload bytes that arrived in the staging region */
+    uint64_t bytes_pulled;        /* payload bytes read from GPU memory (copy engine) */
+    uint64_t bytes_host_read;     /* payload bytes read from host memory (host_staged) */
+    uint64_t bytes_inline;        /* payload bytes carried inside WQEs */
+    uint64_t held_msgs;           /* pushed messages waiting in the staging region now */
+    uint64_t held_bytes;          /* their payload bytes now */
+    uint64_t held_bytes_max;      /* the most ever held at once */
+    uint64_t dropped_msgs;
+    uint64_t dropped_bytes;
+    uint64_t credit_stalls;       /* scheduler rounds where a message waited for link credits */
+    uint64_t cq_full_stalls;      /* rounds where a completion waited for CQ space */
+    uint64_t ring_overflows;
+    uint64_t flushed_wqes;
+    uint64_t link_packets;
+    uint64_t link_busy_ns;        /* serialisation time of all packets sent */
+    uint64_t credits_available;   /* link credits the sender holds now */
+    uint64_t rx_occupied_blocks;  /* receiver buffer blocks in use now */
+};
+
+struct gw_cq_desc {
+    uint32_t cqn;
+    uint32_t ncqe;                /* power of two */
+    void *cqes;                   /* ncqe * 64 bytes, GPU-visible */
+    void *dbrec;                  /* struct gw_cq_dbrec, GPU-visible */
+};
+
+struct gw_qp_desc {
+    uint32_t qpn;
+    uint32_t cqn;
+    uint32_t sq_bbs;              /* send-queue size in 64-byte basic blocks, power of two */
+    void *sq;                     /* sq_bbs * 64 bytes, GPU-visible */
+    void *dbrec;                  /* struct gw_qp_dbrec, GPU-visible */
+    void *status;                 /* struct gw_nic_status, GPU-visible */
+    uint32_t staging_key;         /* lkey of this QP's staging region; 0 if none */
+    uint32_t stage_slots;
+    uint32_t stage_slot_bytes;
+    uint64_t stage_addr;          /* address the GPU writes the staging region at */
+};
+
+struct gw_engine *gw_engine_create(const struct gw_engine_config *config, char *err, size_t errlen);
+int gw_engine_add_cq(struct gw_engine *engine, const struct gw_cq_desc *cq, char *err, size_t errlen);
+int gw_engine_add_qp(struct gw_engine *engine, const struct gw_qp_desc *qp, char *err, size_t errlen);
+int gw_engine_add_mr(struct gw_engine *engine, uint32_t key, uint64_t addr, uint64_t length,
+                     uint32_t access, uint32_t mem_kind, char *err, size_t errlen);
+int gw_engine_remove_mr(struct gw_engine *engine, uint32_t key);
+int gw_engine_start(struct gw_engine *engine, char *err, size_t errlen);
+void gw_engine_stop(struct gw_engine *engine);
+void gw_engine_destroy(struct gw_engine *engine);
+/* Runs one pass of every worker in the caller's thread (engine not started): for tests. */
+int gw_engine_poll(struct gw_engine *engine, uint32_t passes);
+void gw_engine_read_counters(struct gw_engine *engine, struct gw_counters *out);
+void gw_engine_set_receiver_stall(struct gw_engine *engine, int stalled);
+int gw_engine_qp_reset(struct gw_engine *engine, uint32_t qpn);
+int gw_engine_running(struct gw_engine *engine);
+uint64_t gw_now_ns(void);
+/* Host-side twins of the device's acquire/release accesses, for host-posted WQEs. */
+uint32_t gw_load_acquire_u32(const void *addr);
+void gw_store_release_u32(void *addr, uint32_t value);

@@ -1,0 +1,5 @@
+import sys
+
+from gpuwrite.cli import main
+
+sys.exit(main())

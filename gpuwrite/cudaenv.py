@@ -1,0 +1,48 @@
+"""Chooses between a real GPU and Numba's CUDA simulator, once, before numba.cuda loads.
+
+Where no CUDA driver or no GPU is found, gpuwrite runs every kernel on Numba's CUDA
+simulator (``NUMBA_ENABLE_CUDASIM=1``) and says so in its output. A user can force
+either world by setting ``NUMBA_ENABLE_CUDASIM`` themselves.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+
+import numpy as np
+
+
+def _gpu_present() -> bool:
+    try:
+        libcuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    count = ctypes.c_int(0)
+    if libcuda.cuInit(0) != 0 or libcuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return False
+    return count.value > 0
+
+
+if "NUMBA_ENABLE_CUDASIM" not in os.environ and "numba.cuda" not in sys.modules:
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "0" if _gpu_present() else "1"
+
+# numba-cuda 0.30.4 calls np.row_stack, which numpy 2.5 removed (MACHINE-NOTES.md);
+# the alias is exact: row_stack was always vstack.
+if not hasattr(np, "row_stack"):
+    np.row_stack = np.vstack
+
+SIMULATOR: bool = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+
+from numba import cuda  # noqa: E402  (after the environment is settled)
+
+__all__ = ["cuda", "SIMULATOR", "world"]
+
+
+def world() -> str:
+    """A one-line description of where kernels run, for every command's output."""
+    if SIMULATOR:
+        return "Numba CUDA simulator (no GPU): kernels run as Python threads on the CPU"
+    dev = cuda.get_current_device()
+    name = dev.name.decode() if isinstance(dev.name, bytes) else dev.name
+    return f"GPU {name} (compute capability {dev.compute_capability[0]}.{dev.compute_capability[1]})"

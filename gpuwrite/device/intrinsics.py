@@ -1,0 +1,136 @@
+"""Memory-ordering and timer intrinsics for device code, each beside its simulator twin.
+
+On a GPU each is one PTX instruction emitted through a Numba ``@intrinsic`` as inline
+assembly with a ``memory`` clobber and side effects, so the compiler neither hoists a
+poll out of its loop nor moves other memory accesses across it. Under Numba's CUDA
+simulator (``NUMBA_ENABLE_CUDASIM=1``) the twin is plain Python on the same array; on
+x86 hosts an aligned 32-bit numpy load or store is single-copy atomic, and the GIL
+orders simulator threads against each other.
+
+Words shared with another agent (the NIC engine, the host) must only be touched
+through these: a plain load in a spin loop is hoisted by the compiler and spins forever,
+and ``cuda.atomic.add(a, i, 0)`` as a poll is a read-modify-write that can overwrite a
+concurrent store from the host (see MACHINE-NOTES.md).
+"""
+from __future__ import annotations
+
+import time
+
+from gpuwrite.cudaenv import SIMULATOR, cuda
+
+__all__ = [
+    "ld_acquire_sys_u32", "st_release_sys_u32", "st_relaxed_sys_u64", "fence_sys",
+    "globaltimer_ns", "backoff",
+]
+
+if SIMULATOR:
+
+    def ld_acquire_sys_u32(arr, index):
+        """Load arr[index] with system-scope acquire: later accesses stay after it."""
+        return int(arr[index])
+
+    def st_release_sys_u32(arr, index, value):
+        """Store arr[index] with system-scope release: earlier accesses land first."""
+        arr[index] = value
+
+    def st_relaxed_sys_u64(arr, index, value):
+        """Store a 64-bit word visible system-wide, with no ordering (doorbell register)."""
+        arr[index] = int(value) & 0xFFFFFFFFFFFFFFFF
+
+    def fence_sys():
+        """Order all earlier memory accesses before later ones, system-wide."""
+
+    def globaltimer_ns():
+        """Nanoseconds on a clock shared by all threads (the GPU's %globaltimer)."""
+        return time.perf_counter_ns()
+
+    def backoff(ns):
+        """Pause a polling thread: lets the simulator's other threads run."""
+        time.sleep(0)
+
+else:
+    from llvmlite import ir
+    from numba import types
+    from numba.core import cgutils
+    from numba.core.extending import intrinsic
+
+    def _element_pointer(context, builder, sig, args):
+        aryty = sig.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        index = context.cast(builder, args[1], sig.args[1], types.intp)
+        return cgutils.get_item_pointer(context, builder, aryty, ary, [index], wraparound=False)
+
+    @intrinsic
+    def ld_acquire_sys_u32(typingctx, arr, index):
+        """Load arr[index] with system-scope acquire: later accesses stay after it."""
+        sig = types.uint32(arr, index)
+
+        def codegen(context, builder, sig, args):
+            ptr = _element_pointer(context, builder, sig, args)
+            fnty = ir.FunctionType(ir.IntType(32), [ptr.type])
+            asm = ir.InlineAsm(fnty, "ld.acquire.sys.global.u32 $0, [$1];", "=r,l,~{memory}",
+                               side_effect=True)
+            return builder.call(asm, [ptr])
+
+        return sig, codegen
+
+    @intrinsic
+    def st_release_sys_u32(typingctx, arr, index, value):
+        """Store arr[index] with system-scope release: earlier accesses land first."""
+        sig = types.void(arr, index, value)
+
+        def codegen(context, builder, sig, args):
+            ptr = _element_pointer(context, builder, sig, args)
+            val = context.cast(builder, args[2], sig.args[2], types.uint32)
+            fnty = ir.FunctionType(ir.VoidType(), [ptr.type, ir.IntType(32)])
+            asm = ir.InlineAsm(fnty, "st.release.sys.global.u32 [$0], $1;", "l,r,~{memory}",
+                               side_effect=True)
+            builder.call(asm, [ptr, val])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
+    def st_relaxed_sys_u64(typingctx, arr, index, value):
+        """Store a 64-bit word visible system-wide, with no ordering (doorbell register)."""
+        sig = types.void(arr, index, value)
+
+        def codegen(context, builder, sig, args):
+            ptr = _element_pointer(context, builder, sig, args)
+            val = context.cast(builder, args[2], sig.args[2], types.uint64)
+            fnty = ir.FunctionType(ir.VoidType(), [ptr.type, ir.IntType(64)])
+            asm = ir.InlineAsm(fnty, "st.relaxed.sys.global.u64 [$0], $1;", "l,l,~{memory}",
+                               side_effect=True)
+            builder.call(asm, [ptr, val])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
+    def fence_sys(typingctx):
+        """Order all earlier memory accesses before later ones, system-wide."""
+        sig = types.void()
+
+        def codegen(context, builder, sig, args):
+            fnty = ir.FunctionType(ir.VoidType(), [])
+            builder.call(ir.InlineAsm(fnty, "fence.acq_rel.sys;", "~{memory}", side_effect=True), [])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
+    def globaltimer_ns(typingctx):
+        """Nanoseconds on a clock shared by all SMs (%globaltimer)."""
+        sig = types.uint64()
+
+        def codegen(context, builder, sig, args):
+            fnty = ir.FunctionType(ir.IntType(64), [])
+            asm = ir.InlineAsm(fnty, "mov.u64 $0, %globaltimer;", "=l", side_effect=True)
+            return builder.call(asm, [])
+
+        return sig, codegen
+
+    @cuda.jit(device=True, inline=True)
+    def backoff(ns):
+        """Pause a polling thread briefly, leaving issue slots to other warps."""
+        cuda.nanosleep(ns)

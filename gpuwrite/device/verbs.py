@@ -1,0 +1,387 @@
+"""Device verbs: what a kernel calls to push data through the NIC.
+
+A queue pair is driven by one thread block at a time. Bookkeeping verbs run on one
+thread (thread 0 by convention); the payload copies are cooperative over the block, with
+``cuda.syncthreads()`` between the copy and the doorbell. Every step that is visible on
+the bus is one function here:
+
+* ``stage_reserve``   wait for staging-slot credits from the NIC, claim slots
+* ``stage_header``    write the staging-slot header in front of a pushed payload
+* ``copy_words``      block-cooperative copy of a payload (GPU memory -> staging/bounce)
+* ``wqe_rdma_write``  build an RDMA-write WQE (data segment) at the producer index
+* ``wqe_rdma_write_inline``  the same with the payload inside the WQE
+* ``ring_doorbell``   publish the doorbell record, then write the doorbell register
+* ``poll_cq`` / ``wait_done``  consume completions, wait for a WQE to complete
+
+``Q`` is the tuple of arrays a :class:`gpuwrite.host.QueueSet` hands to kernels (see
+``QueueSet.device_args``); ``i`` is the QP's row in it. Waits take a timeout in
+nanoseconds and return a negative error code naming what they waited for.
+"""
+from __future__ import annotations
+
+from gpuwrite import layouts as L
+from gpuwrite.cudaenv import cuda
+from gpuwrite.device.intrinsics import (
+    backoff,
+    fence_sys,
+    globaltimer_ns,
+    ld_acquire_sys_u32,
+    st_relaxed_sys_u64,
+    st_release_sys_u32,
+)
+
+# Error codes returned by device verbs (0 is success).
+OK = 0
+E_TIMEOUT_STAGING = -1     # waited for staging-slot credits from the NIC
+E_TIMEOUT_SQ = -2          # waited for send-queue space (completions)
+E_TIMEOUT_CQE = -3         # waited for a completion
+E_QP_ERROR = -4            # the NIC moved the QP to the error state
+E_TOO_LARGE = -5           # the message does not fit the staging ring or an inline WQE
+E_CQE_ERROR = -6           # a completion came back with an error syndrome
+
+ERROR_NAMES = {
+    OK: "ok",
+    E_TIMEOUT_STAGING: "timed out waiting for staging credits from the NIC",
+    E_TIMEOUT_SQ: "timed out waiting for send-queue space",
+    E_TIMEOUT_CQE: "timed out waiting for a completion",
+    E_QP_ERROR: "the queue pair is in the error state",
+    E_TOO_LARGE: "message too large for the staging ring or an inline WQE",
+    E_CQE_ERROR: "a completion carried an error syndrome",
+}
+
+# Positions in the tuple Q (QueueSet.device_args).
+Q_SQ, Q_DBREC, Q_UAR, Q_STATUS, Q_CQ, Q_CQDB, Q_STAGE, Q_STATE, Q_INFO, Q_WQE_AUX, Q_BOUNCE = \
+    range(11)
+
+# Columns of the GPU-side QP state (int64, device memory, owned by the posting block).
+S_PI = 0            # BBs written (producer index, monotonic)
+S_DONE = 1          # BBs completed, learned from CQEs
+S_CQ_CI = 2         # CQEs consumed
+S_STAGE_RES = 3     # staging slots claimed
+S_STAGE_FREED = 4   # staging slots returned by the NIC, last value seen
+S_PUSH_SEQ = 5      # pushed messages
+S_BOUNCE_RES = 6    # host bounce-buffer words claimed (host_staged)
+S_BOUNCE_FREE = 7   # bounce words free again (from completions)
+S_LAST_SYND = 8     # syndrome << 8 | reason of the last error completion
+S_LAST_CQE = 9      # wqe_counter of the last completion
+S_DB_WORD = 10      # first 8 bytes of the last WQE's control segment (doorbell value)
+S_COLS = 11
+
+# Columns of the read-only QP description (int64).
+I_QPN, I_SQ_BBS, I_NCQE, I_LOG_NCQE, I_SLOTS, I_SLOT_BYTES, I_STAGE_ADDR, I_STAGE_LKEY, \
+    I_BOUNCE_ADDR, I_BOUNCE_LKEY, I_BOUNCE_WORDS = range(11)
+I_COLS = 11
+
+# Header-derived word offsets, bound as compile-time constants.
+_W_OPC = L.CTRL_W_OPMOD_IDX_OPCODE
+_W_QPN_DS = L.CTRL_W_QPN_DS
+_W_FLAGS = L.CTRL_W_FLAGS
+_FM_SHIFT = 8 * L.CTRL_FM_CE_SE_BYTE
+_W_IMM = L.CTRL_W_IMM
+_W_RADDR = L.RADDR_BASE // 4
+_W_DATA = L.DATA_BASE // 4
+_BB_WORDS = L.WQE_BB // 4
+_DS = L.WQE_DS
+_CQE_WORDS = L.CQE_SIZE // 4
+_CQE_TAIL = L.CQE_W_TAIL
+_CQE_SYND = L.CQE_W_SYNDROME
+_CQDB_CI = L.CQ_DBREC_W_SET_CI
+_DB_SEND = L.QP_DBREC_W_SEND
+_ST_FREED = L.STATUS_W_STAGE_FREED
+_ST_STATE = L.STATUS_W_QP_STATE
+_HDR_WORDS = L.STAGE_HDR_BYTES // 4
+_HDR_MAGIC = L.STAGE_W_MAGIC_SEQ
+_HDR_BYTES = L.STAGE_W_BYTE_COUNT
+_HDR_SLOTS = L.STAGE_W_SLOTS
+_HDR_INDEX = L.STAGE_W_INDEX_FLAGS
+_MAGIC = L.STAGE_MAGIC
+_INLINE_FLAG = L.INLINE_SEG_FLAG
+_MAX_INLINE = L.MAX_INLINE_BYTES
+_CQ_UPDATE = L.CTRL_CQ_UPDATE
+_OP_WRITE = L.OPCODE_RDMA_WRITE
+_CQE_INVALID = L.CQE_INVALID
+_CQE_REQ_ERR = L.CQE_REQ_ERR
+_QPS_ERR = L.QPS_ERR
+_POLL_NS = 64
+
+
+@cuda.jit(device=True, inline=True)
+def bswap32(x):
+    """Byte-swap a 32-bit value (device words are little-endian, mlx5 fields big)."""
+    x = x & 0xFFFFFFFF
+    return ((x & 0xFF) << 24) | ((x & 0xFF00) << 8) | ((x >> 8) & 0xFF00) | (x >> 24)
+
+
+@cuda.jit(device=True)
+def qp_in_error(Q, i):
+    """True once the NIC has moved QP ``i`` to the error state."""
+    return ld_acquire_sys_u32(Q[Q_STATUS][i], _ST_STATE) == _QPS_ERR
+
+
+@cuda.jit(device=True)
+def stage_reserve(Q, i, nbytes, timeout_ns):
+    """Claims staging slots for a payload of ``nbytes``; returns (status, first word).
+
+    Waits (polling the NIC's returned-credit counter) until the slots are free. A run of
+    slots never wraps the ring's end: the slots skipped at the end count as padding and
+    are returned with the message.
+    """
+    state = Q[Q_STATE]
+    info = Q[Q_INFO]
+    slots = info[i, I_SLOTS]
+    slot_bytes = info[i, I_SLOT_BYTES]
+    need = (nbytes + _HDR_WORDS * 4 + slot_bytes - 1) // slot_bytes
+    if need > slots:
+        return E_TOO_LARGE, 0, 0
+    res = state[i, S_STAGE_RES]
+    pos = res % slots
+    pad = slots - pos if pos + need > slots else 0
+    total = pad + need
+    free = slots - (res - state[i, S_STAGE_FREED])
+    if free < total:
+        start = globaltimer_ns()
+        while True:
+            freed = ld_acquire_sys_u32(Q[Q_STATUS][i], _ST_FREED)
+            # The NIC's counter is 32 bits; extend it against our 64-bit copy.
+            seen = state[i, S_STAGE_FREED]
+            seen = seen + ((freed - seen) & 0xFFFFFFFF)
+            state[i, S_STAGE_FREED] = seen
+            if slots - (res - seen) >= total:
+                break
+            if qp_in_error(Q, i):
+                return E_QP_ERROR, 0, 0
+            if globaltimer_ns() - start > timeout_ns:
+                return E_TIMEOUT_STAGING, 0, 0
+            backoff(_POLL_NS)
+    state[i, S_STAGE_RES] = res + total
+    first = ((pos + pad) % slots) * (slot_bytes // 4)
+    return OK, first, total
+
+
+@cuda.jit(device=True)
+def stage_header(Q, i, first_word, nbytes, total_slots, wqe_index):
+    """Writes the 16-byte staging-slot header; returns the payload's first word."""
+    stage = Q[Q_STAGE][i]
+    state = Q[Q_STATE]
+    seq = state[i, S_PUSH_SEQ]
+    state[i, S_PUSH_SEQ] = seq + 1
+    stage[first_word + _HDR_MAGIC] = _MAGIC | (seq & 0xFFFF)
+    stage[first_word + _HDR_BYTES] = nbytes
+    stage[first_word + _HDR_SLOTS] = total_slots
+    stage[first_word + _HDR_INDEX] = wqe_index & 0xFFFF
+    return first_word + _HDR_WORDS
+
+
+@cuda.jit(device=True)
+def stage_address(Q, i, word):
+    """The NIC address of word ``word`` of QP ``i``'s staging region."""
+    return Q[Q_INFO][i, I_STAGE_ADDR] + word * 4
+
+
+@cuda.jit(device=True)
+def copy_words(dst, dst_word, src, src_word, nwords):
+    """Block-cooperative copy of ``nwords`` 32-bit words (every thread must call it)."""
+    k = cuda.threadIdx.x
+    while k < nwords:
+        dst[dst_word + k] = src[src_word + k]
+        k += cuda.blockDim.x
+
+
+@cuda.jit(device=True)
+def sq_reserve(Q, i, nbb, timeout_ns):
+    """Waits until ``nbb`` basic blocks of send queue are free; returns a status."""
+    state = Q[Q_STATE]
+    sq_bbs = Q[Q_INFO][i, I_SQ_BBS]
+    if state[i, S_PI] + nbb - state[i, S_DONE] <= sq_bbs:
+        return OK
+    start = globaltimer_ns()
+    while state[i, S_PI] + nbb - state[i, S_DONE] > sq_bbs:
+        st = poll_cq(Q, i)
+        if st < 0:
+            return st
+        if st == 0:
+            if globaltimer_ns() - start > timeout_ns:
+                return E_TIMEOUT_SQ
+            backoff(_POLL_NS)
+    return OK
+
+
+@cuda.jit(device=True)
+def _ctrl(sq, base, opcode, wqe_index, qpn, ds, signaled):
+    """Writes a control segment; returns its first 8 bytes as the doorbell value."""
+    w0 = bswap32((wqe_index & 0xFFFF) << 8 | opcode)
+    w1 = bswap32(qpn << 8 | ds)
+    sq[base + _W_OPC] = w0
+    sq[base + _W_QPN_DS] = w1
+    sq[base + _W_FLAGS] = (_CQ_UPDATE << _FM_SHIFT) if signaled else 0
+    sq[base + _W_IMM] = 0
+    return w1 << 32 | w0
+
+
+@cuda.jit(device=True)
+def _raddr(sq, base, raddr, rkey):
+    sq[base + _W_RADDR] = bswap32(raddr >> 32)
+    sq[base + _W_RADDR + 1] = bswap32(raddr)
+    sq[base + _W_RADDR + 2] = bswap32(rkey)
+    sq[base + _W_RADDR + 3] = 0
+
+
+@cuda.jit(device=True)
+def wqe_rdma_write(Q, i, laddr, lkey, nbytes, raddr, rkey, signaled, aux):
+    """Builds a one-BB RDMA-write WQE at the producer index; returns its WQE index.
+
+    ``aux`` is remembered for this WQE and handed back by completion (the bounce cursor
+    of host_staged). Call ``sq_reserve`` first; the WQE is not visible until the doorbell.
+    """
+    state = Q[Q_STATE]
+    info = Q[Q_INFO]
+    pi = state[i, S_PI]
+    mask = info[i, I_SQ_BBS] - 1
+    sq = Q[Q_SQ][i]
+    base = (pi & mask) * _BB_WORDS
+    state[i, S_DB_WORD] = _ctrl(sq, base, _OP_WRITE, pi, info[i, I_QPN], 3, signaled)
+    _raddr(sq, base, raddr, rkey)
+    sq[base + _W_DATA] = bswap32(nbytes)
+    sq[base + _W_DATA + 1] = bswap32(lkey)
+    sq[base + _W_DATA + 2] = bswap32(laddr >> 32)
+    sq[base + _W_DATA + 3] = bswap32(laddr)
+    for k in range(_W_DATA + 4, _BB_WORDS):
+        sq[base + k] = 0
+    Q[Q_WQE_AUX][i, pi & mask] = 1 << 40 | aux
+    state[i, S_PI] = pi + 1
+    return pi & 0xFFFF
+
+
+@cuda.jit(device=True)
+def inline_bbs(nbytes):
+    """Basic blocks an inline RDMA-write WQE of ``nbytes`` occupies."""
+    ds = (_W_DATA * 4 + 4 + nbytes + _DS - 1) // _DS
+    return (ds * _DS + _BB_WORDS * 4 - 1) // (_BB_WORDS * 4)
+
+
+@cuda.jit(device=True)
+def wqe_rdma_write_inline(Q, i, src, src_word, nbytes, raddr, rkey, signaled):
+    """Builds an inline RDMA-write WQE (block-cooperative); returns its WQE index.
+
+    The payload travels inside the WQE, as BlueFlame writes do. Every thread calls this;
+    thread 0 writes the segments and the others help copy the payload.
+    """
+    state = Q[Q_STATE]
+    info = Q[Q_INFO]
+    pi = state[i, S_PI]
+    mask = info[i, I_SQ_BBS] - 1
+    sq = Q[Q_SQ][i]
+    ds = (_W_DATA * 4 + 4 + nbytes + _DS - 1) // _DS
+    nbb = (ds * _DS + _BB_WORDS * 4 - 1) // (_BB_WORDS * 4)
+    nwords = (nbytes + 3) // 4
+    # Payload words sit from word _W_DATA + 1 on, BB by BB around the ring.
+    k = cuda.threadIdx.x
+    while k < nwords:
+        w = _W_DATA + 1 + k
+        sq[((pi + w // _BB_WORDS) & mask) * _BB_WORDS + w % _BB_WORDS] = src[src_word + k]
+        k += cuda.blockDim.x
+    if cuda.threadIdx.x == 0:
+        base = (pi & mask) * _BB_WORDS
+        state[i, S_DB_WORD] = _ctrl(sq, base, _OP_WRITE, pi, info[i, I_QPN], ds, signaled)
+        _raddr(sq, base, raddr, rkey)
+        sq[base + _W_DATA] = bswap32(nbytes | _INLINE_FLAG)
+        Q[Q_WQE_AUX][i, pi & mask] = nbb << 40
+    cuda.syncthreads()
+    if cuda.threadIdx.x == 0:
+        state[i, S_PI] = pi + nbb
+    cuda.syncthreads()
+    return pi & 0xFFFF
+
+
+@cuda.jit(device=True)
+def ring_doorbell(Q, i):
+    """Publishes every WQE written so far on QP ``i`` to the NIC (one thread).
+
+    The doorbell record is a release store: it orders the payload and WQE writes of this
+    thread, and of the block's threads that synchronised with it, before the NIC can see
+    the new producer index. The 8-byte doorbell register write (the first 8 bytes of the
+    last WQE's control segment, as mlx5 BlueFlame expects) follows it.
+    """
+    pi = Q[Q_STATE][i, S_PI]
+    fence_sys()  # payload and WQE stores of the block -> before the doorbell record
+    st_release_sys_u32(Q[Q_DBREC][i], _DB_SEND, bswap32(pi & 0xFFFF))
+    st_relaxed_sys_u64(Q[Q_UAR], i, Q[Q_STATE][i, S_DB_WORD])
+
+
+@cuda.jit(device=True)
+def poll_cq(Q, i):
+    """Consumes at most one completion of QP ``i``'s CQ.
+
+    Returns 1 if a successful completion was consumed, 0 if none was ready, or
+    ``E_CQE_ERROR`` for an error completion (its syndrome and reason are kept in the
+    QP state's ``S_LAST_SYND``). Completions retire every WQE up to the one they name.
+    """
+    state = Q[Q_STATE]
+    info = Q[Q_INFO]
+    cq = Q[Q_CQ][i]
+    ci = state[i, S_CQ_CI]
+    ncqe = info[i, I_NCQE]
+    base = (ci & (ncqe - 1)) * _CQE_WORDS
+    tail = ld_acquire_sys_u32(cq, base + _CQE_TAIL)
+    op_own = tail >> 24
+    if (op_own >> 4) == _CQE_INVALID or (op_own & 1) != ((ci >> info[i, I_LOG_NCQE]) & 1):
+        return 0
+    counter = ((tail & 0xFF) << 8) | ((tail >> 8) & 0xFF)
+    mask = info[i, I_SQ_BBS] - 1
+    aux = Q[Q_WQE_AUX][i, counter & mask]
+    done = state[i, S_DONE]
+    end = counter + (aux >> 40)
+    state[i, S_DONE] = done + ((end - done) & 0xFFFF)
+    free_to = aux & 0xFFFFFFFFFF
+    if free_to > state[i, S_BOUNCE_FREE]:
+        state[i, S_BOUNCE_FREE] = free_to
+    state[i, S_LAST_CQE] = counter
+    state[i, S_CQ_CI] = ci + 1
+    st_release_sys_u32(Q[Q_CQDB][i], _CQDB_CI, bswap32((ci + 1) & 0xFFFFFF))
+    if (op_own >> 4) == _CQE_REQ_ERR:
+        synd = ld_acquire_sys_u32(cq, base + _CQE_SYND)
+        state[i, S_LAST_SYND] = (synd >> 24) << 8 | ((synd >> 16) & 0xFF)
+        return E_CQE_ERROR
+    return 1
+
+
+@cuda.jit(device=True)
+def wait_done(Q, i, target_pi, timeout_ns):
+    """Waits until every WQE before producer index ``target_pi`` has completed."""
+    state = Q[Q_STATE]
+    start = globaltimer_ns()
+    while state[i, S_DONE] < target_pi:
+        st = poll_cq(Q, i)
+        if st < 0:
+            return st
+        if st == 0:
+            if globaltimer_ns() - start > timeout_ns:
+                return E_TIMEOUT_CQE
+            backoff(_POLL_NS)
+    return OK
+
+
+@cuda.jit(device=True)
+def bounce_reserve(Q, i, nwords, timeout_ns):
+    """Claims ``nwords`` of QP ``i``'s host bounce ring (host_staged); returns (status, word).
+
+    Space comes back as the WQEs that used it complete. Runs never wrap the ring's end.
+    """
+    state = Q[Q_STATE]
+    ring = Q[Q_INFO][i, I_BOUNCE_WORDS]
+    if nwords > ring:
+        return E_TOO_LARGE, 0
+    res = state[i, S_BOUNCE_RES]
+    pos = res % ring
+    pad = ring - pos if pos + nwords > ring else 0
+    start = globaltimer_ns()
+    while res + pad + nwords - state[i, S_BOUNCE_FREE] > ring:
+        st = poll_cq(Q, i)
+        if st < 0:
+            return st, 0
+        if st == 0:
+            if globaltimer_ns() - start > timeout_ns:
+                return E_TIMEOUT_SQ, 0
+            backoff(_POLL_NS)
+    state[i, S_BOUNCE_RES] = res + pad + nwords
+    return OK, (pos + pad) % ring
