@@ -1156,3 +1156,52 @@ int gw_engine_qp_reset(struct gw_engine *e, uint32_t qpn)
     }
     return -1;
 }
+
+/* ---- the floor: a bare doorbell ping-pong responder ---------------------------------- */
+
+struct gw_pong {
+    pthread_t thread;
+    _Atomic int running;
+    uint32_t *ping;
+    uint32_t *pong;
+};
+
+static void *pong_main(void *arg)
+{
+    struct gw_pong *p = arg;
+    uint32_t last = load_acq32(p->ping);
+    while (atomic_load_explicit(&p->running, memory_order_relaxed)) {
+        uint32_t v = load_acq32(p->ping);
+        if (v != last) {
+            store_rel32(p->pong, v);
+            last = v;
+        } else {
+            __builtin_ia32_pause();
+        }
+    }
+    return NULL;
+}
+
+struct gw_pong *gw_pong_start(void *ping, void *pong)
+{
+    struct gw_pong *p = calloc(1, sizeof(*p));
+    if (!p)
+        return NULL;
+    p->ping = ping;
+    p->pong = pong;
+    atomic_store(&p->running, 1);
+    if (pthread_create(&p->thread, NULL, pong_main, p) != 0) {
+        free(p);
+        return NULL;
+    }
+    return p;
+}
+
+void gw_pong_stop(struct gw_pong *p)
+{
+    if (!p)
+        return;
+    atomic_store(&p->running, 0);
+    pthread_join(p->thread, NULL);
+    free(p);
+}

@@ -99,3 +99,9 @@ uint64_t gw_now_ns(void);
 /* Host-side twins of the device's acquire/release accesses, for host-posted WQEs. */
 uint32_t gw_load_acquire_u32(const void *addr);
 void gw_store_release_u32(void *addr, uint32_t value);
+
+/* The floor of every latency: a thread that answers each new value of *ping by storing
+ * it to *pong (acquire load, release store), as a doorbell/completion pair would. */
+struct gw_pong;
+struct gw_pong *gw_pong_start(void *ping, void *pong);
+void gw_pong_stop(struct gw_pong *pong);

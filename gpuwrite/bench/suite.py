@@ -1,0 +1,135 @@
+"""``gpuwrite bench``: the floor, the ceilings and every path, measured in one run.
+
+Targets (issue: foundation), each a ratio against something measured in the same run:
+  * gpu_push 64-byte latency, post to completion seen by the kernel <= 1.10 x floor,
+    where the floor is a bare GPU-to-host doorbell ping-pong through mapped memory;
+  * gpu_push bandwidth for >= 1 MiB messages >= 0.90 x bulk GPU-store-to-host bandwidth;
+  * >= 20 million 64-byte messages per second, many blocks posting, doorbells batched;
+  * nic_pull and host_staged measured beside gpu_push.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from gpuwrite._gw_cffi import ffi, lib
+from gpuwrite.cudaenv import SIMULATOR, cuda
+from gpuwrite.device.intrinsics import globaltimer_ns, ld_acquire_sys_u32, st_release_sys_u32
+from gpuwrite.host.memory import mapped
+from gpuwrite.paths import runner
+
+TARGET_LATENCY_RATIO = 1.10
+TARGET_BANDWIDTH_RATIO = 0.90
+TARGET_RATE_MPPS = 20.0
+
+
+@cuda.jit
+def _pingpong(ping, pong, iters, out_ns, timeout_ns):
+    if cuda.threadIdx.x != 0 or cuda.blockIdx.x != 0:
+        return
+    for k in range(iters):
+        t0 = globaltimer_ns()
+        st_release_sys_u32(ping, 0, k + 1)
+        while ld_acquire_sys_u32(pong, 0) != k + 1:
+            if globaltimer_ns() - t0 > timeout_ns:
+                out_ns[k] = -1
+                return
+        out_ns[k] = globaltimer_ns() - t0
+
+
+@cuda.jit
+def _bulk_store(dst, reps):
+    start = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    for r in range(reps):
+        k = start
+        while k < dst.shape[0]:
+            dst[k] = k + r
+            k += stride
+
+
+def floor_pingpong_us(iters: int) -> float:
+    """Median round trip of a bare doorbell ping-pong between GPU and a host C thread."""
+    ping = mapped((16,), np.uint32)
+    pong = mapped((16,), np.uint32)
+    out = cuda.to_device(np.zeros(iters, dtype=np.int64))
+    responder = lib.gw_pong_start(ffi.cast("void *", ping.address), ffi.cast("void *", pong.address))
+    try:
+        _pingpong[1, 32](ping.kernel, pong.kernel, iters, out, 2_000_000_000)
+        cuda.synchronize()
+    finally:
+        lib.gw_pong_stop(responder)
+    ns = out.copy_to_host()
+    if (ns < 0).any():
+        raise RuntimeError("the ping-pong responder did not answer within 2 s")
+    return float(np.median(ns[iters // 10:]) / 1e3)
+
+
+def bulk_store_gbytes(nbytes: int) -> float:
+    """Full-grid GPU stores into mapped host memory, GB/s (the push ceiling)."""
+    dst = mapped((nbytes // 4,), np.uint32)
+    blocks = 4 * cuda.get_current_device().MULTIPROCESSOR_COUNT
+    _bulk_store[blocks, 512](dst.kernel, 1)
+    cuda.synchronize()
+    start, end = cuda.event(), cuda.event()
+    start.record()
+    _bulk_store[blocks, 512](dst.kernel, 3)
+    end.record()
+    end.synchronize()
+    ms = cuda.event_elapsed_time(start, end)
+    return 3 * nbytes / (ms * 1e-3) / 1e9
+
+
+def run_suite(quick: bool = False, progress=None) -> dict:
+    if SIMULATOR:
+        raise RuntimeError("gpuwrite bench measures a real GPU; none was found (the CUDA "
+                           "simulator's timings would be Python's, not a GPU's)")
+    step = progress or (lambda msg: None)
+    lat_n = 200 if quick else 2000
+    out: dict = {"targets": {"latency_ratio_max": TARGET_LATENCY_RATIO,
+                             "bandwidth_ratio_min": TARGET_BANDWIDTH_RATIO,
+                             "rate_mpps_min": TARGET_RATE_MPPS}}
+    step("floor: doorbell ping-pong")
+    floor_pingpong_us(100)
+    out["floor_pingpong_us"] = floor_pingpong_us(lat_n)
+    step("ceiling: bulk GPU stores to host")
+    out["bulk_store_gbytes"] = bulk_store_gbytes(64 << 20 if quick else 256 << 20)
+
+    lat = {}
+    for path in runner.PATHS:
+        step(f"{path}: 64-byte latency")
+        runner.run(path, [64] * 50, n_qps=1, wait_each=True, block_threads=32)
+        r = runner.run(path, [64] * lat_n, n_qps=1, wait_each=True, block_threads=32)
+        lat[path] = {"p50_us": r.latency_p50_us, "p99_us": r.latency_p99_us,
+                     "delivered": r.delivered, "messages": r.messages,
+                     "ratio_to_floor": r.latency_p50_us / out["floor_pingpong_us"]}
+    out["latency_64B"] = lat
+
+    bw = {}
+    mib = 1 << 20
+    n_big = 64 if quick else 256
+    for path in ("gpu_push", "nic_pull", "host_staged"):
+        step(f"{path}: 1 MiB bandwidth")
+        r = runner.run(path, [mib] * n_big, n_qps=32, batch=4, chunk_bytes=mib,
+                       stage_slot_bytes=4096, block_threads=1024, workers=8)
+        gbytes = r.throughput_gbps / 8
+        bw[path] = {"gbytes": gbytes, "delivered": r.delivered, "messages": r.messages,
+                    "ratio_to_bulk_store": gbytes / out["bulk_store_gbytes"]}
+    out["bandwidth_1MiB"] = bw
+
+    rate = {}
+    n_qps = 128
+    per_qp = 500 if quick else 4000
+    for path in ("gpu_push", "gpu_push_inline"):
+        step(f"{path}: 64-byte message rate")
+        r = runner.run(path, [64] * (n_qps * per_qp), n_qps=n_qps, batch=16, block_threads=32,
+                       workers=8)
+        span_s = r.bytes * 8 / (r.throughput_gbps * 1e9) if r.throughput_gbps else float("inf")
+        rate[path] = {"mpps": r.delivered / span_s / 1e6, "delivered": r.delivered,
+                      "messages": r.messages}
+    out["rate_64B"] = rate
+    out["verdict"] = {
+        "latency": lat["gpu_push"]["ratio_to_floor"] <= TARGET_LATENCY_RATIO,
+        "bandwidth": bw["gpu_push"]["ratio_to_bulk_store"] >= TARGET_BANDWIDTH_RATIO,
+        "rate": rate["gpu_push"]["mpps"] >= TARGET_RATE_MPPS,
+    }
+    return out

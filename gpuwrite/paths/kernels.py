@@ -1,0 +1,162 @@
+"""The kernel that sends a workload of messages through one data path.
+
+One thread block drives one queue pair and sends that QP's messages in order. Thread 0
+does the bookkeeping (slots, WQEs, doorbells, completions) and publishes each step's
+outcome to the block through shared memory; all threads copy payloads.
+
+Paths (the ``path`` argument):
+  PUSH     gpu_push: payload written by the GPU into the NIC's staging region
+  INLINE   gpu_push_inline: payload written inside the WQE
+  PULL     nic_pull: payload left in GPU memory for the NIC to read
+  STAGED   host_staged: payload copied by the GPU to a host bounce ring, read by the NIC
+"""
+from __future__ import annotations
+
+from numba import int64
+
+from gpuwrite.cudaenv import cuda
+from gpuwrite.device import verbs as dv
+from gpuwrite.device.intrinsics import globaltimer_ns
+
+PUSH, INLINE, PULL, STAGED = 0, 1, 2, 3
+PATH_IDS = {"gpu_push": PUSH, "gpu_push_inline": INLINE, "nic_pull": PULL, "host_staged": STAGED}
+
+# Columns of the message table.
+M_SIZE, M_SRC_WORD, M_DST_OFF = 0, 1, 2
+# Kernel parameters (int64 array).
+P_PATH, P_BATCH, P_TIMEOUT_NS, P_CHUNK_BYTES, P_DST_ADDR, P_RKEY, P_SRC_ADDR, P_SRC_LKEY, \
+    P_WAIT_EACH = range(9)
+P_COLS = 9
+# Per-QP outcome columns.
+R_STATUS, R_SENT, R_SYND = 0, 1, 2
+
+
+@cuda.jit(device=True)
+def _flush_doorbell(Q, i, db_pi):
+    """Rings the doorbell if WQEs were written since the last one; returns the new mark."""
+    pi = Q[dv.Q_STATE][i, dv.S_PI]
+    if pi != db_pi:
+        dv.ring_doorbell(Q, i)
+    return pi
+
+
+@cuda.jit(device=True)
+def _reap(Q, i, pend, t_done, head, tail):
+    """Stamps the completion time of every batch the CQ has retired."""
+    done = Q[dv.Q_STATE][i, dv.S_DONE]
+    now = globaltimer_ns()
+    cap = pend.shape[1]
+    while head < tail and pend[i, head % cap, 0] <= done:
+        for m in range(pend[i, head % cap, 1], pend[i, head % cap, 2]):
+            t_done[m] = now
+        head += 1
+    return head
+
+
+@cuda.jit
+def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
+    i = cuda.blockIdx.x
+    tid = cuda.threadIdx.x
+    sh = cuda.shared.array(4, dtype=int64)
+    path = params[P_PATH]
+    batch = params[P_BATCH]
+    timeout = params[P_TIMEOUT_NS]
+    chunk = params[P_CHUNK_BYTES]
+    m0 = qp_first[i]
+    m1 = qp_first[i + 1]
+    state = Q[dv.Q_STATE]
+    info = Q[dv.Q_INFO]
+    cap = pend.shape[1]
+    db_pi = state[i, dv.S_PI]
+    head = 0
+    tail = 0
+    batch_first = m0
+    status = 0
+    if tid == 0:
+        sh[0] = 0
+    cuda.syncthreads()
+    m = m0
+    while m < m1 and status == 0:
+        size = msgs[m, M_SIZE]
+        if tid == 0:
+            t_post[m] = globaltimer_ns()
+        end_of_batch = (m - m0 + 1) % batch == 0 or m == m1 - 1 or params[P_WAIT_EACH] != 0
+        off = 0
+        while off < size and status == 0:
+            n = size - off
+            if path != INLINE and n > chunk:
+                n = chunk
+            last = off + n >= size
+            # Chunks of a split message, and every host_staged WQE, are signaled: their
+            # completions free bounce space and SQ space that later chunks wait for.
+            signaled = (end_of_batch and last) or not last or path == STAGED
+            src_word = msgs[m, M_SRC_WORD] + off // 4
+            raddr = params[P_DST_ADDR] + msgs[m, M_DST_OFF] + off
+            rkey = params[P_RKEY]
+            if tid == 0:
+                nbb = dv.inline_bbs(n) if path == INLINE else 1
+                st = dv.sq_reserve(Q, i, nbb, timeout)
+                if st == dv.E_TIMEOUT_SQ or st == dv.E_TIMEOUT_STAGING:
+                    db_pi = _flush_doorbell(Q, i, db_pi)
+                    st = dv.sq_reserve(Q, i, nbb, timeout)
+                word = 0
+                if st == 0 and path == PUSH:
+                    db_pi = _flush_doorbell(Q, i, db_pi)
+                    st, first, total = dv.stage_reserve(Q, i, n, timeout)
+                    if st == 0:
+                        word = dv.stage_header(Q, i, first, n, total, state[i, dv.S_PI])
+                elif st == 0 and path == STAGED:
+                    db_pi = _flush_doorbell(Q, i, db_pi)
+                    st, word = dv.bounce_reserve(Q, i, (n + 3) // 4, timeout)
+                sh[0] = st
+                sh[1] = word
+            cuda.syncthreads()
+            status = sh[0]
+            if status != 0:
+                break
+            word = sh[1]
+            cuda.syncthreads()  # every thread has read sh before thread 0 writes it again
+            if path == PUSH:
+                dv.copy_words(Q[dv.Q_STAGE][i], word, src, src_word, (n + 3) // 4)
+                cuda.syncthreads()
+                if tid == 0:
+                    dv.wqe_rdma_write(Q, i, dv.stage_address(Q, i, word), info[i, dv.I_STAGE_LKEY],
+                                      n, raddr, rkey, signaled, 0)
+            elif path == STAGED:
+                dv.copy_words(Q[dv.Q_BOUNCE][i], word, src, src_word, (n + 3) // 4)
+                cuda.syncthreads()
+                if tid == 0:
+                    dv.wqe_rdma_write(Q, i, info[i, dv.I_BOUNCE_ADDR] + word * 4,
+                                      info[i, dv.I_BOUNCE_LKEY], n, raddr, rkey, signaled,
+                                      state[i, dv.S_BOUNCE_RES])
+            elif path == PULL:
+                if tid == 0:
+                    dv.wqe_rdma_write(Q, i, params[P_SRC_ADDR] + src_word * 4, params[P_SRC_LKEY],
+                                      n, raddr, rkey, signaled, 0)
+            else:
+                dv.wqe_rdma_write_inline(Q, i, src, src_word, n, raddr, rkey, signaled)
+            if tid == 0 and not last:
+                db_pi = _flush_doorbell(Q, i, db_pi)
+            off += n
+        if status == 0 and end_of_batch and tid == 0:
+            db_pi = _flush_doorbell(Q, i, db_pi)
+            pend[i, tail % cap, 0] = state[i, dv.S_PI]
+            pend[i, tail % cap, 1] = batch_first
+            pend[i, tail % cap, 2] = m + 1
+            tail += 1
+            batch_first = m + 1
+            if params[P_WAIT_EACH] != 0 or tail - head >= cap:
+                sh[0] = dv.wait_done(Q, i, state[i, dv.S_PI], timeout)
+            head = _reap(Q, i, pend, t_done, head, tail)
+        cuda.syncthreads()
+        status = sh[0]
+        m += 1
+    if tid == 0:
+        if status == 0:
+            db_pi = _flush_doorbell(Q, i, db_pi)
+            status = dv.wait_done(Q, i, state[i, dv.S_PI], timeout)
+        head = _reap(Q, i, pend, t_done, head, tail)
+        result[i, R_STATUS] = status
+        result[i, R_SENT] = m - m0
+        result[i, R_SYND] = state[i, dv.S_LAST_SYND]
+
