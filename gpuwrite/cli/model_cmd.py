@@ -1,0 +1,218 @@
+"""``gpuwrite model``: single analytical answers from the model.
+
+    gpuwrite model path    --path gpu_push --topology across_root_ports --size 4096
+    gpuwrite model compare --sizes 64,4K,64K [--topology across_sockets]
+    gpuwrite model pcie    --operation read --size 512 [--mps 256 --rcb 64 --start 32]
+    gpuwrite model topology [--preset NAME | --sysfs /sys/devices]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+
+from gpuwrite.cli import UsageError
+from gpuwrite.model import paths, pcie, sysfs
+from gpuwrite.model import topology as topo
+from gpuwrite.model.errors import ParamError
+from gpuwrite.model.params import PATHS, Params
+
+_UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1 << 20, "MB": 1 << 20, "MIB": 1 << 20}
+
+
+def parse_size(text: str) -> int:
+    """'4096', '4K', '64KiB', '1M' -> bytes."""
+    match = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", str(text))
+    if not match or match.group(2).upper() not in _UNITS:
+        raise UsageError(f"size {text!r} is not allowed; allowed: an integer number of bytes, "
+                         "optionally with K/KiB or M/MiB (e.g. 4096, 4K, 1MiB)")
+    return int(match.group(1)) * _UNITS[match.group(2).upper()]
+
+
+def _params(args) -> Params:
+    try:
+        params = Params.from_toml(args.config) if getattr(args, "config", None) else Params()
+        if getattr(args, "calibration", None):
+            params = params.with_calibration(args.calibration)
+        overrides = {}
+        if getattr(args, "path", None):
+            overrides["path"] = args.path
+        if getattr(args, "topology", None) and args.topology != "all":
+            overrides["topology"] = args.topology
+        link = {k: v for k, v in (("generation", getattr(args, "gen", None)), ("width", getattr(args, "width", None)),
+                                  ("mps_bytes", getattr(args, "mps", None)), ("mrrs_bytes", getattr(args, "mrrs", None)),
+                                  ("rcb_bytes", getattr(args, "rcb", None))) if v is not None}
+        if link:
+            overrides["link"] = link
+        return params.updated(overrides) if overrides else params
+    except ParamError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _emit(args, data, table) -> int:
+    if args.json:
+        print(json.dumps(data, indent=2, default=float))
+    else:
+        from rich.console import Console
+        Console().print(table)
+    return 0
+
+
+def _table(title, columns):
+    from rich.table import Table
+    table = Table(title=title)
+    for index, column in enumerate(columns):
+        table.add_column(column, justify="left" if index == 0 else "right")
+    return table
+
+
+def cmd_path(args) -> int:
+    params = _params(args)
+    size = parse_size(args.size)
+    try:
+        topology = params.build_topology()
+        timing = paths.path_timing(params.path, topology, size, params)
+        name, busy_ns = paths.bottleneck(params.path, topology, size, params)
+        rate = paths.throughput_gbps(params.path, topology, size, params)
+        wire = paths.pcie_bytes(params.path, topology, size, params)
+    except ParamError as exc:
+        raise UsageError(str(exc)) from None
+    gpu, nic = params.endpoints(topology)
+    data = {
+        "path": params.path, "topology": params.topology, "size_bytes": size,
+        "path_class": topo.classify(topology, gpu, nic),
+        "latency_ns": timing.latency_ns, "throughput_gbps": rate, "bottleneck": name,
+        "bottleneck_busy_ns_per_message": busy_ns, "pcie_bytes_per_message": wire,
+        "steps": [{"step": s.name, "latency_ns": s.latency_ns, "stage": s.stage} for s in timing.steps],
+    }
+    table = _table(f"{params.path} on {params.topology}, {size} B: {timing.latency_ns:,.1f} ns, "
+                   f"{rate:,.1f} Gb/s (bottleneck: {name})", ["step", "ns", "stage"])
+    for step in timing.steps:
+        table.add_row(step.name, f"{step.latency_ns:,.1f}", step.stage)
+    return _emit(args, data, table)
+
+
+def cmd_compare(args) -> int:
+    params = _params(args)
+    sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
+    topologies = list(topo.PRESETS) if args.topology in (None, "all") else [args.topology]
+    rows = []
+    for topology_name in topologies:
+        topology = topo.preset(topology_name, params.link, p2p_read_cap_gbps=params.p2p_read_cap_gbps,
+                               p2p_read_cap_cross_socket_gbps=params.p2p_read_cap_cross_socket_gbps)
+        for size in sizes:
+            row = {"topology": topology_name, "size_bytes": size}
+            for path in PATHS:
+                if path == "gpu_push_inline" and size > params.nic.inline_max_bytes:
+                    row[f"{path}_latency_ns"] = None
+                    row[f"{path}_throughput_gbps"] = None
+                    continue
+                row[f"{path}_latency_ns"] = paths.latency_ns(path, topology, size, params)
+                row[f"{path}_throughput_gbps"] = paths.throughput_gbps(path, topology, size, params)
+            row["push_speedup_vs_pull"] = row["nic_pull_latency_ns"] / row["gpu_push_latency_ns"]
+            rows.append(row)
+    table = _table("zero-load latency ns / saturated Gb/s per path",
+                   ["topology", "size", *PATHS, "pull/push latency"])
+    for row in rows:
+        cells = []
+        for path in PATHS:
+            latency = row[f"{path}_latency_ns"]
+            cells.append("-" if latency is None else f"{latency:,.0f} / {row[f'{path}_throughput_gbps']:,.0f}")
+        table.add_row(row["topology"], str(row["size_bytes"]), *cells, f"{row['push_speedup_vs_pull']:.2f}x")
+    return _emit(args, {"rows": rows}, table)
+
+
+def cmd_pcie(args) -> int:
+    try:
+        link = pcie.LinkConfig(args.gen, args.width, args.mps, args.mrrs, args.rcb, args.address_bits,
+                               args.ecrc, args.rcb_chunks)
+        size = parse_size(args.size)
+        wire = pcie.wire_bytes(link, args.operation, size, args.start)
+    except ParamError as exc:
+        raise UsageError(str(exc)) from None
+    data = {
+        "link": link.to_dict(), "operation": args.operation, "size_bytes": size, "start_address": args.start,
+        "data_direction_bytes": wire.data_direction_bytes, "other_direction_bytes": wire.other_direction_bytes,
+        "tlps": wire.tlp_count,
+        "completion_sizes": pcie.completion_sizes(link, size, args.start) if args.operation == "read" else [],
+        "efficiency": pcie.efficiency(link, args.operation, size, args.start),
+        "raw_rate_gbps": pcie.raw_rate_gbps(link.generation, link.width),
+        "tlp_rate_gbps": pcie.tlp_rate_gbps(link),
+        "effective_rate_gbps": pcie.effective_rate_gbps(link, args.operation, size, args.start),
+    }
+    table = _table(f"PCIe Gen{link.generation} x{link.width}: {args.operation} of {size} B", ["figure", "value"])
+    for key in ("data_direction_bytes", "other_direction_bytes", "tlps", "efficiency", "raw_rate_gbps",
+                "tlp_rate_gbps", "effective_rate_gbps"):
+        value = data[key]
+        table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
+    return _emit(args, data, table)
+
+
+def cmd_topology(args) -> int:
+    try:
+        topology = sysfs.from_sysfs(args.sysfs) if args.sysfs else topo.preset(args.preset or "same_switch")
+    except ParamError as exc:
+        raise UsageError(str(exc)) from None
+    pairs = []
+    for gpu, nic, path_class in sysfs.gpu_nic_classes(topology):
+        route = topology.route(gpu, nic)
+        link, rate = route.narrowest("write", 4096)
+        pairs.append({"gpu": gpu, "nic": nic, "class": path_class, "hops": len(route.links),
+                      "one_way_latency_ns": route.one_way_latency_ns,
+                      "narrowest": link.label() if link else "p2p read cap", "narrowest_write_gbps": rate})
+    table = _table(f"topology {topology.name}: GPU/NIC pairs", ["gpu", "nic", "class", "hops", "one-way ns", "narrowest"])
+    for pair in pairs:
+        table.add_row(pair["gpu"], pair["nic"], pair["class"], str(pair["hops"]),
+                      f"{pair['one_way_latency_ns']:,.0f}", pair["narrowest"])
+    return _emit(args, {"topology": topology.name, "pairs": pairs}, table)
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("model", help="analytical answers: path latency/bandwidth, PCIe efficiency",
+                                   description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    sub = parser.add_subparsers(dest="model_command", metavar="QUESTION")
+    sub.required = True
+
+    def leaf(name, help_text, func):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
+        p.set_defaults(func=func)
+        return p
+
+    def machine_options(p):
+        p.add_argument("--config", help="parameter file (TOML, as Params.to_toml writes)")
+        p.add_argument("--calibration", help="measured parameter file applied on top")
+        p.add_argument("--gen", type=int, help="PCIe generation of every link")
+        p.add_argument("--width", type=int, help="PCIe link width")
+        p.add_argument("--mps", type=int, help="max payload size, bytes")
+        p.add_argument("--mrrs", type=int, help="max read request size, bytes")
+        p.add_argument("--rcb", type=int, help="read completion boundary, bytes")
+
+    p = leaf("path", "latency and bandwidth of one path on one topology at one size", cmd_path)
+    p.add_argument("--path", choices=PATHS, default=None, help="data path (default gpu_push)")
+    p.add_argument("--topology", choices=tuple(topo.PRESETS), default=None)
+    p.add_argument("--size", default="4096", help="message size (bytes, or 4K, 1MiB)")
+    machine_options(p)
+
+    p = leaf("compare", "every path on every topology at several sizes", cmd_compare)
+    p.add_argument("--topology", choices=(*topo.PRESETS, "all"), default="all")
+    p.add_argument("--sizes", default="64,256,4K,64K", help="comma-separated sizes")
+    machine_options(p)
+
+    p = leaf("pcie", "bytes on the wire and efficiency of one PCIe read or write", cmd_pcie)
+    p.add_argument("--operation", choices=pcie.OPERATIONS, default="read")
+    p.add_argument("--size", default="512")
+    p.add_argument("--start", type=int, default=0, help="start address (alignment matters)")
+    p.add_argument("--gen", type=int, default=5)
+    p.add_argument("--width", type=int, default=16)
+    p.add_argument("--mps", type=int, default=256)
+    p.add_argument("--mrrs", type=int, default=512)
+    p.add_argument("--rcb", type=int, default=64)
+    p.add_argument("--address-bits", type=int, default=64)
+    p.add_argument("--ecrc", action="store_true")
+    p.add_argument("--rcb-chunks", action="store_true", help="completer splits at every RCB")
+
+    p = leaf("topology", "GPU/NIC path classes of a preset or of this machine's sysfs", cmd_topology)
+    p.add_argument("--preset", choices=tuple(topo.PRESETS))
+    p.add_argument("--sysfs", help="sysfs devices directory, e.g. /sys/devices")

@@ -1,0 +1,78 @@
+"""``gpuwrite sim CONFIG``: run a simulation described by a TOML file.
+
+The file holds ``seed``, a ``[params]`` table (as ``Params.to_toml`` writes it, sections
+``[params.nic]`` and so on) and a ``[workload]`` table; see experiments/model/*.toml.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from gpuwrite.cli import UsageError
+from gpuwrite.model.errors import ParamError
+from gpuwrite.model.params import SimConfig
+
+
+def load_config(args) -> SimConfig:
+    path = Path(args.config)
+    if not path.is_file():
+        raise UsageError(f"CONFIG {args.config!r} is not allowed; allowed: an existing TOML file")
+    try:
+        config = SimConfig.from_toml(path)
+        data = config.to_dict()
+        if args.seed is not None:
+            data["seed"] = args.seed
+        if args.messages is not None:
+            data["workload"]["n_messages"] = args.messages
+        return SimConfig.from_dict(data)
+    except ParamError as exc:
+        raise UsageError(f"{args.config}: {exc}") from None
+
+
+def cmd_sim(args) -> int:
+    from gpuwrite.model.sim import simulate_config
+
+    config = load_config(args)
+    try:
+        if args.json:
+            result = simulate_config(config)
+        else:
+            from rich.console import Console
+            with Console(stderr=True).status(f"simulating {config.workload.n_messages:,} messages"):
+                result = simulate_config(config)
+        summary = result.summary
+    except ParamError as exc:
+        raise UsageError(f"{args.config}: {exc}") from None
+    data = {key: (value.item() if hasattr(value, "item") else value) for key, value in summary.items()}
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        result.messages.to_parquet(out / "messages.parquet")
+        result.timeseries().to_parquet(out / "timeseries.parquet")
+        (out / "summary.json").write_text(json.dumps(data, indent=2))
+        (out / "config.toml").write_text(config.to_toml())
+        data["out"] = str(out)
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"gpuwrite sim {args.config}")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for key, value in data.items():
+        table.add_row(key, f"{value:,.2f}" if isinstance(value, float) else str(value))
+    Console().print(table)
+    return 0
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("sim", help="run a simulation from a TOML config", description=__doc__.splitlines()[0])
+    parser.add_argument("config", metavar="CONFIG", help="TOML file: seed, [params], [workload]")
+    parser.add_argument("--seed", type=int, help="override the config's seed")
+    parser.add_argument("--messages", type=int, help="override workload.n_messages")
+    parser.add_argument("--out", help="directory for messages.parquet, timeseries.parquet, summary.json")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.set_defaults(func=cmd_sim)

@@ -1,0 +1,142 @@
+"""Benchmark of the fast simulator against the SimPy reference, side by side in one run.
+
+    python -m gpuwrite.model.bench [--json] [--messages N] [--reference-messages N]
+
+Workload: gpu_push with the ``hold`` policy, network credits that run out (a 64 KiB VL
+buffer), a receiver that stalls 25 % of the time, 16 QPs with 8 messages outstanding
+each, sizes drawn from 64 B to 16 KiB. The process is pinned to one CPU core. The fast
+core is timed on N messages (best of 3, after compilation) and on the reference's small
+workload; the SimPy reference runs the small workload once; both must agree message by
+message. Targets (the model issue): >= 2 million messages/s, >= 50x the reference.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+
+import numpy as np
+
+from gpuwrite.model import sim
+from gpuwrite.model.params import Params, Workload
+from gpuwrite.model.simpy_ref import run_simpy
+
+TARGET_MESSAGES_PER_S = 2_000_000
+TARGET_SPEEDUP = 50.0
+
+
+def bench_params() -> Params:
+    return Params().updated({
+        "path": "gpu_push",
+        "nic": {"policy": "hold", "staging_buffer_bytes": 256 * 1024},
+        "network": {"vl_buffer_bytes": 64 * 1024},
+        "receiver": {"stall_period_ns": 20_000.0, "stall_duration_ns": 5_000.0},
+    })
+
+
+def bench_workload(n_messages: int) -> Workload:
+    return Workload(n_messages=n_messages, n_qps=16, outstanding=8, arrival="closed",
+                    size_kind="choice", sizes_bytes=(64, 512, 4096, 16384), weights=(4, 2, 2, 1))
+
+
+def _best_of(repeats: int, function) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        function()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def pin_to_one_core() -> None:
+    """Run on one CPU core, as the target says (numba's loop is single-threaded anyway)."""
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+
+
+def run(messages: int = 2_000_000, reference_messages: int = 20_000, seed: int = 1) -> dict:
+    params = bench_params()
+    small = sim.prepare(params, bench_workload(reference_messages), seed)
+    sim.run_fast(small)  # compile (or load the cache)
+
+    big = sim.prepare(params, bench_workload(messages), seed)
+    fast_s = _best_of(3, lambda: sim.run_fast(big))
+    start = time.perf_counter()
+    result = sim.simulate(params, bench_workload(messages), seed)
+    end_to_end_s = time.perf_counter() - start
+    fast_small_s = _best_of(5, lambda: sim.run_fast(small))
+
+    start = time.perf_counter()
+    reference = run_simpy(small)
+    simpy_s = time.perf_counter() - start
+    fast_small = sim.run_fast(small)
+    agree = all(np.array_equal(fast_small[key], reference[key]) for key in fast_small)
+
+    fast_rate = messages / fast_s
+    fast_small_rate = reference_messages / fast_small_s
+    simpy_rate = reference_messages / simpy_s
+    summary = result.summary
+    return {
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else '?'} used",
+        "python": platform.python_version(),
+        "workload": "gpu_push, hold, 64 KiB credits, receiver stalls 5/20 us, 16 QPs x 8 outstanding, 64 B-16 KiB",
+        "messages": messages,
+        "fast_core_s": fast_s,
+        "fast_messages_per_s": fast_rate,
+        "fast_end_to_end_s": end_to_end_s,
+        "fast_end_to_end_messages_per_s": messages / end_to_end_s,
+        "reference_messages": reference_messages,
+        "fast_small_messages_per_s": fast_small_rate,
+        "simpy_s": simpy_s,
+        "simpy_messages_per_s": simpy_rate,
+        "speedup_same_workload": fast_small_rate / simpy_rate,
+        "speedup_vs_large_run": fast_rate / simpy_rate,
+        "agree": bool(agree),
+        "target_messages_per_s": TARGET_MESSAGES_PER_S,
+        "target_speedup": TARGET_SPEEDUP,
+        "meets_rate": fast_rate >= TARGET_MESSAGES_PER_S,
+        "meets_speedup": fast_small_rate / simpy_rate >= TARGET_SPEEDUP,
+        "sim_throughput_gbps": float(summary["throughput_gbps"]),
+        "sim_latency_p99_ns": float(summary["latency_p99_ns"]),
+        "sim_staging_peak_bytes": int(summary["staging_peak_bytes"]),
+        "sim_dropped": int(summary["dropped"]),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gpuwrite.model.bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--messages", type=int, default=2_000_000)
+    parser.add_argument("--reference-messages", type=int, default=20_000)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args(argv)
+    for name in ("messages", "reference_messages"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')}={getattr(args, name)} is not allowed; allowed: an integer >= 1")
+    pin_to_one_core()
+    figures = run(args.messages, args.reference_messages, args.seed)
+    if args.json:
+        print(json.dumps(figures, indent=2))
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title="gpuwrite model: fast simulator vs SimPy reference")
+        table.add_column("figure")
+        table.add_column("value", justify="right")
+        table.add_row("fast core, messages/s", f"{figures['fast_messages_per_s']:,.0f} ({figures['messages']:,} msgs)")
+        table.add_row("fast end to end (prepare + run), messages/s", f"{figures['fast_end_to_end_messages_per_s']:,.0f}")
+        table.add_row("fast core on the reference workload, messages/s", f"{figures['fast_small_messages_per_s']:,.0f}")
+        table.add_row("SimPy reference, messages/s", f"{figures['simpy_messages_per_s']:,.0f} ({figures['reference_messages']:,} msgs)")
+        table.add_row("speedup, same workload", f"{figures['speedup_same_workload']:,.0f}x (target {TARGET_SPEEDUP:g}x)")
+        table.add_row("per-message times identical", str(figures["agree"]))
+        table.add_row("meets 2M msgs/s", str(figures["meets_rate"]))
+        Console().print(table)
+    return 0 if figures["agree"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
