@@ -24,7 +24,7 @@ ffibuilder.set_source(
     + "".join(f'#include "{name}"\n' for name in HEADERS),
     sources=["csrc/gw_engine.c"],   # relative: setuptools builds from the project root
     include_dirs=["csrc"],
-    extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wno-unused-function"],
+    extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wno-unused-function", "-D_FORTIFY_SOURCE=2"],
     libraries=["dl", "pthread"],
 )
 

@@ -490,9 +490,12 @@ static uint32_t fetch_wqe(struct gw_engine *e, struct worker *w, struct qp *q, s
 
     /* Gather list: data segments, or one inline segment. */
     uint64_t total = 0;
-    struct gw_wqe_inline_seg first;
-    read_seg(q, q->ci_fetch, 2, &first);
-    uint32_t first_bc = be32_get(first.byte_count);
+    union {
+        struct gw_wqe_inline_seg inl;
+        uint8_t seg[GW_SEND_WQE_DS];
+    } first;
+    read_seg(q, q->ci_fetch, 2, first.seg);
+    uint32_t first_bc = be32_get(first.inl.byte_count);
     if (first_bc & GW_INLINE_SEG_FLAG) {
         uint32_t len = first_bc & ~(uint32_t)GW_INLINE_SEG_FLAG;
         if (len > GW_MAX_INLINE_BYTES || 4 + len > (ds - 2) * GW_SEND_WQE_DS) {
@@ -1169,12 +1172,13 @@ struct gw_pong {
 static void *pong_main(void *arg)
 {
     struct gw_pong *p = arg;
-    uint32_t last = load_acq32(p->ping);
+    /* Answer whenever ping differs from pong: the GPU may ring before this thread runs. */
+    uint32_t answered = load_acq32(p->pong);
     while (atomic_load_explicit(&p->running, memory_order_relaxed)) {
         uint32_t v = load_acq32(p->ping);
-        if (v != last) {
+        if (v != answered) {
             store_rel32(p->pong, v);
-            last = v;
+            answered = v;
         } else {
             __builtin_ia32_pause();
         }

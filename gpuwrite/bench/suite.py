@@ -110,7 +110,7 @@ def run_suite(quick: bool = False, progress=None) -> dict:
     for path in ("gpu_push", "nic_pull", "host_staged"):
         step(f"{path}: 1 MiB bandwidth")
         r = runner.run(path, [mib] * n_big, n_qps=32, batch=4, chunk_bytes=mib,
-                       stage_slot_bytes=4096, block_threads=1024, workers=8)
+                       stage_slot_bytes=4096, block_threads=256, workers=8)
         gbytes = r.throughput_gbps / 8
         bw[path] = {"gbytes": gbytes, "delivered": r.delivered, "messages": r.messages,
                     "ratio_to_bulk_store": gbytes / out["bulk_store_gbytes"]}

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# One call on a GPU machine: install carried wheels, build the C side, run the GPU test
+# suite, the demo and the benchmark. Logs and JSON go to $OUT (or ./gpu-out).
+# Usage: bash scripts/gpu_check.sh [quick]
+set -u
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 NUMBA_ENABLE_CUDASIM=0
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:$PWD
+else
+  export PYTHONPATH=$PWD
+fi
+{
+  nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current --format=csv
+  python3 -c "import numpy, numba, numba_cuda; print('numpy', numpy.__version__, 'numba', numba.__version__)"
+} 2>&1 | tee "$OUT/env.txt"
+python3 csrc/ffi_build.py > "$OUT/build.log" 2>&1 || { cat "$OUT/build.log"; exit 1; }
+rm -f gpuwrite/_gw_cffi.c csrc/*.o
+step() { echo "== $*"; }
+if [ "${1:-}" != "bench-only" ]; then
+  step tests
+  timeout 420 python3 -m pytest -x -q tests/foundation 2>&1 | tee "$OUT/tests.log" | tail -25
+  step demo
+  timeout 300 python3 -m gpuwrite demo --json > "$OUT/demo.json" 2> "$OUT/demo.err"
+  echo "demo rc=$?"; python3 -c "
+import json; d=json.load(open('$OUT/demo.json'))
+for r in d['results']: print(r['path'], r['messages'], r['delivered'], r['errors'], round(r['latency_p50_us'],2), round(r['throughput_gbps'],2))" 2>&1 | tail -6
+fi
+step bench
+timeout 400 python3 -m gpuwrite bench ${QUICK:+--quick} --json > "$OUT/bench.json" 2> "$OUT/bench.err"
+echo "bench rc=$?"; tail -5 "$OUT/bench.err"; cat "$OUT/bench.json" | head -80
