@@ -96,7 +96,7 @@ class Reference:
                 for name in ("credit_time", "tx_start", "tx_end", "drain_end"):
                     out[name][j] = -1
                 self.handed_to_nic[j].succeed()
-                self.took_link[j].succeed()
+                self.pass_link_turn(j)
                 yield env.timeout(inputs.error_tail)
                 out["done"][j] = env.now
                 self.completed(qp)
@@ -118,6 +118,14 @@ class Reference:
         yield env.timeout(inputs.flight + inputs.tail)
         out["done"][j] = env.now
         self.completed(qp)
+
+    def pass_link_turn(self, j: int) -> None:
+        """A dropped message gives up its turn at the link once the message before it has had its turn."""
+        previous = self.took_link[j - 1] if j > 0 else None
+        if previous is None or previous.callbacks is None:   # none, or already processed
+            self.took_link[j].succeed()
+        else:
+            previous.callbacks.append(lambda _event: self.took_link[j].succeed())
 
     def stall_left(self, now: int) -> int:
         """ps until the current stall ends (0 when not stalled)."""

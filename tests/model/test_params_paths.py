@@ -1,0 +1,127 @@
+"""Parameters (TOML, validation, calibration hook) and the analytical path model."""
+from pathlib import Path
+
+import pytest
+
+from gpuwrite.model import nic, paths, pcie
+from gpuwrite.model import topology as topo
+from gpuwrite.model.errors import ParamError
+from gpuwrite.model.params import PATHS, Params, SimConfig, Workload
+
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments" / "model"
+
+
+def test_params_round_trip_through_toml():
+    params = Params().updated({"path": "nic_pull", "topology": "across_sockets", "link": {"mps_bytes": 512},
+                               "receiver": {"stall_period_ns": 1000.0, "stall_duration_ns": 100.0}})
+    again = Params.from_toml(params.to_toml())
+    assert again == params
+    assert again.link.mps_bytes == 512 and again.receiver.stall_duration_ns == 100.0
+
+
+def test_unknown_keys_and_bad_values_name_what_is_allowed():
+    with pytest.raises(ParamError) as info:
+        Params.from_dict({"nic": {"polcy": "hold"}})
+    assert "nic.polcy" in str(info.value) and "policy" in str(info.value)
+    with pytest.raises(ParamError, match=r"nic.policy='keep'.*hold, drop"):
+        Params().updated({"nic": {"policy": "keep"}})
+    with pytest.raises(ParamError, match=r"path='rdma'.*nic_pull"):
+        Params(path="rdma")
+    with pytest.raises(ParamError, match="receiver.stall_duration_ns"):
+        Params().updated({"receiver": {"stall_period_ns": 100.0, "stall_duration_ns": 100.0}})
+    with pytest.raises(ParamError, match="workload.arrival"):
+        Workload(arrival="bursty")
+    with pytest.raises(ParamError, match="workload.weights"):
+        Workload(size_kind="choice", sizes_bytes=(64, 128), weights=(1.0,))
+
+
+def test_with_calibration_overrides_only_what_the_file_measures(tmp_path):
+    file = tmp_path / "this_machine.toml"
+    file.write_text("[params.gpu]\nstore_rate_gbps = 300.0\n[params.link]\ngeneration = 4\n")
+    params = Params().with_calibration(file)
+    assert params.gpu.store_rate_gbps == 300.0
+    assert params.link.generation == 4
+    assert params.link.width == Params().link.width
+    assert params.gpu.copy_rate_gbps == Params().gpu.copy_rate_gbps
+
+
+@pytest.mark.parametrize("file", sorted(EXPERIMENTS.glob("*.toml")), ids=lambda p: p.name)
+def test_example_configs_load(file):
+    config = SimConfig.from_toml(file)
+    assert config.params.path in PATHS
+    assert SimConfig.from_toml(config.to_toml()) == config
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("name", topo.PATH_CLASSES)
+def test_latency_is_the_sum_of_the_steps(path, name):
+    params = Params()
+    steps = paths.steps(path, name, 128, params)
+    assert paths.latency_ns(path, name, 128, params) == pytest.approx(sum(s.latency_ns for s in steps))
+    assert {s.stage for s in steps} <= set(paths.STAGES)
+
+
+def test_push_steps_are_the_route_hops_plus_endpoint_costs():
+    params = Params()
+    topology = topo.preset("across_switches")
+    route = topology.route("gpu0", "nic0")
+    size = 4096
+    link = params.link
+    payload_ns = size * 8 / pcie.effective_rate_gbps(link, "write", size)
+    doorbell_ns = pcie.write_wire_bytes(link, 8).data_direction_bytes * 8 / pcie.tlp_rate_gbps(link)
+    cqe_ns = route.one_way_latency_ns + 64 * 8 / pcie.effective_rate_gbps(link, "write", 64)
+    wire_ns = (size + params.network.header_bytes) * 8 / params.network.rate_gbps
+    expected = (params.gpu.write_issue_ns + payload_ns + route.one_way_latency_ns + doorbell_ns
+                + params.nic.processing_ns + wire_ns + 2 * params.network.propagation_ns + cqe_ns)
+    assert paths.latency_ns("gpu_push", topology, size, params) == pytest.approx(expected)
+
+
+def test_push_beats_pull_and_the_gap_grows_across_the_root_complex():
+    params = Params()
+    gaps = {}
+    for name in topo.PATH_CLASSES:
+        pull = paths.latency_ns("nic_pull", name, 4096, params)
+        push = paths.latency_ns("gpu_push", name, 4096, params)
+        assert push < pull
+        gaps[name] = pull - push
+    assert gaps["across_sockets"] > gaps["across_root_ports"] > gaps["same_switch"]
+    # peer reads across the root complex are capped; pushed writes are not
+    assert paths.throughput_gbps("nic_pull", "across_root_ports", 65536, params) == pytest.approx(100.0, rel=1e-6)
+    assert paths.throughput_gbps("gpu_push", "across_root_ports", 65536, params) > 300.0
+
+
+def test_inline_is_limited_to_inline_max():
+    params = Params()
+    assert paths.latency_ns("gpu_push_inline", "same_switch", 220, params) > 0
+    with pytest.raises(ParamError, match=r"size_bytes=221.*inline_max_bytes \(220\)"):
+        paths.latency_ns("gpu_push_inline", "same_switch", 221, params)
+
+
+def test_host_staged_pipelines_chunks():
+    small_chunks = Params().updated({"nic": {"bounce_chunk_bytes": 16384}})
+    one_chunk = Params().updated({"nic": {"bounce_chunk_bytes": 1 << 20}})
+    size = 1 << 20
+    assert paths.latency_ns("host_staged", "same_switch", size, small_chunks) < \
+        paths.latency_ns("host_staged", "same_switch", size, one_chunk)
+
+
+def test_pcie_bytes_per_direction():
+    params = Params()
+    push = paths.pcie_bytes("gpu_push", "same_switch", 512, params)
+    pull = paths.pcie_bytes("nic_pull", "same_switch", 512, params)
+    assert push["gpu_out"] == pcie.write_wire_bytes(params.link, 512).data_direction_bytes + \
+        pcie.write_wire_bytes(params.link, 8).data_direction_bytes
+    # pull adds read requests towards the GPU and completion headers for payload and WQE
+    assert pull["gpu_in"] > push["gpu_in"]
+    assert pull["nic_in"] == pcie.read_wire_bytes(params.link, 512).data_direction_bytes + \
+        pcie.read_wire_bytes(params.link, 64).data_direction_bytes + \
+        pcie.write_wire_bytes(params.link, 8).data_direction_bytes
+
+
+def test_network_credit_formulas():
+    network = nic.NetworkParams()
+    assert nic.credits_needed(network, 0) == 1
+    assert nic.credits_needed(network, 4096) == -(-(4096 + 42) // 64)
+    assert nic.credits_needed(network, 8192) == 2 * nic.credits_needed(network, 4096)
+    assert nic.network_wire_bytes(network, 10000) == 10000 + 3 * 42
+    assert nic.inline_wqe_bytes(220) == 256 and nic.inline_wqe_bytes(221) == 320

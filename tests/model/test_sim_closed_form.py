@@ -1,0 +1,83 @@
+"""The simulator against closed forms: zero-load latency, saturated throughput, Little's law."""
+import numpy as np
+import pytest
+
+from gpuwrite.model import paths, pcie, sim
+from gpuwrite.model import topology as topo
+from gpuwrite.model.params import PATHS, Params, Workload
+
+
+def sizes_for(path):
+    return (0, 64, 200) if path == "gpu_push_inline" else (64, 4096, 100_000)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("name", topo.PATH_CLASSES)
+def test_zero_load_latency_equals_the_sum_of_the_hops(path, name):
+    params = Params(path=path, topology=name)
+    for size in sizes_for(path):
+        workload = Workload(n_messages=3, arrival="open", process="periodic", interval_ns=1e6, size_bytes=size)
+        latencies = sim.simulate(params, workload, seed=0).messages["latency_ns"].to_numpy()
+        expected = sum(step.latency_ns for step in paths.steps(path, name, size, params))
+        assert np.all(np.abs(latencies - expected) < 0.01), (size, latencies, expected)
+
+
+def test_stage_times_of_one_message_follow_the_steps():
+    params = Params(path="gpu_push", topology="across_sockets")
+    row = sim.simulate(params, Workload(n_messages=1, size_bytes=4096), 0).messages.iloc[0]
+    timing = paths.path_timing("gpu_push", params.build_topology(), 4096, params)
+    assert row["at_nic_ns"] == pytest.approx(sum(timing.stage_ns(s) for s in ("pre", "ingress", "post")), abs=0.01)
+    assert row["tx_end_ns"] - row["tx_start_ns"] == pytest.approx(timing.stage_ns("wire"), abs=0.01)
+
+
+def test_saturated_throughput_equals_the_narrowest_links_effective_bandwidth():
+    # a Gen3 x8 tree behind a 400 Gb/s network: PCIe is the narrowest link
+    size = 65536
+    params = Params(path="gpu_push", link=pcie.LinkConfig(generation=3, width=8)).updated(
+        {"network": {"vl_buffer_bytes": 1 << 20}, "nic": {"staging_buffer_bytes": 4 << 20}})
+    workload = Workload(n_messages=3000, size_bytes=size, n_qps=4, outstanding=8)
+    measured = sim.simulate(params, workload, 0).summary["throughput_gbps"]
+    narrowest = pcie.effective_rate_gbps(params.link, "write", size)
+    assert paths.bottleneck("gpu_push", "same_switch", size, params)[0] == "pcie"
+    assert measured == pytest.approx(narrowest, rel=0.01)
+    assert measured == pytest.approx(paths.throughput_gbps("gpu_push", "same_switch", size, params), rel=0.01)
+
+
+def test_saturated_pull_across_root_complex_hits_the_p2p_cap():
+    params = Params(path="nic_pull", topology="across_root_ports", p2p_read_cap_gbps=60.0)
+    workload = Workload(n_messages=3000, size_bytes=16384, n_qps=4, outstanding=8)
+    measured = sim.simulate(params, workload, 0).summary["throughput_gbps"]
+    assert measured == pytest.approx(60.0, rel=0.01)
+
+
+def test_saturated_throughput_under_receiver_stalls_follows_the_duty_cycle():
+    params = Params().updated({"receiver": {"drain_rate_gbps": 100.0, "stall_period_ns": 10_000.0,
+                                            "stall_duration_ns": 2_500.0}})
+    workload = Workload(n_messages=20000, size_bytes=4096, n_qps=4, outstanding=16)
+    measured = sim.simulate(params, workload, 0).summary["throughput_gbps"]
+    drain_payload_gbps = 100.0 * 4096 / (4096 + 42) * 0.75
+    assert measured == pytest.approx(drain_payload_gbps, rel=0.02)
+    assert paths.bottleneck("gpu_push", "same_switch", 4096, params)[0] == "receiver"
+
+
+def test_littles_law_holds_on_the_nic_hold_queue():
+    size = 4096
+    params = Params().updated({"network": {"vl_buffer_bytes": 32768},
+                               "receiver": {"stall_period_ns": 20_000.0, "stall_duration_ns": 4_000.0}})
+    workload = Workload(n_messages=20000, size_bytes=size, arrival="open", process="poisson", interval_ns=120.0,
+                        samples=50_000)
+    result = sim.simulate(params, workload, seed=5)
+    records = result.messages
+    series = result.timeseries()
+    span_ns = series["time_ns"].iloc[-1]
+    # L: time-average number of messages held in the NIC, sampled from the time series
+    held_messages = (series["held_bytes"] / size).mean()
+    # lambda * W from the per-message records
+    arrival_rate = len(records) / span_ns
+    wait_ns = (records["tx_end_ns"] - records["at_nic_ns"]).mean()
+    assert held_messages > 1.0  # the queue is really used
+    assert held_messages == pytest.approx(arrival_rate * wait_ns, rel=0.02)
+    # the same for the whole system: issue to completion
+    in_system = np.array([np.count_nonzero((records["arrival_ns"] <= t) & (records["done_ns"] > t))
+                          for t in series["time_ns"].to_numpy()[::50]])
+    assert in_system.mean() == pytest.approx(arrival_rate * records["latency_ns"].mean(), rel=0.03)

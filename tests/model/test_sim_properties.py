@@ -1,0 +1,109 @@
+"""Properties of the simulator, checked with hypothesis on random small runs."""
+import numpy as np
+import pandas as pd
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpuwrite.model import sim
+from gpuwrite.model.params import Params, Workload
+
+PROPERTY_SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def runs(draw, policies=("hold", "drop"), paths=("gpu_push", "gpu_push_inline", "nic_pull", "host_staged")):
+    path = draw(st.sampled_from(paths))
+    top = 220 if path == "gpu_push_inline" else 8192
+    sizes = tuple(draw(st.lists(st.integers(0, top), min_size=1, max_size=4)))
+    period = draw(st.sampled_from([0.0, 3000.0, 20000.0]))
+    params = Params(path=path, topology=draw(st.sampled_from(["same_switch", "across_sockets"]))).updated({
+        "nic": {"policy": draw(st.sampled_from(policies)),
+                "staging_buffer_bytes": draw(st.sampled_from([16384, 65536, 1 << 20]))},
+        "network": {"vl_buffer_bytes": draw(st.sampled_from([16384, 32768, 262144])),
+                    "credit_update_delay_ns": draw(st.sampled_from([0.0, 500.0, 5000.0]))},
+        "receiver": {"drain_rate_gbps": draw(st.sampled_from([50.0, 400.0])), "stall_period_ns": period,
+                     "stall_duration_ns": period * draw(st.sampled_from([0.0, 0.25, 0.9]))},
+    })
+    workload = Workload(
+        n_messages=draw(st.integers(1, 300)), n_qps=draw(st.integers(1, 4)), outstanding=draw(st.integers(1, 8)),
+        size_kind="choice", sizes_bytes=sizes, arrival=draw(st.sampled_from(["open", "closed"])),
+        interval_ns=draw(st.sampled_from([5.0, 50.0, 500.0])), samples=200)
+    return params, workload, draw(st.integers(0, 2**16))
+
+
+@PROPERTY_SETTINGS
+@given(runs())
+def test_bytes_sent_are_delivered_held_in_flight_or_dropped_at_every_sample(run):
+    params, workload, seed = run
+    result = sim.simulate(params, workload, seed)
+    series = result.timeseries()
+    books = series["delivered_bytes"] + series["in_flight_bytes"] + series["held_bytes"] + series["dropped_bytes"]
+    assert (series["sent_bytes"] == books).all()
+    for column in ("delivered_bytes", "in_flight_bytes", "held_bytes", "dropped_bytes", "staging_bytes"):
+        assert (series[column] >= 0).all(), column
+    assert series["sent_bytes"].iloc[-1] == result.inputs.sizes.sum()
+    assert (series["credits_available"] >= 0).all()
+    assert (series["credits_available"] <= params.network.credits_total).all()
+    assert series["credits_available"].iloc[-1] == params.network.credits_total
+    assert ((series["link_utilisation"] >= -1e-9) & (series["link_utilisation"] <= 1 + 1e-9)).all()
+    if params.nic.policy == "hold" and params.path.startswith("gpu_push"):
+        assert (series["staging_bytes"] <= params.nic.staging_buffer_bytes).all()
+
+
+@PROPERTY_SETTINGS
+@given(runs(policies=("hold",)))
+def test_hold_never_drops_and_keeps_stations_in_order(run):
+    params, workload, seed = run
+    records = sim.simulate(params, workload, seed).messages
+    assert not records["dropped"].any()
+    order = ["arrival_ns", "reserve_ns", "at_nic_ns", "tx_start_ns", "tx_end_ns", "received_ns", "done_ns"]
+    for earlier, later in zip(order, order[1:]):
+        assert (records[earlier] <= records[later]).all(), (earlier, later)
+    assert (records["tx_start_ns"].iloc[1:].to_numpy() >= records["tx_end_ns"].iloc[:-1].to_numpy()).all()
+
+
+@PROPERTY_SETTINGS
+@given(runs(policies=("drop",), paths=("gpu_push", "gpu_push_inline")))
+def test_drop_drops_exactly_when_credits_are_missing(run):
+    params, workload, seed = run
+    records = sim.simulate(params, workload, seed).messages
+    sent = records[~records["dropped"]]
+    total = params.network.credits_total
+    for row in records.itertuples():
+        # credits taken by earlier messages and not yet back when this one reaches the NIC
+        earlier = sent[sent["message"] < row.message]
+        in_use = earlier.loc[(earlier["credit_time_ns"] <= row.at_nic_ns)
+                             & (earlier["credit_return_ns"] > row.at_nic_ns), "credits"].sum()
+        assert row.dropped == (total - in_use < row.credits), row.message
+
+
+@PROPERTY_SETTINGS
+@given(runs())
+def test_a_seed_reproduces_a_run_bit_for_bit(run):
+    params, workload, seed = run
+    first = sim.simulate(params, workload, seed)
+    second = sim.simulate(params, workload, seed)
+    for key in first.raw:
+        assert np.array_equal(first.raw[key], second.raw[key]), key
+    pd.testing.assert_frame_equal(first.messages, second.messages)
+    pd.testing.assert_frame_equal(first.timeseries(), second.timeseries())
+
+
+def test_another_seed_gives_another_run():
+    params = Params()
+    workload = Workload(n_messages=500, size_kind="uniform", min_bytes=64, max_bytes=8192, arrival="open")
+    a, b = sim.simulate(params, workload, 1), sim.simulate(params, workload, 2)
+    assert not np.array_equal(a.inputs.sizes, b.inputs.sizes)
+    assert not np.array_equal(a.raw["done"], b.raw["done"])
+
+
+def test_drop_loses_messages_where_hold_keeps_them():
+    base = Params().updated({"network": {"vl_buffer_bytes": 16384},
+                             "receiver": {"stall_period_ns": 10000.0, "stall_duration_ns": 5000.0}})
+    workload = Workload(n_messages=2000, size_bytes=4096, n_qps=4, outstanding=8)
+    held = sim.simulate(base, workload, 0).summary
+    dropped = sim.simulate(base.updated({"nic": {"policy": "drop"}}), workload, 0).summary
+    assert held["dropped"] == 0 and held["delivered"] == 2000
+    assert dropped["dropped"] > 0
+    assert dropped["dropped_bytes"] == 4096 * dropped["dropped"]
+    assert held["staging_peak_bytes"] > 16384
