@@ -67,7 +67,8 @@ class Inputs:
     drain: np.ndarray
     credits_need: np.ndarray
     staging_need: np.ndarray
-    pcie_bytes: dict
+    pcie_bytes: dict          # per distinct size: wire bytes per message, by direction
+    size_index: np.ndarray    # each message's index into the distinct sizes
     flight: int
     tail: int
     error_tail: int
@@ -126,7 +127,7 @@ def prepare(params: Params, workload: Workload, seed: int) -> Inputs:
         pre=_ps(columns["pre"])[inverse], ingress=_ps(columns["ingress"])[inverse],
         post=_ps(columns["post"])[inverse], wire=_ps(columns["wire"])[inverse],
         drain=_ps(columns["drain"])[inverse], credits_need=credits[inverse],
-        staging_need=staging[inverse], pcie_bytes={k: v[inverse] for k, v in pcie_per.items()},
+        staging_need=staging[inverse], pcie_bytes=pcie_per, size_index=inverse,
         flight=int(_ps(network.propagation_ns)), tail=int(_ps(tail)), error_tail=int(_ps(error_tail)),
         credit_return_delay=int(_ps(network.credit_update_delay_ns + network.propagation_ns)),
         credits_total=network.credits_total, staging_capacity=params.nic.staging_buffer_bytes,
@@ -279,9 +280,11 @@ class SimResult:
         out["latency_max_ns"] = float(latency_ns.max()) if ok.any() else float("nan")
         out["staging_peak_bytes"] = int(series["staging_bytes"].max())
         out["credits_min"] = int(series["credits_available"].min())
+        # pushed payloads cross PCIe even when the NIC then drops them
+        counted = np.ones(len(ok), bool) if inputs.is_push else ok
+        per_size = np.bincount(inputs.size_index[counted], minlength=len(inputs.pcie_bytes["gpu_out"]))
         for key, per_message in inputs.pcie_bytes.items():
-            counted = per_message if inputs.is_push else per_message[ok]
-            out[f"pcie_{key}_bytes"] = int(counted.sum())
+            out[f"pcie_{key}_bytes"] = int(per_size @ per_message)
         return pd.Series(out)
 
 

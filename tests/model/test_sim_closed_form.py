@@ -81,3 +81,13 @@ def test_littles_law_holds_on_the_nic_hold_queue():
     in_system = np.array([np.count_nonzero((records["arrival_ns"] <= t) & (records["done_ns"] > t))
                           for t in series["time_ns"].to_numpy()[::50]])
     assert in_system.mean() == pytest.approx(arrival_rate * records["latency_ns"].mean(), rel=0.03)
+
+
+def test_summary_pcie_bytes_are_the_per_message_accounting_summed():
+    params = Params(path="nic_pull", topology="across_root_ports")
+    workload = Workload(n_messages=400, size_kind="choice", sizes_bytes=(64, 1000, 9000), arrival="open")
+    result = sim.simulate(params, workload, 3)
+    topology = params.build_topology()
+    for key in ("gpu_out", "gpu_in", "nic_in", "nic_out"):
+        expected = sum(paths.pcie_bytes("nic_pull", topology, int(size), params)[key] for size in result.inputs.sizes)
+        assert result.summary[f"pcie_{key}_bytes"] == expected
