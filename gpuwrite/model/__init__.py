@@ -24,7 +24,10 @@ Parameters (``gpuwrite.model.params``)
 
 Analytical answers (``gpuwrite.model.paths``)
     ``latency_ns(path, topology, size_bytes, params)``, ``throughput_gbps(...)``,
-    ``bottleneck(...)``, ``steps(...)`` (the zero-load breakdown), ``pcie_bytes(...)``.
+    ``bottleneck(...)``, ``steps(...)`` (the zero-load breakdown), ``pcie_bytes(...)``,
+    ``rank_paths(topology, size_bytes, params, gpu=, nic=)`` (fastest path first: what
+    ``doctor`` reports). ``topology`` is a preset name or a ``Topology`` (e.g. from sysfs;
+    name the endpoints with ``Params(gpu_name=..., nic_name=...)`` or ``rank_paths``).
 
 Simulation (``gpuwrite.model.sim``)
     ``simulate(params, workload, seed) -> SimResult`` with ``.messages`` (DataFrame, one
@@ -37,7 +40,7 @@ allowed.
 """
 from gpuwrite.model.errors import ParamError
 from gpuwrite.model.params import PATHS, Params, SimConfig, Workload
-from gpuwrite.model.paths import bottleneck, latency_ns, pcie_bytes, steps, throughput_gbps
+from gpuwrite.model.paths import bottleneck, latency_ns, pcie_bytes, rank_paths, steps, throughput_gbps
 from gpuwrite.model.pcie import LinkConfig, effective_rate_gbps, efficiency, wire_bytes
 from gpuwrite.model.sim import SimResult, simulate
 from gpuwrite.model.sysfs import from_sysfs, gpu_nic_classes
@@ -46,5 +49,5 @@ from gpuwrite.model.topology import PATH_CLASSES, PRESETS, Topology, classify, p
 __all__ = [
     "PATHS", "PATH_CLASSES", "PRESETS", "LinkConfig", "ParamError", "Params", "SimConfig", "SimResult",
     "Topology", "Workload", "bottleneck", "classify", "effective_rate_gbps", "efficiency", "from_sysfs",
-    "gpu_nic_classes", "latency_ns", "pcie_bytes", "preset", "simulate", "steps", "throughput_gbps", "wire_bytes",
+    "gpu_nic_classes", "latency_ns", "pcie_bytes", "preset", "rank_paths", "simulate", "steps", "throughput_gbps", "wire_bytes",
 ]

@@ -20,6 +20,12 @@ WQE_RADDR_SEGMENT_BYTES = 16
 WQE_INLINE_HEADER_BYTES = 4
 CQE_BYTES = 64                       # mlx5 CQE (DESIGN.md byte layouts)
 DOORBELL_BYTES = 8                   # one 64-bit doorbell record / MMIO write
+# Header the GPU writes in front of each pushed payload (csrc/gw_layouts.h GW_STAGE_HDR_BYTES).
+STAGE_HEADER_BYTES = 16
+# How a gpu_push WQE reaches the NIC: written with the doorbell into the NIC's BlueFlame
+# register ("blueflame", the NIC reads nothing), or posted in GPU memory and fetched by
+# the NIC after the doorbell ("fetch", as the emulated software NIC does).
+WQE_DELIVERIES = ("blueflame", "fetch")
 # InfiniBand: credits are counted in 64-byte blocks (IBTA spec Vol 1, 7.9.4 flow control).
 CREDIT_BLOCK_BYTES = 64
 # RDMA WRITE packet headers: LRH 8 + BTH 12 + RETH 16 + ICRC 4 + VCRC 2 (IBTA spec Vol 1,
@@ -69,6 +75,8 @@ class NicParams:
     inline_max_bytes: int = 220
     # host_staged: bounce-buffer chunk size for the pipelined copy (assumption).
     bounce_chunk_bytes: int = 64 * 1024
+    # gpu_push: how the WQE reaches the NIC (WQE_DELIVERIES).
+    push_wqe_delivery: str = "blueflame"
 
     def __post_init__(self):
         check_positive("nic.processing_ns", self.processing_ns, zero_ok=True)
@@ -77,6 +85,7 @@ class NicParams:
         check_choice("nic.scheduler", self.scheduler, SCHEDULERS)
         _check_int("nic.inline_max_bytes", self.inline_max_bytes, 0)
         _check_int("nic.bounce_chunk_bytes", self.bounce_chunk_bytes, 1)
+        check_choice("nic.push_wqe_delivery", self.push_wqe_delivery, WQE_DELIVERIES)
 
 
 @dataclass(frozen=True)

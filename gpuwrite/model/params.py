@@ -45,7 +45,12 @@ def _section_from_dict(cls, name: str, data: dict):
     for key in data:
         if key not in allowed:
             raise ParamError(f"{name}.{key}", data[key], "keys " + ", ".join(sorted(allowed)))
-    return cls(**data)
+    try:
+        return cls(**data)
+    except ParamError as exc:
+        if exc.name.startswith(f"{name}."):
+            raise
+        raise ParamError(f"{name}.{exc.name}", exc.value, exc.allowed) from None
 
 
 def _section_to_dict(obj) -> dict:

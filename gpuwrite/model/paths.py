@@ -76,11 +76,16 @@ def _ser_ns(route: topo.Route, operation: str, size_bytes: int, cap_gbps: float 
     return size_bytes * 8.0 / rate
 
 
+def _posted_after_ns(route: topo.Route, size_bytes: int) -> float:
+    """A small write that follows the payload on the same link costs only its serialisation."""
+    link = route.pcie_links()[0].pcie
+    return pcie.serialization_ns(pcie.write_wire_bytes(link, size_bytes).data_direction_bytes,
+                                 pcie.tlp_rate_gbps(link))
+
+
 def _doorbell_ns(route: topo.Route) -> float:
     """The doorbell write follows the payload on the same link: one TLP's serialisation."""
-    link = route.pcie_links()[0].pcie
-    return pcie.serialization_ns(pcie.write_wire_bytes(link, nicmod.DOORBELL_BYTES).data_direction_bytes,
-                                 pcie.tlp_rate_gbps(link))
+    return _posted_after_ns(route, nicmod.DOORBELL_BYTES)
 
 
 def _read_round_trip_ns(route: topo.Route, target: topo.Node) -> float:
@@ -113,16 +118,26 @@ def path_timing(path: str, topology: topo.Topology, size_bytes: int, params: Par
     cqe = Transfer("CQE", nic_name, gpu_name, "write", nicmod.CQE_BYTES)
     extra_hold = 0.0
     if path == "gpu_push":
+        pushed = size_bytes + nicmod.STAGE_HEADER_BYTES
         steps = [
             Step("GPU issues the payload stores", issue, "pre"),
-            Step("payload crosses PCIe (posted writes)",
-                 _ser_ns(to_nic, "write", size_bytes, params.gpu.store_rate_gbps), "ingress"),
+            Step("slot header + payload cross PCIe (posted writes)",
+                 _ser_ns(to_nic, "write", pushed, params.gpu.store_rate_gbps), "ingress"),
             Step("payload propagates GPU -> NIC", to_nic.one_way_latency_ns, "post"),
-            Step("doorbell write follows the payload", _doorbell_ns(to_nic), "post"),
-            Step("NIC processes the doorbell", processing, "post"),
         ]
-        transfers = [Transfer("payload", gpu_name, nic_name, "write", size_bytes),
-                     Transfer("doorbell", gpu_name, nic_name, "write", nicmod.DOORBELL_BYTES), cqe]
+        transfers = [Transfer("slot header + payload", gpu_name, nic_name, "write", pushed)]
+        if params.nic.push_wqe_delivery == "blueflame":
+            steps.append(Step("WQE written with the doorbell (BlueFlame) follows the payload",
+                              _posted_after_ns(to_nic, wqe), "post"))
+            transfers.append(Transfer("WQE + doorbell", gpu_name, nic_name, "write", wqe))
+        else:
+            steps.append(Step("doorbell write follows the payload", _doorbell_ns(to_nic), "post"))
+            steps.append(Step("NIC fetches the WQE from GPU memory",
+                              _read_round_trip_ns(to_nic, gpu) + _ser_ns(to_nic, "read", wqe), "post"))
+            transfers += [Transfer("doorbell", gpu_name, nic_name, "write", nicmod.DOORBELL_BYTES),
+                          Transfer("WQE fetch", nic_name, gpu_name, "read", wqe)]
+        steps.append(Step("NIC processes the WQE", processing, "post"))
+        transfers.append(cqe)
     elif path == "gpu_push_inline":
         if size_bytes > params.nic.inline_max_bytes:
             raise ParamError("size_bytes", size_bytes,
@@ -276,3 +291,25 @@ def pcie_bytes(path: str, topology, size_bytes: int, params: Params | None = Non
             if destination == nic_name:
                 out["nic_in"] += count
     return out
+
+
+def rank_paths(topology, size_bytes: int, params: Params | None = None,
+               gpu: str | None = None, nic: str | None = None) -> list[dict]:
+    """Every path that can carry ``size_bytes`` between ``gpu`` and ``nic``, fastest first.
+
+    Each entry: path, zero-load latency_ns, saturated throughput_gbps, bottleneck. This is
+    what ``doctor`` reports as "the data path to expect to win here".
+    """
+    params = params or Params()
+    overrides = {key: value for key, value in (("gpu_name", gpu), ("nic_name", nic)) if value}
+    params = params.updated(overrides) if overrides else params
+    topology = _topology(topology, params)
+    ranked = []
+    for path in PATHS:
+        if path == "gpu_push_inline" and size_bytes > params.nic.inline_max_bytes:
+            continue
+        name, busy_ns = bottleneck(path, topology, size_bytes, params)
+        ranked.append({"path": path, "latency_ns": latency_ns(path, topology, size_bytes, params),
+                       "throughput_gbps": size_bytes * 8.0 / busy_ns if busy_ns > 0 else 0.0,
+                       "bottleneck": name})
+    return sorted(ranked, key=lambda entry: entry["latency_ns"])

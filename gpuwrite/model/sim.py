@@ -111,7 +111,8 @@ def prepare(params: Params, workload: Workload, seed: int) -> Inputs:
             raise ParamError("message size_bytes", size,
                              f"messages that fit the receive buffer: {timing.credits} credits needed, "
                              f"network.vl_buffer_bytes gives {network.credits_total}")
-        staging[k] = nicmod.inline_wqe_bytes(size) if params.path == "gpu_push_inline" else size
+        staging[k] = (nicmod.inline_wqe_bytes(size) if params.path == "gpu_push_inline"
+                      else size + nicmod.STAGE_HEADER_BYTES)
         if is_push and params.nic.policy == "hold" and staging[k] > params.nic.staging_buffer_bytes:
             raise ParamError("message size_bytes", size,
                              f"at most nic.staging_buffer_bytes ({params.nic.staging_buffer_bytes}) on {params.path}")

@@ -1,7 +1,7 @@
 """Random WQE bytes never crash the engine nor write outside registered memory."""
 import numpy as np
 
-from conftest import ACCESS_RW, canaried
+from gwtest import ACCESS_RW, canaried
 from gpuwrite import layouts as L
 from gpuwrite.host.wqe import HostPoster, rdma_write
 

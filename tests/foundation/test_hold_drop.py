@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from conftest import small
+from gwtest import small
 from gpuwrite.host.verbs import Context, LinkConfig
 from gpuwrite.paths import runner
 

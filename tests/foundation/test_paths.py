@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from conftest import ACCESS_RW, small
+from gwtest import ACCESS_RW, small
 from gpuwrite.host.wqe import HostPoster, rdma_write
 from gpuwrite.paths import runner
 

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from conftest import ACCESS_RW, canaried
+from gwtest import ACCESS_RW, canaried
 from gpuwrite import layouts as L
 from gpuwrite.host.wqe import HostPoster, ctrl_seg, rdma_write
 
