@@ -125,7 +125,7 @@ def run_suite(quick: bool = False, progress=None) -> dict:
     for path in ("gpu_push", "gpu_push_inline"):
         step(f"{path}: 64-byte message rate")
         r = runner.run(path, [64] * (n_qps * per_qp), n_qps=n_qps, batch=16, block_threads=32,
-                       workers=12)
+                       workers=14)
         span_s = r.bytes * 8 / (r.throughput_gbps * 1e9) if r.throughput_gbps else float("inf")
         rate[path] = {"mpps": r.delivered / span_s / 1e6, "delivered": r.delivered,
                       "messages": r.messages}

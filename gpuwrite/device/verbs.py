@@ -23,7 +23,6 @@ from gpuwrite import layouts as L
 from gpuwrite.cudaenv import cuda
 from gpuwrite.device.intrinsics import (
     backoff,
-    fence_sys,
     globaltimer_ns,
     ld_acquire_sys_u32,
     st_relaxed_sys_u64,
@@ -297,13 +296,14 @@ def wqe_rdma_write_inline(Q, i, src, src_word, nbytes, raddr, rkey, signaled):
 def ring_doorbell(Q, i):
     """Publishes every WQE written so far on QP ``i`` to the NIC (one thread).
 
-    The doorbell record is a release store: it orders the payload and WQE writes of this
-    thread, and of the block's threads that synchronised with it, before the NIC can see
-    the new producer index. The 8-byte doorbell register write (the first 8 bytes of the
+    The doorbell record is a system-scope release store: it orders the payload and WQE
+    writes of this thread, and (release is cumulative) those of the block's threads that
+    synchronised with it through ``cuda.syncthreads()``, before the NIC can see the new
+    producer index. The engine checks this on every pushed message: a staging header
+    that is not yet visible fails the WQE with reason ``bad_staging``. The 8-byte doorbell register write (the first 8 bytes of the
     last WQE's control segment, as mlx5 BlueFlame expects) follows it.
     """
     pi = Q[Q_STATE][i, S_PI]
-    fence_sys()  # payload and WQE stores of the block -> before the doorbell record
     st_release_sys_u32(Q[Q_DBREC][i], _DB_SEND, bswap32(pi & 0xFFFF))
     st_relaxed_sys_u64(Q[Q_UAR], i, Q[Q_STATE][i, S_DB_WORD])
 

@@ -36,7 +36,9 @@ class Mapped:
 def mapped(shape, dtype) -> Mapped:
     """Allocates zeroed pinned host memory mapped into the GPU."""
     arr = cuda.mapped_array(shape, dtype=dtype)
-    host = arr._ary if SIMULATOR else arr  # the simulator wraps a numpy array
+    # The simulator wraps a numpy array; on a GPU, Numba's MappedNDArray overrides view()
+    # and friends, so the host gets a plain ndarray over the same memory.
+    host = arr._ary if SIMULATOR else np.ndarray.view(arr, np.ndarray)
     host[...] = 0
     return Mapped(arr, host)
 

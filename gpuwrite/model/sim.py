@@ -115,7 +115,8 @@ def prepare(params: Params, workload: Workload, seed: int) -> Inputs:
                       else size + nicmod.STAGE_HEADER_BYTES)
         if is_push and params.nic.policy == "hold" and staging[k] > params.nic.staging_buffer_bytes:
             raise ParamError("message size_bytes", size,
-                             f"at most nic.staging_buffer_bytes ({params.nic.staging_buffer_bytes}) on {params.path}")
+                             f"messages whose staged bytes ({staging[k]} here, headers included) fit "
+                             f"nic.staging_buffer_bytes ({params.nic.staging_buffer_bytes}) on {params.path}")
         for key, value in paths.pcie_bytes(params.path, topology, size, params).items():
             pcie_per[key][k] = value
     gpu_name, _ = params.endpoints(topology)
