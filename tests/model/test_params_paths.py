@@ -67,8 +67,9 @@ def test_push_steps_are_the_route_hops_plus_endpoint_costs():
     route = topology.route("gpu0", "nic0")
     size = 4096
     link = params.link
-    payload_ns = size * 8 / pcie.effective_rate_gbps(link, "write", size)
-    doorbell_ns = pcie.write_wire_bytes(link, 8).data_direction_bytes * 8 / pcie.tlp_rate_gbps(link)
+    pushed = size + nic.STAGE_HEADER_BYTES
+    payload_ns = pushed * 8 / pcie.effective_rate_gbps(link, "write", pushed)
+    doorbell_ns = pcie.write_wire_bytes(link, 64).data_direction_bytes * 8 / pcie.tlp_rate_gbps(link)  # WQE via BlueFlame
     cqe_ns = route.one_way_latency_ns + 64 * 8 / pcie.effective_rate_gbps(link, "write", 64)
     wire_ns = (size + params.network.header_bytes) * 8 / params.network.rate_gbps
     expected = (params.gpu.write_issue_ns + payload_ns + route.one_way_latency_ns + doorbell_ns
@@ -109,8 +110,8 @@ def test_pcie_bytes_per_direction():
     params = Params()
     push = paths.pcie_bytes("gpu_push", "same_switch", 512, params)
     pull = paths.pcie_bytes("nic_pull", "same_switch", 512, params)
-    assert push["gpu_out"] == pcie.write_wire_bytes(params.link, 512).data_direction_bytes + \
-        pcie.write_wire_bytes(params.link, 8).data_direction_bytes
+    assert push["gpu_out"] == pcie.write_wire_bytes(params.link, 512 + 16).data_direction_bytes + \
+        pcie.write_wire_bytes(params.link, 64).data_direction_bytes
     # pull adds read requests towards the GPU and completion headers for payload and WQE
     assert pull["gpu_in"] > push["gpu_in"]
     assert pull["nic_in"] == pcie.read_wire_bytes(params.link, 512).data_direction_bytes + \
@@ -125,3 +126,30 @@ def test_network_credit_formulas():
     assert nic.credits_needed(network, 8192) == 2 * nic.credits_needed(network, 4096)
     assert nic.network_wire_bytes(network, 10000) == 10000 + 3 * 42
     assert nic.inline_wqe_bytes(220) == 256 and nic.inline_wqe_bytes(221) == 320
+
+
+def test_errors_inside_a_section_name_the_section():
+    with pytest.raises(ParamError, match=r"link.mps_bytes=300.*128, 256"):
+        Params.from_dict({"link": {"mps_bytes": 300}})
+
+
+def test_rank_paths_puts_push_first_and_works_on_a_read_topology():
+    ranked = paths.rank_paths("across_sockets", 4096)
+    assert ranked[0]["path"] == "gpu_push"
+    assert [entry["latency_ns"] for entry in ranked] == sorted(entry["latency_ns"] for entry in ranked)
+    assert "gpu_push_inline" not in {entry["path"] for entry in ranked}
+    small = paths.rank_paths(topo.preset("same_switch"), 64, gpu="gpu0", nic="nic0")
+    assert {entry["path"] for entry in small} == set(PATHS)
+    with pytest.raises(ParamError, match="endpoint='gpu7'"):
+        paths.rank_paths("same_switch", 64, gpu="gpu7")
+
+
+def test_push_with_a_fetched_wqe_pays_a_read_round_trip():
+    blueflame = Params()
+    fetched = Params().updated({"nic": {"push_wqe_delivery": "fetch"}})
+    route = topo.preset("across_root_ports").route("gpu0", "nic0")
+    gap = (paths.latency_ns("gpu_push", "across_root_ports", 64, fetched)
+           - paths.latency_ns("gpu_push", "across_root_ports", 64, blueflame))
+    assert gap > 2 * route.one_way_latency_ns
+    assert paths.latency_ns("gpu_push", "across_root_ports", 64, fetched) < \
+        paths.latency_ns("nic_pull", "across_root_ports", 64, fetched)
