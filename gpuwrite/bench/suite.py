@@ -110,9 +110,9 @@ def run_suite(quick: bool = False, progress=None) -> dict:
     for path in ("gpu_push", "nic_pull", "host_staged"):
         step(f"{path}: 1 MiB bandwidth")
         # 128 QPs (one block each) keep enough stores in flight to fill PCIe; each QP's
-        # staging ring holds two 1 MiB messages; 12 engine threads deliver in parallel.
+        # staging ring holds four 1 MiB messages; 12 engine threads deliver in parallel.
         r = runner.run(path, [mib] * n_big, n_qps=128, batch=4, chunk_bytes=mib,
-                       stage_slots=2 * (mib // 4096 + 1), stage_slot_bytes=4096,
+                       stage_slots=4 * (mib // 4096 + 1), stage_slot_bytes=4096,
                        block_threads=512, workers=12)
         gbytes = r.throughput_gbps / 8
         bw[path] = {"gbytes": gbytes, "delivered": r.delivered, "messages": r.messages,

@@ -151,12 +151,20 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
         d_params = cuda.to_device(params)
         if not ctx.running:
             ctx.start()
+        timer = None
         if stall_receiver_s > 0:
-            ctx.stall_receiver(True)
+            # The receiver stalls from before the first message; the stall ends
+            # stall_receiver_s after the kernel starts (on a GPU the launch returns once
+            # the kernel is compiled and queued; the simulator runs it inside the call).
             import threading
-            threading.Timer(stall_receiver_s, ctx.stall_receiver, args=(False,)).start()
+            ctx.stall_receiver(True)
+            timer = threading.Timer(stall_receiver_s, ctx.stall_receiver, args=(False,))
+            if SIMULATOR:
+                timer.start()
         K.send_messages[n_qps, threads](qs.device_args, d_msgs, d_first, src_dev, d_params,
                                         t_post, t_done, result, pend)
+        if timer is not None and not SIMULATOR:
+            timer.start()
         cuda.synchronize()
         counters = ctx.counters()
         tp = t_post.copy_to_host()

@@ -141,8 +141,10 @@ for fn in (wait, ring):
     print(ptx)
 """
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
+    # Run outside the checkout: its gpuwrite/ folder (no compiled extension) must not
+    # shadow the installed package.
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                          timeout=600)
+                          timeout=600, cwd=tempfile.gettempdir())
     if proc.returncode != 0 and ("nvrtc" in proc.stderr.lower() or "nvvm" in proc.stderr.lower()):
         pytest.skip("no NVVM/NVRTC here to compile PTX: " + proc.stderr.strip().splitlines()[-1])
     assert proc.returncode == 0, proc.stderr[-3000:]
