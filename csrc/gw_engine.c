@@ -432,14 +432,6 @@ static int claim_staging(struct qp *q, struct desc *d, const struct sge *s)
         return -1;
     q->stage_cursor += hdr.slots;
     q->push_seq++;
-    /* The next messages of a batch usually have this one's size: start their misses. */
-    for (uint32_t ahead = 1; ahead <= 4; ahead++) {
-        const uint8_t *next = (const uint8_t *)(uintptr_t)q->stage_addr +
-            (size_t)((q->stage_cursor + (ahead - 1) * hdr.slots) % q->stage_slots) *
-                q->stage_slot_bytes;
-        __builtin_prefetch(next, 0, 3);
-        __builtin_prefetch(next + 64, 0, 3);
-    }
     d->stage_slots = hdr.slots;
     d->pushed = 1;
     return 0;
