@@ -89,7 +89,7 @@ def _heap_pop(times, seqs, qps, size):
 
 
 @njit(cache=True)
-def run_core(mode, open_arrival, n_qps, outstanding, issue_gap,
+def run_core(mode, open_arrival, open_qp, n_qps, outstanding, issue_gap,
              pre, ingress, post, wire, drain, credits_need, staging_need,
              flight, tail, error_tail, credit_return_delay, credits_total, staging_capacity,
              is_push, hold, stall_period, stall_duration, stall_offset,
@@ -122,7 +122,7 @@ def run_core(mode, open_arrival, n_qps, outstanding, issue_gap,
             t_arrival, seq, qp, heap_size = _heap_pop(heap_t, heap_s, heap_q, heap_size)
         else:
             t_arrival = open_arrival[j]
-            qp = j % n_qps
+            qp = open_qp[j]
         qp_out[j] = qp
         arrival[j] = t_arrival
         t = t_arrival
@@ -179,7 +179,7 @@ def run_core(mode, open_arrival, n_qps, outstanding, issue_gap,
                     tx_end[j] = -1
                     drain_end[j] = -1
                     done[j] = t + error_tail
-                    if mode == MODE_CLOSED and issued < n:
+                    if mode == MODE_CLOSED:
                         heap_size = _heap_push(heap_t, heap_s, heap_q, heap_size, done[j], issued, qp)
                         issued += 1
                     continue
@@ -202,6 +202,184 @@ def run_core(mode, open_arrival, n_qps, outstanding, issue_gap,
         drain_free = stall_finish_ps(start, drain[j], stall_period, stall_duration, stall_offset)
         drain_end[j] = drain_free
         done[j] = received + tail
-        if mode == MODE_CLOSED and issued < n:
+        # every completion offers its QP's next issue; the n earliest offers are the
+        # messages (popping in time order), whatever order completions were computed in
+        if mode == MODE_CLOSED:
             heap_size = _heap_push(heap_t, heap_s, heap_q, heap_size, done[j], issued, qp)
             issued += 1
+
+
+INFINITY = 1 << 62
+
+
+@njit(cache=True)
+def run_core_round_robin(mode, open_arrival, open_qp, n_qps, outstanding, issue_gap,
+                         pre, ingress, post, wire, drain, credits_need, staging_need,
+                         flight, tail, error_tail, credit_return_delay, credits_total, staging_capacity,
+                         hold, stall_period, stall_duration, stall_offset,
+                         qp_out, arrival, reserve, at_nic, credit_time, tx_start, tx_end, drain_end, done, dropped):
+    """Push paths with a per-QP round-robin scheduler: an event loop over five event kinds.
+
+    Messages reach the NIC first come, first served (staging admission and the PCIe
+    ingress are FIFO), then wait in one queue per QP. Whenever the link is free the NIC
+    picks the next non-empty QP after the last one served; with ``hold`` it sends that
+    QP's head once enough credits are back (taken when transmission starts). With
+    ``drop`` credits are taken on arrival at the NIC, and a message without them is lost.
+    All events of one instant are applied before the scheduler decides.
+    """
+    n = pre.shape[0]
+    heap_cap = n_qps * outstanding + 1
+    heap_t = np.empty(heap_cap, np.int64)
+    heap_s = np.empty(heap_cap, np.int64)
+    heap_q = np.empty(heap_cap, np.int64)
+    heap_size = 0
+    issued = 0
+    if mode == MODE_CLOSED:
+        first = min(n, n_qps * outstanding)
+        for k in range(first):
+            heap_size = _heap_push(heap_t, heap_s, heap_q, heap_size, k * issue_gap, k, k % n_qps)
+        issued = first
+
+    waiting_admission = np.empty(n, np.int64)     # arrived, FIFO for staging space
+    admission_head = 0
+    admission_tail = 0
+    admitted = np.empty(n, np.int64)              # in admission order; at_nic is monotone
+    admitted_count = 0
+    nic_pointer = 0
+    queue_head = np.full(n_qps, -1, np.int64)     # per-QP FIFO of messages in the NIC
+    queue_tail = np.full(n_qps, -1, np.int64)
+    queue_next = np.full(n, -1, np.int64)
+    waiting = 0
+    sent = np.empty(n, np.int64)                  # in transmission order
+    sent_count = 0
+    return_pointer = 0
+    free_pointer = 0
+    credits = credits_total
+    staging_used = 0
+    ingress_free = 0
+    link_free = 0
+    drain_free = 0
+    last_served = n_qps - 1
+    next_index = 0
+    open_pointer = 0
+    finished = 0
+    now = 0
+    while finished < n:
+        t = INFINITY
+        if mode == MODE_OPEN:
+            if open_pointer < n and open_arrival[open_pointer] < t:
+                t = open_arrival[open_pointer]
+        elif heap_size > 0 and next_index < n and heap_t[0] < t:
+            t = heap_t[0]
+        if nic_pointer < admitted_count and at_nic[admitted[nic_pointer]] < t:
+            t = at_nic[admitted[nic_pointer]]
+        if return_pointer < sent_count and drain_end[sent[return_pointer]] + credit_return_delay < t:
+            t = drain_end[sent[return_pointer]] + credit_return_delay
+        if hold and free_pointer < sent_count and tx_end[sent[free_pointer]] < t:
+            t = tx_end[sent[free_pointer]]
+        if waiting > 0 and link_free > now and link_free < t:
+            t = link_free
+        if t == INFINITY:
+            break
+        if t > now:
+            now = t
+
+        # 1. staging space and 2. credits come back
+        if hold:
+            while free_pointer < sent_count and tx_end[sent[free_pointer]] <= now:
+                staging_used -= staging_need[sent[free_pointer]]
+                free_pointer += 1
+        while return_pointer < sent_count and drain_end[sent[return_pointer]] + credit_return_delay <= now:
+            credits += credits_need[sent[return_pointer]]
+            return_pointer += 1
+        # 3. arrivals
+        if mode == MODE_OPEN:
+            while open_pointer < n and open_arrival[open_pointer] <= now:
+                j = open_pointer
+                qp_out[j] = open_qp[j]
+                arrival[j] = open_arrival[j]
+                waiting_admission[admission_tail] = j
+                admission_tail += 1
+                open_pointer += 1
+        else:
+            while heap_size > 0 and next_index < n and heap_t[0] <= now:
+                t_arrival, seq, qp, heap_size = _heap_pop(heap_t, heap_s, heap_q, heap_size)
+                j = next_index
+                next_index += 1
+                qp_out[j] = qp
+                arrival[j] = t_arrival
+                waiting_admission[admission_tail] = j
+                admission_tail += 1
+        # 4. staging admission (FIFO), then the PCIe ingress (FIFO)
+        while admission_head < admission_tail:
+            j = waiting_admission[admission_head]
+            if hold and staging_used + staging_need[j] > staging_capacity:
+                break
+            if hold:
+                staging_used += staging_need[j]
+            reserve[j] = now
+            start = now + pre[j]
+            if ingress_free > start:
+                start = ingress_free
+            ingress_free = start + ingress[j]
+            at_nic[j] = ingress_free + post[j]
+            admitted[admitted_count] = j
+            admitted_count += 1
+            admission_head += 1
+        # 5. messages reach the NIC and join their QP's queue
+        while nic_pointer < admitted_count and at_nic[admitted[nic_pointer]] <= now:
+            j = admitted[nic_pointer]
+            nic_pointer += 1
+            if not hold:
+                if credits < credits_need[j]:
+                    dropped[j] = 1
+                    credit_time[j] = -1
+                    tx_start[j] = -1
+                    tx_end[j] = -1
+                    drain_end[j] = -1
+                    done[j] = at_nic[j] + error_tail
+                    finished += 1
+                    if mode == MODE_CLOSED:
+                        heap_size = _heap_push(heap_t, heap_s, heap_q, heap_size, done[j], issued, qp_out[j])
+                        issued += 1
+                    continue
+                credits -= credits_need[j]
+                credit_time[j] = now
+            qp = qp_out[j]
+            if queue_tail[qp] == -1:
+                queue_head[qp] = j
+            else:
+                queue_next[queue_tail[qp]] = j
+            queue_tail[qp] = j
+            waiting += 1
+        # 6. the scheduler: next non-empty QP after the last one served
+        if waiting > 0 and link_free <= now:
+            q = last_served
+            for _ in range(n_qps):
+                q = (q + 1) % n_qps
+                if queue_head[q] != -1:
+                    break
+            h = queue_head[q]
+            if (not hold) or credits >= credits_need[h]:
+                if hold:
+                    credits -= credits_need[h]
+                    credit_time[h] = now
+                queue_head[q] = queue_next[h]
+                if queue_head[q] == -1:
+                    queue_tail[q] = -1
+                waiting -= 1
+                last_served = q
+                tx_start[h] = now
+                link_free = now + wire[h]
+                tx_end[h] = link_free
+                received = link_free + flight
+                start = received if received > drain_free else drain_free
+                drain_free = stall_finish_ps(start, drain[h], stall_period, stall_duration, stall_offset)
+                drain_end[h] = drain_free
+                done[h] = received + tail
+                sent[sent_count] = h
+                sent_count += 1
+                finished += 1
+                if mode == MODE_CLOSED:
+                    heap_size = _heap_push(heap_t, heap_s, heap_q, heap_size, done[h], issued, qp_out[h])
+                    issued += 1

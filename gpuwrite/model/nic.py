@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from gpuwrite.model.errors import ParamError, check_choice, check_positive
 
 POLICIES = ("hold", "drop")
-SCHEDULERS = ("fifo",)
+SCHEDULERS = ("fifo", "round_robin")
 
 # mlx5 WQE layout (csrc header, DESIGN.md): 64-byte basic blocks; a control segment of
 # 16 B, a remote-address segment of 16 B, an inline-data header of 4 B.
@@ -68,7 +68,8 @@ class NicParams:
     # hold: the GPU reserves staging space first and the NIC holds data until credits
     # exist (never loses). drop: the naive design, lost when credits are missing.
     policy: str = "hold"
-    # The NIC serves QPs in doorbell order (one FIFO across QPs).
+    # fifo: the NIC serves messages in the order they reach it, across QPs.
+    # round_robin: one queue per QP, served in turn (push paths only).
     scheduler: str = "fifo"
     # BlueFlame register of 256 B minus control, remote-address and inline headers:
     # 256 - 16 - 16 - 4 = 220 (mlx5 layout; assumption on the BlueFlame size).

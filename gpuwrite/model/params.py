@@ -78,6 +78,9 @@ class Params:
         check_choice("topology", self.topology, tuple(topo.PRESETS))
         check_positive("p2p_read_cap_gbps", self.p2p_read_cap_gbps)
         check_positive("p2p_read_cap_cross_socket_gbps", self.p2p_read_cap_cross_socket_gbps)
+        if self.nic.scheduler == "round_robin" and self.path not in ("gpu_push", "gpu_push_inline"):
+            raise ParamError("nic.scheduler", self.nic.scheduler,
+                             f"fifo on {self.path} (round_robin only on gpu_push and gpu_push_inline)")
 
     _SECTIONS = {"link": pcie.LinkConfig, "gpu": GpuParams, "nic": NicParams,
                  "network": NetworkParams, "receiver": ReceiverParams}
@@ -164,7 +167,8 @@ class Workload:
 
     Sizes: ``fixed`` (``size_bytes``), ``choice`` (``sizes_bytes`` with ``weights``), or
     ``uniform`` integers in [``min_bytes``, ``max_bytes``]. Arrivals: ``open`` (a
-    ``poisson`` or ``periodic`` process with mean gap ``interval_ns``, QPs taken in turn)
+    ``poisson`` or ``periodic`` process with mean gap ``interval_ns``; QPs taken in turn,
+    or drawn with ``qp_weights``)
     or ``closed`` (each QP keeps ``outstanding`` messages in flight; the first ones are
     issued ``issue_gap_ns`` apart).
     """
@@ -183,6 +187,7 @@ class Workload:
     process: str = "poisson"
     interval_ns: float = 100.0
     samples: int = 1000          # points in the time series
+    qp_weights: tuple = ()       # open loop: QP of each message drawn with these weights
 
     def __post_init__(self):
         for name in ("n_messages", "n_qps", "outstanding", "samples"):
@@ -196,6 +201,11 @@ class Workload:
         check_positive("workload.interval_ns", self.interval_ns)
         object.__setattr__(self, "sizes_bytes", tuple(self.sizes_bytes))
         object.__setattr__(self, "weights", tuple(self.weights))
+        object.__setattr__(self, "qp_weights", tuple(self.qp_weights))
+        if self.qp_weights and (len(self.qp_weights) != self.n_qps or min(self.qp_weights) < 0
+                                or sum(self.qp_weights) <= 0):
+            raise ParamError("workload.qp_weights", self.qp_weights,
+                             f"{self.n_qps} non-negative numbers (one per QP) with a positive sum")
         for name in ("size_bytes", "min_bytes", "max_bytes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -222,6 +232,7 @@ class Workload:
         out = _section_to_dict(self)
         out["sizes_bytes"] = list(self.sizes_bytes)
         out["weights"] = list(self.weights)
+        out["qp_weights"] = list(self.qp_weights)
         return out
 
     @classmethod

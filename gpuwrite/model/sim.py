@@ -54,12 +54,21 @@ def open_arrivals_ps(workload: Workload, rng: np.random.Generator) -> np.ndarray
     return _ps(np.cumsum(gaps))
 
 
+def open_qps(workload: Workload, rng: np.random.Generator) -> np.ndarray:
+    """QP of each open-loop message: in turn, or drawn with ``qp_weights``."""
+    if not workload.qp_weights:
+        return np.arange(workload.n_messages, dtype=np.int64) % workload.n_qps
+    weights = np.asarray(workload.qp_weights, dtype=np.float64)
+    return rng.choice(workload.n_qps, size=workload.n_messages, p=weights / weights.sum()).astype(np.int64)
+
+
 @dataclass(frozen=True)
 class Inputs:
     """Everything the simulator cores consume: per-message service times in ps and scalars."""
 
     sizes: np.ndarray
     open_arrival: np.ndarray
+    open_qp: np.ndarray
     pre: np.ndarray
     ingress: np.ndarray
     post: np.ndarray
@@ -84,6 +93,7 @@ class Inputs:
     n_qps: int
     outstanding: int
     issue_gap: int
+    round_robin: bool = False
 
 
 def prepare(params: Params, workload: Workload, seed: int) -> Inputs:
@@ -93,6 +103,7 @@ def prepare(params: Params, workload: Workload, seed: int) -> Inputs:
     rng = np.random.default_rng(int(seed))
     sizes = message_sizes(workload, rng)
     arrivals = open_arrivals_ps(workload, rng) if workload.arrival == "open" else np.zeros(0, np.int64)
+    open_qp = open_qps(workload, rng) if workload.arrival == "open" else np.zeros(0, np.int64)
     topology = params.build_topology()
     unique, inverse = np.unique(sizes, return_inverse=True)
     columns = {name: np.empty(len(unique), np.float64) for name in ("pre", "ingress", "post", "wire", "drain")}
@@ -125,7 +136,7 @@ def prepare(params: Params, workload: Workload, seed: int) -> Inputs:
     error_tail = tail - network.propagation_ns  # an error CQE: no acknowledgement to wait for
     receiver = params.receiver
     return Inputs(
-        sizes=sizes, open_arrival=arrivals,
+        sizes=sizes, open_arrival=arrivals, open_qp=open_qp,
         pre=_ps(columns["pre"])[inverse], ingress=_ps(columns["ingress"])[inverse],
         post=_ps(columns["post"])[inverse], wire=_ps(columns["wire"])[inverse],
         drain=_ps(columns["drain"])[inverse], credits_need=credits[inverse],
@@ -138,6 +149,7 @@ def prepare(params: Params, workload: Workload, seed: int) -> Inputs:
         stall_offset=int(_ps(receiver.stall_offset_ns)),
         mode=_core.MODE_OPEN if workload.arrival == "open" else _core.MODE_CLOSED,
         n_qps=workload.n_qps, outstanding=workload.outstanding, issue_gap=int(_ps(workload.issue_gap_ns)),
+        round_robin=params.nic.scheduler == "round_robin",
     )
 
 
@@ -149,7 +161,18 @@ def run_fast(inputs: Inputs) -> dict[str, np.ndarray]:
     n = len(inputs.sizes)
     out = {name: np.zeros(n, np.int64) for name in RECORD_FIELDS}
     out["dropped"] = np.zeros(n, np.int8)
-    _core.run_core(inputs.mode, inputs.open_arrival, inputs.n_qps, inputs.outstanding, inputs.issue_gap,
+    if inputs.round_robin:
+        _core.run_core_round_robin(
+            inputs.mode, inputs.open_arrival, inputs.open_qp, inputs.n_qps, inputs.outstanding, inputs.issue_gap,
+            inputs.pre, inputs.ingress, inputs.post, inputs.wire, inputs.drain,
+            inputs.credits_need, inputs.staging_need,
+            inputs.flight, inputs.tail, inputs.error_tail, inputs.credit_return_delay,
+            inputs.credits_total, inputs.staging_capacity, inputs.hold,
+            inputs.stall_period, inputs.stall_duration, inputs.stall_offset,
+            out["qp"], out["arrival"], out["reserve"], out["at_nic"], out["credit_time"],
+            out["tx_start"], out["tx_end"], out["drain_end"], out["done"], out["dropped"])
+        return out
+    _core.run_core(inputs.mode, inputs.open_arrival, inputs.open_qp, inputs.n_qps, inputs.outstanding, inputs.issue_gap,
                    inputs.pre, inputs.ingress, inputs.post, inputs.wire, inputs.drain,
                    inputs.credits_need, inputs.staging_need,
                    inputs.flight, inputs.tail, inputs.error_tail, inputs.credit_return_delay,

@@ -4,7 +4,8 @@ Nothing here is tuned for speed. Each message is a SimPy process that walks the 
 stations as the fast core (``_core.run_core``): a Container for the staging buffer
 (``hold``), a Resource for the PCIe ingress link, a Container of network credits, a
 Resource for the network link, a Resource for the receiver, which stalls in periodic
-windows. The NIC hands WQEs to its send engine in posting order. It consumes the same
+windows. With the ``fifo`` scheduler the NIC hands WQEs to its send engine in posting
+order; with ``round_robin`` a scheduler process serves one queue per QP in turn. It consumes the same
 prepared inputs (``sim.prepare``) and returns the same per-message arrays, so a test can
 check that both give identical per-message times, and the benchmark compares their speed.
 """
@@ -36,13 +37,18 @@ class Reference:
         self.took_link = [env.event() for _ in range(self.n)]       # holds the link (or dropped)
         self.next_index = 0
         self.issued = 0
+        # round_robin: one queue per QP, a scheduler process, and its wake-up event
+        self.queues = [[] for _ in range(inputs.n_qps)]
+        self.sent = [env.event() for _ in range(self.n)] if inputs.round_robin else []
+        self.wake = env.event()
+        self.last_served = inputs.n_qps - 1
 
     # --- sources --------------------------------------------------------------------
     def open_source(self):
         for j in range(self.n):
             yield self.env.timeout(int(self.inputs.open_arrival[j]) - self.env.now)
             self.next_index += 1
-            self.env.process(self.message(j, j % self.inputs.n_qps))
+            self.env.process(self.message(j, int(self.inputs.open_qp[j])))
 
     def issue_at(self, when_ps: int, qp: int):
         yield self.env.timeout(when_ps - self.env.now)
@@ -87,6 +93,9 @@ class Reference:
             yield env.timeout(int(inputs.ingress[j]))
         yield env.timeout(int(inputs.post[j]))
         out["at_nic"][j] = env.now
+        if inputs.round_robin:
+            yield from self.round_robin_tail(j, qp)
+            return
         if inputs.is_push:
             if j > 0:
                 yield self.handed_to_nic[j - 1]
@@ -118,6 +127,72 @@ class Reference:
         yield env.timeout(inputs.flight + inputs.tail)
         out["done"][j] = env.now
         self.completed(qp)
+
+    def round_robin_tail(self, j: int, qp: int):
+        """Round-robin scheduler: join the QP's queue, wait to be sent, then finish."""
+        env, inputs, out = self.env, self.inputs, self.out
+        if not inputs.hold:
+            need = int(inputs.credits_need[j])
+            if self.credits.level < need:
+                out["dropped"][j] = 1
+                for name in ("credit_time", "tx_start", "tx_end", "drain_end"):
+                    out[name][j] = -1
+                yield env.timeout(inputs.error_tail)
+                out["done"][j] = env.now
+                self.completed(qp)
+                return
+            yield self.credits.get(need)
+            out["credit_time"][j] = env.now
+        self.queues[qp].append(j)
+        self.kick()
+        yield self.sent[j]
+        if inputs.hold:
+            yield self.staging.put(int(inputs.staging_need[j]))
+        env.process(self.receive(j))
+        yield env.timeout(inputs.flight + inputs.tail)
+        out["done"][j] = env.now
+        self.completed(qp)
+
+    def kick(self) -> None:
+        """Something changed that the scheduler may act on (a message arrived, credits came back)."""
+        if not self.wake.triggered:
+            self.wake.succeed()
+
+    def end_of_instant(self) -> simpy.Event:
+        """An event that fires after every other event of the current instant."""
+        event = simpy.Event(self.env)
+        event._ok = True
+        event._value = None
+        self.env.schedule(event, priority=simpy.events.NORMAL + 1)
+        return event
+
+    def scheduler(self):
+        """Whenever the link is free: the next non-empty QP after the last one served sends its head."""
+        env, inputs, out = self.env, self.inputs, self.out
+        while True:
+            yield self.end_of_instant()
+            order = [(self.last_served + k) % inputs.n_qps for k in range(1, inputs.n_qps + 1)]
+            ready = [q for q in order if self.queues[q]]
+            if not ready:
+                self.wake = env.event()
+                yield self.wake
+                continue
+            q = ready[0]
+            head = self.queues[q][0]
+            need = int(inputs.credits_need[head])
+            if inputs.hold and self.credits.level < need:
+                self.wake = env.event()
+                yield self.wake
+                continue
+            if inputs.hold:
+                yield self.credits.get(need)
+                out["credit_time"][head] = env.now
+            self.queues[q].pop(0)
+            self.last_served = q
+            out["tx_start"][head] = env.now
+            yield env.timeout(int(inputs.wire[head]))
+            out["tx_end"][head] = env.now
+            self.sent[head].succeed()
 
     def pass_link_turn(self, j: int) -> None:
         """A dropped message gives up its turn at the link once the message before it has had its turn."""
@@ -161,8 +236,11 @@ class Reference:
             self.out["drain_end"][j] = env.now
         yield env.timeout(inputs.credit_return_delay)
         yield self.credits.put(int(inputs.credits_need[j]))
+        self.kick()
 
     def run(self) -> dict[str, np.ndarray]:
+        if self.inputs.round_robin:
+            self.env.process(self.scheduler())
         if self.inputs.mode == fast._core.MODE_OPEN:
             self.env.process(self.open_source())
         else:
