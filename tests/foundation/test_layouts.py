@@ -140,9 +140,13 @@ for fn in (wait, ring):
     print("=====", fn.__name__)
     print(ptx)
 """
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
-    # Run outside the checkout: its gpuwrite/ folder (no compiled extension) must not
-    # shadow the installed package.
+    import gpuwrite
+    # The child imports the same gpuwrite as this process (installed, or built in place),
+    # and runs outside the checkout so that a source folder without the compiled
+    # extension cannot shadow it.
+    here = os.path.dirname(os.path.dirname(gpuwrite.__file__))
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0",
+               PYTHONPATH=os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                           timeout=600, cwd=tempfile.gettempdir())
     if proc.returncode != 0 and ("nvrtc" in proc.stderr.lower() or "nvvm" in proc.stderr.lower()):
