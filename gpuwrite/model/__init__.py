@@ -17,7 +17,9 @@ Topologies (``gpuwrite.model.topology``, ``gpuwrite.model.sysfs``)
     from a sysfs PCI tree and ``gpu_nic_classes(topology)`` lists every GPU/NIC pair's class.
 
 Parameters (``gpuwrite.model.params``)
-    ``Params`` (path, topology, link, gpu, nic, network, receiver): ``to_toml``,
+    ``Params`` (path, topology: a preset name or ``"sysfs:<dir>"``, link, gpu, nic
+    (staging buffer, ``hold``/``drop`` policy, ``fifo``/``round_robin`` scheduler),
+    network (credits), receiver (drain rate, stalls)): ``to_toml``,
     ``from_toml``, ``to_dict``/``from_dict``, ``updated(overrides)``,
     ``with_calibration(file)`` (a measured TOML file becomes "this machine").
     ``Workload`` (sizes, open/closed arrivals, QPs) and ``SimConfig`` (seed + both).

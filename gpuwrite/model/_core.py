@@ -13,6 +13,9 @@ all stations before the next (a Lindley recursion per station, with FIFO queues 
 times at which staging space and credits come back) gives the same times as an event
 calendar. Closed-loop arrivals come from a small heap of next-issue times per QP.
 
+The per-QP round-robin scheduler breaks first-come-first-served order at the NIC, so it
+has its own core, ``run_core_round_robin``: a plain event loop over the same stations.
+
 All times are integer picoseconds, so both implementations agree bit for bit.
 """
 from __future__ import annotations

@@ -75,7 +75,8 @@ class Params:
 
     def __post_init__(self):
         check_choice("path", self.path, PATHS)
-        check_choice("topology", self.topology, tuple(topo.PRESETS))
+        if not self.topology.startswith("sysfs:"):
+            check_choice("topology", self.topology, (*topo.PRESETS, "sysfs:<directory>"))
         check_positive("p2p_read_cap_gbps", self.p2p_read_cap_gbps)
         check_positive("p2p_read_cap_cross_socket_gbps", self.p2p_read_cap_cross_socket_gbps)
         if self.nic.scheduler == "round_robin" and self.path not in ("gpu_push", "gpu_push_inline"):
@@ -86,7 +87,18 @@ class Params:
                  "network": NetworkParams, "receiver": ReceiverParams}
 
     def build_topology(self) -> topo.Topology:
-        """The preset topology with this link configuration and these P2P caps."""
+        """The preset topology with this link configuration and these P2P caps.
+
+        ``topology = "sysfs:/sys/devices"`` reads this machine's tree instead (link speeds
+        and widths from sysfs, the rest of ``link`` from here); name the endpoints with
+        ``gpu_name`` and ``nic_name`` (PCI addresses) or the first GPU and NIC are used.
+        """
+        if self.topology.startswith("sysfs:"):
+            from gpuwrite.model.sysfs import from_sysfs
+            from dataclasses import replace as _replace
+            read = from_sysfs(self.topology[len("sysfs:"):], default_link=self.link)
+            return _replace(read, p2p_read_cap_gbps=self.p2p_read_cap_gbps,
+                            p2p_read_cap_cross_socket_gbps=self.p2p_read_cap_cross_socket_gbps, _adjacency=None)
         return topo.preset(self.topology, self.link, p2p_read_cap_gbps=self.p2p_read_cap_gbps,
                            p2p_read_cap_cross_socket_gbps=self.p2p_read_cap_cross_socket_gbps)
 

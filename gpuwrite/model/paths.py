@@ -15,6 +15,7 @@ narrowest link (cut-through switches).
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from gpuwrite.model import nic as nicmod
@@ -219,8 +220,7 @@ def _topology(topology: topo.Topology | str | None, params: Params) -> topo.Topo
     if topology is None:
         return params.build_topology()
     if isinstance(topology, str):
-        return topo.preset(topology, params.link, p2p_read_cap_gbps=params.p2p_read_cap_gbps,
-                           p2p_read_cap_cross_socket_gbps=params.p2p_read_cap_cross_socket_gbps)
+        return dataclasses.replace(params, topology=topology).build_topology()
     return topology
 
 

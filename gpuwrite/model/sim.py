@@ -289,6 +289,7 @@ class SimResult:
             "path": self.params.path,
             "topology": self.params.topology,
             "policy": self.params.nic.policy,
+            "scheduler": self.params.nic.scheduler,
             "seed": self.seed,
             "messages": len(inputs.sizes),
             "delivered": int(ok.sum()),

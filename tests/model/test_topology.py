@@ -143,3 +143,18 @@ def test_sysfs_bad_directory_names_the_path(tmp_path):
         sysfs.from_sysfs(tmp_path / "missing")
     with pytest.raises(ParamError, match="pciDDDD:BB"):
         sysfs.from_sysfs(tmp_path)
+
+
+def test_params_can_simulate_on_a_sysfs_tree(tmp_path):
+    from gpuwrite.model import paths, sim
+    from gpuwrite.model.params import Params, Workload
+
+    for host_bridge in ("pci0000:00", "pci0000:80"):
+        (tmp_path / host_bridge).mkdir()
+    tree_across_sockets(tmp_path)
+    params = Params(topology=f"sysfs:{tmp_path}", path="nic_pull")
+    assert params.build_topology().route("0000:01:00.0", "0000:81:00.0").path_class == "across_sockets"
+    latency = sim.simulate(params, Workload(n_messages=1, size_bytes=4096), 0).messages["latency_ns"].iloc[0]
+    assert latency == pytest.approx(paths.latency_ns("nic_pull", params.build_topology(), 4096, params), abs=0.01)
+    with pytest.raises(ParamError, match="topology='ring'"):
+        Params(topology="ring")
