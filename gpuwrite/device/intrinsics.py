@@ -74,37 +74,30 @@ else:
 
         return sig, codegen
 
-    @intrinsic
-    def st_release_sys_u32(typingctx, arr, index, value):
-        """Store arr[index] with system-scope release: earlier accesses land first."""
-        sig = types.void(arr, index, value)
+    def _store_codegen(ptx: str, bits: int, numba_type, constraint: str):
+        """Codegen of a store intrinsic: one PTX store of arr[index] with a memory clobber."""
 
         def codegen(context, builder, sig, args):
             ptr = _element_pointer(context, builder, sig, args)
-            val = context.cast(builder, args[2], sig.args[2], types.uint32)
-            fnty = ir.FunctionType(ir.VoidType(), [ptr.type, ir.IntType(32)])
-            asm = ir.InlineAsm(fnty, "st.release.sys.global.u32 [$0], $1;", "l,r,~{memory}",
-                               side_effect=True)
+            val = context.cast(builder, args[2], sig.args[2], numba_type)
+            fnty = ir.FunctionType(ir.VoidType(), [ptr.type, ir.IntType(bits)])
+            asm = ir.InlineAsm(fnty, ptx, f"l,{constraint},~{{memory}}", side_effect=True)
             builder.call(asm, [ptr, val])
             return context.get_dummy_value()
 
-        return sig, codegen
+        return codegen
+
+    @intrinsic
+    def st_release_sys_u32(typingctx, arr, index, value):
+        """Store arr[index] with system-scope release: earlier accesses land first."""
+        return types.void(arr, index, value), _store_codegen(
+            "st.release.sys.global.u32 [$0], $1;", 32, types.uint32, "r")
 
     @intrinsic
     def st_relaxed_sys_u64(typingctx, arr, index, value):
         """Store a 64-bit word visible system-wide, with no ordering (doorbell register)."""
-        sig = types.void(arr, index, value)
-
-        def codegen(context, builder, sig, args):
-            ptr = _element_pointer(context, builder, sig, args)
-            val = context.cast(builder, args[2], sig.args[2], types.uint64)
-            fnty = ir.FunctionType(ir.VoidType(), [ptr.type, ir.IntType(64)])
-            asm = ir.InlineAsm(fnty, "st.relaxed.sys.global.u64 [$0], $1;", "l,l,~{memory}",
-                               side_effect=True)
-            builder.call(asm, [ptr, val])
-            return context.get_dummy_value()
-
-        return sig, codegen
+        return types.void(arr, index, value), _store_codegen(
+            "st.relaxed.sys.global.u64 [$0], $1;", 64, types.uint64, "l")
 
     @intrinsic
     def fence_sys(typingctx):

@@ -112,6 +112,15 @@ def bswap32(x):
 
 
 @cuda.jit(device=True)
+def ring_run(claimed, ring, n):
+    """Where a run of ``n`` units goes in a ring of ``ring`` units after ``claimed`` were
+    claimed: (position, padding). Runs never wrap the end; skipped units are padding."""
+    pos = claimed % ring
+    pad = ring - pos if pos + n > ring else 0
+    return pos, pad
+
+
+@cuda.jit(device=True)
 def qp_in_error(Q, i):
     """True once the NIC has moved QP ``i`` to the error state."""
     return ld_acquire_sys_u32(Q[Q_STATUS][i], _ST_STATE) == _QPS_ERR
@@ -133,8 +142,7 @@ def stage_reserve(Q, i, nbytes, timeout_ns):
     if need > slots:
         return E_TOO_LARGE, 0, 0
     res = state[i, S_STAGE_RES]
-    pos = res % slots
-    pad = slots - pos if pos + need > slots else 0
+    pos, pad = ring_run(res, slots, need)
     total = pad + need
     free = slots - (res - state[i, S_STAGE_FREED])
     if free < total:
@@ -372,8 +380,7 @@ def bounce_reserve(Q, i, nwords, timeout_ns):
     if nwords > ring:
         return E_TOO_LARGE, 0
     res = state[i, S_BOUNCE_RES]
-    pos = res % ring
-    pad = ring - pos if pos + nwords > ring else 0
+    pos, pad = ring_run(res, ring, nwords)
     start = globaltimer_ns()
     while res + pad + nwords - state[i, S_BOUNCE_FREE] > ring:
         st = poll_cq(Q, i)
