@@ -252,7 +252,8 @@ class SimResult:
         credits_out = (cumulative(raw["credit_time"], inputs.credits_need, sent)
                        - cumulative(raw["drain_end"] + inputs.credit_return_delay, inputs.credits_need, sent))
         # link busy time up to each sample, then utilisation per sample interval
-        tx_start, wire = raw["tx_start"][sent], inputs.wire[sent]
+        on_link = np.argsort(raw["tx_start"][sent], kind="stable")   # round_robin sends out of index order
+        tx_start, wire = raw["tx_start"][sent][on_link], inputs.wire[sent][on_link]
         cum_wire = np.concatenate([[0], np.cumsum(wire)])
         index = np.searchsorted(tx_start, times, side="right")  # messages started by then
         busy = cum_wire[index].astype(np.float64)

@@ -68,3 +68,15 @@ def test_round_robin_is_only_for_push_paths():
         Params(path="nic_pull").updated({"nic": {"scheduler": "round_robin"}})
     with pytest.raises(ParamError, match="workload.qp_weights"):
         Workload(n_qps=2, qp_weights=(1.0,))
+
+
+def test_link_utilisation_is_a_fraction_when_sending_out_of_order():
+    workload = Workload(n_messages=3000, n_qps=2, arrival="open", interval_ns=150.0, qp_weights=(9, 1),
+                        size_kind="choice", sizes_bytes=(64, 4096), samples=300)
+    result = sim.simulate(round_robin().updated({"nic": {"staging_buffer_bytes": 1 << 20}}), workload, 1)
+    utilisation = result.timeseries()["link_utilisation"]
+    assert utilisation.between(0.0, 1.0 + 1e-9).all()
+    busy_ns = (result.messages["tx_end_ns"] - result.messages["tx_start_ns"]).sum()
+    span_ns = result.timeseries()["time_ns"].iloc[-1]
+    step_ns = span_ns / 300
+    assert utilisation.sum() * step_ns == pytest.approx(busy_ns, rel=1e-3)
