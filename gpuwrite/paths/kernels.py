@@ -147,6 +147,12 @@ def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
             batch_first = m + 1
             if params[P_WAIT_EACH] != 0 or tail - head >= cap:
                 sh[0] = dv.wait_done(Q, i, state[i, dv.S_PI], timeout)
+            else:
+                # One non-blocking poll per batch (one CQE per batch is produced), so that
+                # completion times are stamped when they happen, not when space runs out.
+                polled = dv.poll_cq(Q, i)
+                if polled < 0:
+                    sh[0] = polled
             head = _reap(Q, i, pend, t_done, head, tail)
         cuda.syncthreads()
         status = sh[0]
