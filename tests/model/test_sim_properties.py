@@ -113,3 +113,15 @@ def test_drop_loses_messages_where_hold_keeps_them():
     assert dropped["dropped"] > 0
     assert dropped["dropped_bytes"] == 4096 * dropped["dropped"]
     assert held["staging_peak_bytes"] > 16384
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(runs())
+def test_fast_core_and_simpy_reference_agree_on_random_runs(run):
+    from gpuwrite.model.simpy_ref import run_simpy
+
+    params, workload, seed = run
+    inputs = sim.prepare(params, workload, seed)
+    fast, reference = sim.run_fast(inputs), run_simpy(inputs)
+    for key in fast:
+        assert np.array_equal(fast[key], reference[key]), key
