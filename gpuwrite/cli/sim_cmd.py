@@ -5,7 +5,6 @@ The file holds ``seed``, a ``[params]`` table (as ``Params.to_toml`` writes it, 
 """
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 

@@ -10,11 +10,15 @@ topology.py, nic.py); ``SOURCES`` lists them for display.
 from __future__ import annotations
 
 import dataclasses
-import tomllib
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import tomli_w
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the tomli backport (pyproject.toml)
+    import tomli as tomllib
 
 from gpuwrite.model import pcie
 from gpuwrite.model import topology as topo
@@ -95,9 +99,8 @@ class Params:
         """
         if self.topology.startswith("sysfs:"):
             from gpuwrite.model.sysfs import from_sysfs
-            from dataclasses import replace as _replace
             read = from_sysfs(self.topology[len("sysfs:"):], default_link=self.link)
-            return _replace(read, p2p_read_cap_gbps=self.p2p_read_cap_gbps,
+            return dataclasses.replace(read, p2p_read_cap_gbps=self.p2p_read_cap_gbps,
                             p2p_read_cap_cross_socket_gbps=self.p2p_read_cap_cross_socket_gbps, _adjacency=None)
         return topo.preset(self.topology, self.link, p2p_read_cap_gbps=self.p2p_read_cap_gbps,
                            p2p_read_cap_cross_socket_gbps=self.p2p_read_cap_cross_socket_gbps)

@@ -13,7 +13,6 @@ Worked example (DESIGN.md): a 512-byte read answered by two 256-byte completions
 """
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 
 from gpuwrite.model.errors import ParamError, check_choice
@@ -276,4 +275,3 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-__all__ = [name for name in dir() if not name.startswith("_") and name not in ("annotations", "math")]
