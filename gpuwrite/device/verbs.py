@@ -11,6 +11,7 @@ the bus is one function here:
 * ``wqe_rdma_write``  build an RDMA-write WQE (data segment) at the producer index
 * ``wqe_rdma_write_inline``  the same with the payload inside the WQE
 * ``ring_doorbell``   publish the doorbell record, then write the doorbell register
+  (``flush_doorbell`` rings only if WQEs are pending; every wait does so first)
 * ``poll_cq`` / ``wait_done``  consume completions, wait for a WQE to complete
 
 ``Q`` is the tuple of arrays a :class:`gpuwrite.host.QueueSet` hands to kernels (see
@@ -64,7 +65,8 @@ S_BOUNCE_FREE = 7   # bounce words free again (from completions)
 S_LAST_SYND = 8     # syndrome << 8 | reason of the last error completion
 S_LAST_CQE = 9      # wqe_counter of the last completion
 S_DB_WORD = 10      # first 8 bytes of the last WQE's control segment (doorbell value)
-S_COLS = 11
+S_DB_PI = 11        # producer index at the last doorbell
+S_COLS = 12
 
 # Columns of the read-only QP description (int64).
 I_QPN, I_SQ_BBS, I_NCQE, I_LOG_NCQE, I_SLOTS, I_SLOT_BYTES, I_STAGE_ADDR, I_STAGE_LKEY, \
@@ -146,6 +148,7 @@ def stage_reserve(Q, i, nbytes, timeout_ns):
     total = pad + need
     free = slots - (res - state[i, S_STAGE_FREED])
     if free < total:
+        flush_doorbell(Q, i)   # the NIC returns slots only for WQEs it has been told of
         start = globaltimer_ns()
         while True:
             freed = ld_acquire_sys_u32(Q[Q_STATUS][i], _ST_FREED)
@@ -197,20 +200,8 @@ def copy_words(dst, dst_word, src, src_word, nwords):
 @cuda.jit(device=True)
 def sq_reserve(Q, i, nbb, timeout_ns):
     """Waits until ``nbb`` basic blocks of send queue are free; returns a status."""
-    state = Q[Q_STATE]
-    sq_bbs = Q[Q_INFO][i, I_SQ_BBS]
-    if state[i, S_PI] + nbb - state[i, S_DONE] <= sq_bbs:
-        return OK
-    start = globaltimer_ns()
-    while state[i, S_PI] + nbb - state[i, S_DONE] > sq_bbs:
-        st = poll_cq(Q, i)
-        if st < 0:
-            return st
-        if st == 0:
-            if globaltimer_ns() - start > timeout_ns:
-                return E_TIMEOUT_SQ
-            backoff(_POLL_NS)
-    return OK
+    target = Q[Q_STATE][i, S_PI] + nbb - Q[Q_INFO][i, I_SQ_BBS]
+    return _poll_cq_until(Q, i, S_DONE, target, timeout_ns, E_TIMEOUT_SQ)
 
 
 @cuda.jit(device=True)
@@ -314,6 +305,14 @@ def ring_doorbell(Q, i):
     pi = Q[Q_STATE][i, S_PI]
     st_release_sys_u32(Q[Q_DBREC][i], _DB_SEND, bswap32(pi & 0xFFFF))
     st_relaxed_sys_u64(Q[Q_UAR], i, Q[Q_STATE][i, S_DB_WORD])
+    Q[Q_STATE][i, S_DB_PI] = pi
+
+
+@cuda.jit(device=True)
+def flush_doorbell(Q, i):
+    """Rings the doorbell if WQEs were written since the last one (one thread)."""
+    if Q[Q_STATE][i, S_PI] != Q[Q_STATE][i, S_DB_PI]:
+        ring_doorbell(Q, i)
 
 
 @cuda.jit(device=True)
@@ -354,19 +353,32 @@ def poll_cq(Q, i):
 
 
 @cuda.jit(device=True)
-def wait_done(Q, i, target_pi, timeout_ns):
-    """Waits until every WQE before producer index ``target_pi`` has completed."""
+def _poll_cq_until(Q, i, column, target, timeout_ns, timeout_error):
+    """Consumes completions until QP state ``column`` reaches ``target``.
+
+    WQEs written but not yet announced are announced first: their completions may be
+    what the wait needs. Returns OK, an error completion's code, or ``timeout_error``.
+    """
     state = Q[Q_STATE]
+    if state[i, column] >= target:
+        return OK
+    flush_doorbell(Q, i)
     start = globaltimer_ns()
-    while state[i, S_DONE] < target_pi:
+    while state[i, column] < target:
         st = poll_cq(Q, i)
         if st < 0:
             return st
         if st == 0:
             if globaltimer_ns() - start > timeout_ns:
-                return E_TIMEOUT_CQE
+                return timeout_error
             backoff(_POLL_NS)
     return OK
+
+
+@cuda.jit(device=True)
+def wait_done(Q, i, target_pi, timeout_ns):
+    """Waits until every WQE before producer index ``target_pi`` has completed."""
+    return _poll_cq_until(Q, i, S_DONE, target_pi, timeout_ns, E_TIMEOUT_CQE)
 
 
 @cuda.jit(device=True)
@@ -381,14 +393,8 @@ def bounce_reserve(Q, i, nwords, timeout_ns):
         return E_TOO_LARGE, 0
     res = state[i, S_BOUNCE_RES]
     pos, pad = ring_run(res, ring, nwords)
-    start = globaltimer_ns()
-    while res + pad + nwords - state[i, S_BOUNCE_FREE] > ring:
-        st = poll_cq(Q, i)
-        if st < 0:
-            return st, 0
-        if st == 0:
-            if globaltimer_ns() - start > timeout_ns:
-                return E_TIMEOUT_SQ, 0
-            backoff(_POLL_NS)
+    st = _poll_cq_until(Q, i, S_BOUNCE_FREE, res + pad + nwords - ring, timeout_ns, E_TIMEOUT_SQ)
+    if st != OK:
+        return st, 0
     state[i, S_BOUNCE_RES] = res + pad + nwords
     return OK, (pos + pad) % ring

@@ -19,7 +19,7 @@ from gpuwrite import layouts as L
 from gpuwrite._gw_cffi import ffi, lib
 from gpuwrite.cudaenv import SIMULATOR, cuda
 from gpuwrite.device import verbs as dv
-from gpuwrite.host.memory import Mapped, describe, device_zeros, mapped
+from gpuwrite.host.memory import describe, device_zeros, mapped
 
 POLICIES = {"hold": L.POLICY_HOLD, "drop": L.POLICY_DROP}
 _ERRLEN = 256

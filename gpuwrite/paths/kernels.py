@@ -32,15 +32,6 @@ R_STATUS, R_SENT, R_SYND = 0, 1, 2
 
 
 @cuda.jit(device=True)
-def _flush_doorbell(Q, i, db_pi):
-    """Rings the doorbell if WQEs were written since the last one; returns the new mark."""
-    pi = Q[dv.Q_STATE][i, dv.S_PI]
-    if pi != db_pi:
-        dv.ring_doorbell(Q, i)
-    return pi
-
-
-@cuda.jit(device=True)
 def _reap(Q, i, pend, t_done, head, tail):
     """Stamps the completion time of every batch the CQ has retired."""
     done = Q[dv.Q_STATE][i, dv.S_DONE]
@@ -67,7 +58,6 @@ def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
     state = Q[dv.Q_STATE]
     info = Q[dv.Q_INFO]
     cap = pend.shape[1]
-    db_pi = state[i, dv.S_PI]
     head = 0
     tail = 0
     batch_first = m0
@@ -96,17 +86,12 @@ def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
             if tid == 0:
                 nbb = dv.inline_bbs(n) if path == INLINE else 1
                 st = dv.sq_reserve(Q, i, nbb, timeout)
-                if st == dv.E_TIMEOUT_SQ or st == dv.E_TIMEOUT_STAGING:
-                    db_pi = _flush_doorbell(Q, i, db_pi)
-                    st = dv.sq_reserve(Q, i, nbb, timeout)
                 word = 0
                 if st == 0 and path == PUSH:
-                    db_pi = _flush_doorbell(Q, i, db_pi)
                     st, first, total = dv.stage_reserve(Q, i, n, timeout)
                     if st == 0:
                         word = dv.stage_header(Q, i, first, n, total, state[i, dv.S_PI])
                 elif st == 0 and path == STAGED:
-                    db_pi = _flush_doorbell(Q, i, db_pi)
                     st, word = dv.bounce_reserve(Q, i, (n + 3) // 4, timeout)
                 sh[0] = st
                 sh[1] = word
@@ -136,10 +121,10 @@ def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
             else:
                 dv.wqe_rdma_write_inline(Q, i, src, src_word, n, raddr, rkey, signaled)
             if tid == 0 and not last:
-                db_pi = _flush_doorbell(Q, i, db_pi)
+                dv.flush_doorbell(Q, i)
             off += n
         if status == 0 and end_of_batch and tid == 0:
-            db_pi = _flush_doorbell(Q, i, db_pi)
+            dv.flush_doorbell(Q, i)
             pend[i, tail % cap, 0] = state[i, dv.S_PI]
             pend[i, tail % cap, 1] = batch_first
             pend[i, tail % cap, 2] = m + 1
@@ -159,7 +144,7 @@ def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
         m += 1
     if tid == 0:
         if status == 0:
-            db_pi = _flush_doorbell(Q, i, db_pi)
+            dv.flush_doorbell(Q, i)
             status = dv.wait_done(Q, i, state[i, dv.S_PI], timeout)
         head = _reap(Q, i, pend, t_done, head, tail)
         result[i, R_STATUS] = status

@@ -7,7 +7,6 @@ failed (an error completion, with its syndrome), or never completed.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -57,10 +56,6 @@ class PathResult:
         return d
 
 
-def _mixed(n, sizes, rng):
-    return rng.choice(np.asarray(sizes, dtype=np.int64), size=n)
-
-
 DEMO_SIZES = (64, 256, 1024, 4096, 16384, 65536)
 INLINE_SIZES = (16, 64, 128, 256, 448)
 
@@ -68,7 +63,8 @@ INLINE_SIZES = (16, 64, 128, 256, 448)
 def default_sizes(path: str, n: int, seed: int = 1) -> np.ndarray:
     """A mixed-size workload: inline paths get sizes that fit a WQE."""
     rng = np.random.default_rng(seed)
-    return _mixed(n, INLINE_SIZES if path == "gpu_push_inline" else DEMO_SIZES, rng)
+    sizes = INLINE_SIZES if path == "gpu_push_inline" else DEMO_SIZES
+    return rng.choice(np.asarray(sizes, dtype=np.int64), size=n)
 
 
 def _validate(path, sizes, n_qps, batch, chunk_bytes, sq_bbs):
@@ -210,8 +206,3 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
             ctx.stop()
             ctx.close()
 
-
-def time_call(fn, *args, **kwargs):
-    t0 = time.perf_counter()
-    out = fn(*args, **kwargs)
-    return out, time.perf_counter() - t0
