@@ -416,12 +416,18 @@ static int claim_staging(struct qp *q, struct desc *d, const struct sge *s)
     if (q->staging_key == 0 || s->addr < q->stage_addr + GW_STAGE_HDR_BYTES)
         return -1;
     uint64_t ring_bytes = (uint64_t)q->stage_slots * q->stage_slot_bytes;
-    uint64_t off = s->addr - GW_STAGE_HDR_BYTES - q->stage_addr;
-    if (off % q->stage_slot_bytes || off + GW_STAGE_HDR_BYTES + s->length > ring_bytes)
+    uint64_t off = s->addr - GW_STAGE_HDR_BYTES - q->stage_addr;   /* the header's offset */
+    if (off % GW_STAGE_HDR_BYTES || off + GW_STAGE_HDR_BYTES + s->length > ring_bytes)
         return -1;
     struct gw_stage_hdr hdr;
     memcpy(&hdr, (const void *)(uintptr_t)(s->addr - GW_STAGE_HDR_BYTES), sizeof(hdr));
-    uint32_t need = (uint32_t)((GW_STAGE_HDR_BYTES + (uint64_t)s->length +
+    if (hdr.flags & ~GW_STAGE_F_ALIGNED)
+        return -1;
+    uint64_t lead = hdr.flags & GW_STAGE_F_ALIGNED ? GW_STAGE_ALIGN_BYTES - GW_STAGE_HDR_BYTES : 0;
+    if (off < lead || (off - lead) % q->stage_slot_bytes)
+        return -1;
+    off -= lead;                                                    /* the first slot's */
+    uint32_t need = (uint32_t)((lead + GW_STAGE_HDR_BYTES + (uint64_t)s->length +
                                 q->stage_slot_bytes - 1) / q->stage_slot_bytes);
     if (hdr.magic_seq != (GW_STAGE_MAGIC | q->push_seq) || hdr.byte_count != s->length ||
         hdr.slots < need || hdr.slots > q->stage_slots || hdr.wqe_index != d->wqe_index)

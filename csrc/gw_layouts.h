@@ -175,20 +175,29 @@ struct gw_cq_dbrec {
 };
 
 /*
- * Staging-slot header: the first 16 bytes of every gpu_push message in the staging
+ * Staging-slot header: 16 bytes in front of every gpu_push message in the staging
  * region (gpuwrite's own, little-endian: only GPU and NIC engine read it). The data
  * segment of the WQE points at the payload that follows this header.
+ *
+ * A small message's header starts its first slot, so header and payload share one
+ * 128-byte line. A message of GW_STAGE_ALIGN_MIN_BYTES or more (in slots that are a
+ * multiple of 128 bytes) is GW_STAGE_F_ALIGNED: its header ends at byte 128 of the slot,
+ * so the payload starts on a 128-byte boundary and every full-warp store of it is one
+ * whole-line PCIe write rather than two partial ones.
  */
 enum {
     GW_STAGE_MAGIC = 0x47570000,  /* "GW" in the high half, sequence in the low half */
     GW_STAGE_HDR_BYTES = 16,
+    GW_STAGE_ALIGN_BYTES = 128,
+    GW_STAGE_ALIGN_MIN_BYTES = 512,
+    GW_STAGE_F_ALIGNED = 1,       /* header at slot + 112, payload at slot + 128 */
 };
 struct gw_stage_hdr {
     uint32_t magic_seq;           /* GW_STAGE_MAGIC | (message sequence & 0xffff) */
     uint32_t byte_count;          /* payload bytes after the header */
     uint32_t slots;               /* slots this message holds, wrap padding included */
     uint16_t wqe_index;           /* BB index of the WQE that sends it */
-    uint16_t flags;
+    uint16_t flags;               /* GW_STAGE_F_* */
 };
 
 /*

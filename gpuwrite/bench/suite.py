@@ -14,6 +14,7 @@ import numpy as np
 from gpuwrite._gw_cffi import ffi, lib
 from gpuwrite.cudaenv import SIMULATOR, cuda
 from gpuwrite.device.intrinsics import globaltimer_ns, ld_acquire_sys_u32, st_release_sys_u32
+from gpuwrite.bench.breakdown import push_breakdown
 from gpuwrite.host.memory import mapped
 from gpuwrite.paths import runner
 
@@ -103,6 +104,8 @@ def run_suite(quick: bool = False, progress=None) -> dict:
                      "delivered": r.delivered, "messages": r.messages,
                      "ratio_to_floor": r.latency_p50_us / out["floor_pingpong_us"]}
     out["latency_64B"] = lat
+    step("gpu_push: 64-byte latency, step by step")
+    out["latency_breakdown_ns"] = push_breakdown(lat_n)
 
     bw = {}
     mib = 1 << 20

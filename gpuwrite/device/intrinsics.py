@@ -19,7 +19,7 @@ import time
 from gpuwrite.cudaenv import SIMULATOR, cuda
 
 __all__ = [
-    "ld_acquire_sys_u32", "st_release_sys_u32", "st_relaxed_sys_u64", "fence_sys",
+    "ld_acquire_sys_u32", "st_release_sys_u32", "st_relaxed_sys_u32", "st_relaxed_sys_u64", "fence_sys",
     "globaltimer_ns", "backoff",
 ]
 
@@ -32,6 +32,10 @@ if SIMULATOR:
     def st_release_sys_u32(arr, index, value):
         """Store arr[index] with system-scope release: earlier accesses land first."""
         arr[index] = value
+
+    def st_relaxed_sys_u32(arr, index, value):
+        """Store a 32-bit word visible system-wide, with no ordering of its own."""
+        arr[index] = int(value) & 0xFFFFFFFF
 
     def st_relaxed_sys_u64(arr, index, value):
         """Store a 64-bit word visible system-wide, with no ordering (doorbell register)."""
@@ -92,6 +96,12 @@ else:
         """Store arr[index] with system-scope release: earlier accesses land first."""
         return types.void(arr, index, value), _store_codegen(
             "st.release.sys.global.u32 [$0], $1;", 32, types.uint32, "r")
+
+    @intrinsic
+    def st_relaxed_sys_u32(typingctx, arr, index, value):
+        """Store a 32-bit word visible system-wide, with no ordering of its own."""
+        return types.void(arr, index, value), _store_codegen(
+            "st.relaxed.sys.global.u32 [$0], $1;", 32, types.uint32, "r")
 
     @intrinsic
     def st_relaxed_sys_u64(typingctx, arr, index, value):

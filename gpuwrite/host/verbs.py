@@ -266,9 +266,8 @@ class QueueSet:
         if ncqe < sq_bbs:
             raise ValueError(f"ncqe={ncqe} must be at least sq_bbs={sq_bbs}: every WQE may "
                              "complete with an error CQE")
-        if stage_slot_bytes % 64 or not 64 <= stage_slot_bytes <= 1 << 20:
-            raise ValueError(f"stage_slot_bytes={stage_slot_bytes}: a multiple of 64 from 64 "
-                             "to 1 MiB")
+        # Powers of two: the device verbs find slots with shifts, not 64-bit divisions.
+        _pow2("stage_slot_bytes", stage_slot_bytes, 64, 1 << 20)
         if stage_slots < 1:
             raise ValueError(f"stage_slots={stage_slots}: must be at least 1")
         if bounce_bytes % 4 or bounce_bytes < 64:
@@ -301,6 +300,7 @@ class QueueSet:
         info[:, dv.I_LOG_NCQE] = ncqe.bit_length() - 1
         info[:, dv.I_SLOTS] = stage_slots
         info[:, dv.I_SLOT_BYTES] = stage_slot_bytes
+        info[:, dv.I_SLOT_SHIFT] = stage_slot_bytes.bit_length() - 1
         info[:, dv.I_STAGE_ADDR] = self.stage.address + np.arange(n) * self.stage.host[0].nbytes
         info[:, dv.I_STAGE_LKEY] = self.stage_mr.lkey
         info[:, dv.I_BOUNCE_ADDR] = self.bounce.address + np.arange(n) * self.bounce.host[0].nbytes

@@ -31,14 +31,23 @@ P_COLS = 9
 R_STATUS, R_SENT, R_SYND = 0, 1, 2
 
 
+# Messages this large are announced to the NIC as soon as they are written rather than
+# at the end of their batch: the NIC's copy of one overlaps the GPU's writing of the next.
+RING_EACH_BYTES = 65536
+# Shapes of the block's shared-memory copy of its QP's state and description (global
+# tuples are compile-time constants, as cuda.shared.array needs).
+QP_STATE_SHAPE = (1, dv.S_COLS)
+QP_INFO_SHAPE = (1, dv.I_COLS)
+
+
 @cuda.jit(device=True)
-def _reap(Q, i, pend, t_done, head, tail):
+def _reap(q, pend, i, t_done, head, tail):
     """Stamps the completion time of every batch the CQ has retired."""
-    done = Q[dv.Q_STATE][i, dv.S_DONE]
+    done = q[dv.Q_STATE][0, dv.S_DONE]
     now = globaltimer_ns()
     cap = pend.shape[1]
-    while head < tail and pend[i, head % cap, 0] <= done:
-        for m in range(pend[i, head % cap, 1], pend[i, head % cap, 2]):
+    while head < tail and pend[i, head & (cap - 1), 0] <= done:
+        for m in range(pend[i, head & (cap - 1), 1], pend[i, head & (cap - 1), 2]):
             t_done[m] = now
         head += 1
     return head
@@ -49,28 +58,33 @@ def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
     i = cuda.blockIdx.x
     tid = cuda.threadIdx.x
     sh = cuda.shared.array(4, dtype=int64)
+    # The block owns QP i: its bookkeeping lives in shared memory while the kernel runs.
+    sh_state = cuda.shared.array(QP_STATE_SHAPE, dtype=int64)
+    sh_info = cuda.shared.array(QP_INFO_SHAPE, dtype=int64)
+    if tid == 0:
+        sh[0] = 0
+        dv.qp_cache_load(Q, i, sh_state, sh_info)
+    cuda.syncthreads()
+    q = dv.qp_cached(Q, i, sh_state, sh_info)
     path = params[P_PATH]
     batch = params[P_BATCH]
     timeout = params[P_TIMEOUT_NS]
     chunk = params[P_CHUNK_BYTES]
     m0 = qp_first[i]
     m1 = qp_first[i + 1]
-    state = Q[dv.Q_STATE]
-    info = Q[dv.Q_INFO]
-    cap = pend.shape[1]
+    state = q[dv.Q_STATE]
+    info = q[dv.Q_INFO]
+    cap = pend.shape[1]     # a power of two: pend is indexed with masks, not divisions
     head = 0
     tail = 0
     batch_first = m0
     status = 0
-    if tid == 0:
-        sh[0] = 0
-    cuda.syncthreads()
     m = m0
     while m < m1 and status == 0:
         size = msgs[m, M_SIZE]
         if tid == 0:
             t_post[m] = globaltimer_ns()
-        end_of_batch = (m - m0 + 1) % batch == 0 or m == m1 - 1 or params[P_WAIT_EACH] != 0
+        end_of_batch = m - batch_first + 1 == batch or m == m1 - 1 or params[P_WAIT_EACH] != 0
         off = 0
         while off < size and status == 0:
             n = size - off
@@ -85,14 +99,14 @@ def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
             rkey = params[P_RKEY]
             if tid == 0:
                 nbb = dv.inline_bbs(n) if path == INLINE else 1
-                st = dv.sq_reserve(Q, i, nbb, timeout)
+                st = dv.sq_reserve(q, 0, nbb, timeout)
                 word = 0
                 if st == 0 and path == PUSH:
-                    st, first, total = dv.stage_reserve(Q, i, n, timeout)
+                    st, first, total = dv.stage_reserve(q, 0, n, timeout)
                     if st == 0:
-                        word = dv.stage_header(Q, i, first, n, total, state[i, dv.S_PI])
+                        word = dv.stage_header(q, 0, first, n, total, state[0, dv.S_PI])
                 elif st == 0 and path == STAGED:
-                    st, word = dv.bounce_reserve(Q, i, (n + 3) // 4, timeout)
+                    st, word = dv.bounce_reserve(q, 0, (n + 3) // 4, timeout)
                 sh[0] = st
                 sh[1] = word
             cuda.syncthreads()
@@ -102,52 +116,53 @@ def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
             word = sh[1]
             cuda.syncthreads()  # every thread has read sh before thread 0 writes it again
             if path == PUSH:
-                dv.copy_words(Q[dv.Q_STAGE][i], word, src, src_word, (n + 3) // 4)
+                dv.copy_words(q[dv.Q_STAGE][0], word, src, src_word, (n + 3) // 4)
                 cuda.syncthreads()
                 if tid == 0:
-                    dv.wqe_rdma_write(Q, i, dv.stage_address(Q, i, word), info[i, dv.I_STAGE_LKEY],
-                                      n, raddr, rkey, signaled, 0)
+                    dv.wqe_rdma_write(q, 0, dv.stage_address(q, 0, word),
+                                      info[0, dv.I_STAGE_LKEY], n, raddr, rkey, signaled, 0)
             elif path == STAGED:
-                dv.copy_words(Q[dv.Q_BOUNCE][i], word, src, src_word, (n + 3) // 4)
+                dv.copy_words(q[dv.Q_BOUNCE][0], word, src, src_word, (n + 3) // 4)
                 cuda.syncthreads()
                 if tid == 0:
-                    dv.wqe_rdma_write(Q, i, info[i, dv.I_BOUNCE_ADDR] + word * 4,
-                                      info[i, dv.I_BOUNCE_LKEY], n, raddr, rkey, signaled,
-                                      state[i, dv.S_BOUNCE_RES])
+                    dv.wqe_rdma_write(q, 0, info[0, dv.I_BOUNCE_ADDR] + word * 4,
+                                      info[0, dv.I_BOUNCE_LKEY], n, raddr, rkey, signaled,
+                                      state[0, dv.S_BOUNCE_RES])
             elif path == PULL:
                 if tid == 0:
-                    dv.wqe_rdma_write(Q, i, params[P_SRC_ADDR] + src_word * 4, params[P_SRC_LKEY],
-                                      n, raddr, rkey, signaled, 0)
+                    dv.wqe_rdma_write(q, 0, params[P_SRC_ADDR] + src_word * 4,
+                                      params[P_SRC_LKEY], n, raddr, rkey, signaled, 0)
             else:
-                dv.wqe_rdma_write_inline(Q, i, src, src_word, n, raddr, rkey, signaled)
-            if tid == 0 and not last:
-                dv.flush_doorbell(Q, i)
+                dv.wqe_rdma_write_inline(q, 0, src, src_word, n, raddr, rkey, signaled)
+            if tid == 0 and (not last or n >= RING_EACH_BYTES):
+                dv.flush_doorbell(q, 0)
             off += n
         if status == 0 and end_of_batch and tid == 0:
-            dv.flush_doorbell(Q, i)
-            pend[i, tail % cap, 0] = state[i, dv.S_PI]
-            pend[i, tail % cap, 1] = batch_first
-            pend[i, tail % cap, 2] = m + 1
+            dv.flush_doorbell(q, 0)
+            slot = tail & (cap - 1)
+            pend[i, slot, 0] = state[0, dv.S_PI]
+            pend[i, slot, 1] = batch_first
+            pend[i, slot, 2] = m + 1
             tail += 1
             batch_first = m + 1
             if params[P_WAIT_EACH] != 0 or tail - head >= cap:
-                sh[0] = dv.wait_done(Q, i, state[i, dv.S_PI], timeout)
+                sh[0] = dv.wait_done(q, 0, state[0, dv.S_PI], timeout)
             else:
                 # One non-blocking poll per batch (one CQE per batch is produced), so that
                 # completion times are stamped when they happen, not when space runs out.
-                polled = dv.poll_cq(Q, i)
+                polled = dv.poll_cq(q, 0)
                 if polled < 0:
                     sh[0] = polled
-            head = _reap(Q, i, pend, t_done, head, tail)
+            head = _reap(q, pend, i, t_done, head, tail)
         cuda.syncthreads()
         status = sh[0]
         m += 1
     if tid == 0:
         if status == 0:
-            dv.flush_doorbell(Q, i)
-            status = dv.wait_done(Q, i, state[i, dv.S_PI], timeout)
-        head = _reap(Q, i, pend, t_done, head, tail)
+            dv.flush_doorbell(q, 0)
+            status = dv.wait_done(q, 0, state[0, dv.S_PI], timeout)
+        head = _reap(q, pend, i, t_done, head, tail)
         result[i, R_STATUS] = status
         result[i, R_SENT] = m - m0
-        result[i, R_SYND] = state[i, dv.S_LAST_SYND]
-
+        result[i, R_SYND] = state[0, dv.S_LAST_SYND]
+        dv.qp_cache_store(Q, i, sh_state)

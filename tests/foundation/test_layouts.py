@@ -115,22 +115,64 @@ def test_device_wqe_bytes_equal_mlx5dv(mlx5dv_ref, nic, case):
     assert qs.sq.host[0].view(np.uint8)[pos:pos + 64].tobytes() == bytes(mlx5dv_ref.ffi.buffer(ref))
 
 
-def test_ptx_polls_with_acquire_inside_the_loop_and_rings_with_release():
-    """Compile the device verbs for sm_90 (no GPU needed) and read the PTX."""
-    code = r"""
+# Compiles for sm_90 in a child process with no GPU: device functions are compiled for the
+# current device's compute capability, so the child names the one to compile for instead
+# of asking the driver. Q is the tuple type QueueSet.device_args has.
+_SM90_PRELUDE = r"""
 import os
 os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
 from numba import cuda, types
 import numba.cuda.dispatcher as _dispatcher
-# Device functions are compiled for the current device's compute capability; with no GPU
-# here, name the one we compile for (sm_90) instead of asking the driver.
 class _Hopper:
     compute_capability = (9, 0)
 _dispatcher.get_current_device = lambda: _Hopper()
+u32, i64 = types.uint32, types.int64
+Q = types.Tuple((u32[:, ::1], u32[:, ::1], types.uint64[::1], u32[:, ::1], u32[:, ::1],
+                 u32[:, ::1], u32[:, ::1], i64[:, ::1], i64[:, ::1], i64[:, ::1], u32[:, ::1]))
+"""
+
+
+def _compile_sm90(code: str) -> str:
+    """Runs ``code`` after the sm_90 prelude in a child process; returns its stdout."""
+    import gpuwrite
+    # The child imports the same gpuwrite as this process (installed, or built in place),
+    # and runs outside the checkout so that a source folder without the compiled
+    # extension cannot shadow it.
+    here = os.path.dirname(os.path.dirname(gpuwrite.__file__))
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0",
+               PYTHONPATH=os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-c", _SM90_PRELUDE + code], capture_output=True,
+                          text=True, env=env, timeout=600, cwd=tempfile.gettempdir())
+    if proc.returncode != 0 and ("nvrtc" in proc.stderr.lower() or "nvvm" in proc.stderr.lower()):
+        pytest.skip("no NVVM/NVRTC here to compile PTX: " + proc.stderr.strip().splitlines()[-1])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_every_kernel_the_package_launches_compiles_for_sm_90():
+    """The simulator does not type-check kernels; this catches what only a GPU would."""
+    out = _compile_sm90(r"""
+from gpuwrite.paths import kernels as K
+from gpuwrite.bench import breakdown as B, suite as S
+kernels = {
+    "send_messages": (K.send_messages, (Q, i64[:, ::1], i64[::1], u32[::1], i64[::1], i64[::1],
+                                        i64[::1], i64[:, ::1], i64[:, :, ::1])),
+    "push_steps": (B._push_steps, (Q, u32[::1], i64, i64, i64, i64, i64[:, ::1], i64[::1])),
+    "pingpong": (S._pingpong, (u32[::1], u32[::1], i64, i64[::1], i64)),
+    "bulk_store": (S._bulk_store, (u32[::1], i64)),
+}
+for name, (kernel, sig) in kernels.items():
+    ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=(9, 0))
+    print(name, ".entry" in ptx)
+""")
+    assert out.split() == ["send_messages", "True", "push_steps", "True", "pingpong", "True",
+                           "bulk_store", "True"]
+
+
+def test_ptx_polls_with_acquire_inside_the_loop_and_rings_with_release():
+    """Compile the device verbs for sm_90 (no GPU needed) and read the PTX."""
+    code = r"""
 from gpuwrite.device import verbs as dv
-Q = types.Tuple((types.uint32[:, ::1], types.uint32[:, ::1], types.uint64[::1], types.uint32[:, ::1],
-                 types.uint32[:, ::1], types.uint32[:, ::1], types.uint32[:, ::1], types.int64[:, ::1],
-                 types.int64[:, ::1], types.int64[:, ::1], types.uint32[:, ::1]))
 def wait(Q, out):
     out[0] = dv.wait_done(Q, 0, 5, 1000000)
 def ring(Q, out):
@@ -140,19 +182,8 @@ for fn in (wait, ring):
     print("=====", fn.__name__)
     print(ptx)
 """
-    import gpuwrite
-    # The child imports the same gpuwrite as this process (installed, or built in place),
-    # and runs outside the checkout so that a source folder without the compiled
-    # extension cannot shadow it.
-    here = os.path.dirname(os.path.dirname(gpuwrite.__file__))
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0",
-               PYTHONPATH=os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                          timeout=600, cwd=tempfile.gettempdir())
-    if proc.returncode != 0 and ("nvrtc" in proc.stderr.lower() or "nvvm" in proc.stderr.lower()):
-        pytest.skip("no NVVM/NVRTC here to compile PTX: " + proc.stderr.strip().splitlines()[-1])
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    wait_ptx, ring_ptx = proc.stdout.split("===== ring")
+    stdout = _compile_sm90(code)
+    wait_ptx, ring_ptx = stdout.split("===== ring")
     lines = wait_ptx.splitlines()
     # Find a backward branch whose loop body holds an acquire load of system scope.
     labels = {l.strip().rstrip(":"): k for k, l in enumerate(lines) if l.strip().endswith(":")}

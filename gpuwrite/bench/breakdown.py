@@ -1,0 +1,102 @@
+"""Where the gpu_push latency goes: one 64-byte push at a time, timed step by step.
+
+``gpuwrite bench --breakdown`` runs a kernel that pushes one message, waits for its
+completion, and stamps ``%globaltimer`` between the steps the device verbs take. The
+medians say which step separates gpu_push from the doorbell ping-pong floor:
+
+  reserve    send-queue and staging-slot reservation, staging header written
+  payload    the block copies the payload into the staging region (then a barrier)
+  wqe        the WQE is written into the send queue
+  doorbell   doorbell record (system-scope release: waits for the writes above) and
+             doorbell register
+  completion from the doorbell until the kernel has consumed the completion
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from gpuwrite import layouts as L
+from gpuwrite.cudaenv import SIMULATOR, cuda
+from gpuwrite.device import verbs as dv
+from gpuwrite.device.intrinsics import globaltimer_ns
+from gpuwrite.host.memory import mapped
+from gpuwrite.host.verbs import Context
+from gpuwrite.paths.kernels import QP_INFO_SHAPE, QP_STATE_SHAPE
+
+STEPS = ("reserve", "payload", "wqe", "doorbell", "completion")
+
+
+@cuda.jit
+def _push_steps(Q, src, nbytes, raddr, rkey, timeout_ns, stamps, status):
+    # The same steps, in the same order, with the same shared-memory QP state as the
+    # send_messages kernel's gpu_push.
+    tid = cuda.threadIdx.x
+    sh = cuda.shared.array(2, dtype=np.int64)
+    sh_state = cuda.shared.array(QP_STATE_SHAPE, dtype=np.int64)
+    sh_info = cuda.shared.array(QP_INFO_SHAPE, dtype=np.int64)
+    if tid == 0:
+        sh[0] = 0
+        dv.qp_cache_load(Q, 0, sh_state, sh_info)
+    cuda.syncthreads()
+    q = dv.qp_cached(Q, 0, sh_state, sh_info)
+    for k in range(stamps.shape[0]):
+        if tid == 0:
+            stamps[k, 0] = globaltimer_ns()
+            st = dv.sq_reserve(q, 0, 1, timeout_ns)
+            word = 0
+            if st == 0:
+                st, first, total = dv.stage_reserve(q, 0, nbytes, timeout_ns)
+                if st == 0:
+                    word = dv.stage_header(q, 0, first, nbytes, total, sh_state[0, dv.S_PI])
+            sh[0] = st
+            sh[1] = word
+            stamps[k, 1] = globaltimer_ns()
+        cuda.syncthreads()
+        st = sh[0]
+        word = sh[1]
+        cuda.syncthreads()
+        if st != 0:
+            break
+        dv.copy_words(q[dv.Q_STAGE][0], word, src, 0, nbytes // 4)
+        cuda.syncthreads()
+        if tid == 0:
+            stamps[k, 2] = globaltimer_ns()
+            dv.wqe_rdma_write(q, 0, dv.stage_address(q, 0, word),
+                              sh_info[0, dv.I_STAGE_LKEY], nbytes, raddr, rkey, True, 0)
+            stamps[k, 3] = globaltimer_ns()
+            dv.ring_doorbell(q, 0)
+            stamps[k, 4] = globaltimer_ns()
+            sh[0] = dv.wait_done(q, 0, sh_state[0, dv.S_PI], timeout_ns)
+            stamps[k, 5] = globaltimer_ns()
+        cuda.syncthreads()
+        if sh[0] != 0:
+            break
+    if tid == 0:
+        status[0] = sh[0]
+        dv.qp_cache_store(Q, 0, sh_state)
+
+
+def push_breakdown(iters: int = 2000, nbytes: int = 64, block_threads: int = 32) -> dict:
+    """Median nanoseconds of each step of a one-at-a-time gpu_push of ``nbytes``."""
+    if SIMULATOR:
+        raise RuntimeError("the latency breakdown times a real GPU; none was found")
+    with Context() as ctx:
+        pd = ctx.alloc_pd()
+        dst = mapped((max(nbytes // 4, 16),), np.uint32)
+        dst_mr = pd.reg_mr(dst, access=L.ACCESS_LOCAL_WRITE | L.ACCESS_REMOTE_WRITE)
+        qs = pd.create_queues(1, sq_bbs=256, ncqe=256, stage_slots=64, stage_slot_bytes=256)
+        src = cuda.to_device(np.arange(max(nbytes // 4, 1), dtype=np.uint32))
+        stamps = cuda.to_device(np.zeros((iters, 6), dtype=np.int64))
+        status = cuda.to_device(np.zeros(1, dtype=np.int64))
+        ctx.start()
+        _push_steps[1, block_threads](qs.device_args, src, nbytes, dst_mr.address, dst_mr.rkey,
+                                      2_000_000_000, stamps, status)
+        cuda.synchronize()
+        st = int(status.copy_to_host()[0])
+        if st != 0:
+            raise RuntimeError(f"breakdown kernel failed: {dv.ERROR_NAMES.get(st, st)}")
+        ts = stamps.copy_to_host()[iters // 10:]
+    steps = np.diff(ts, axis=1)
+    out = {name: float(np.median(steps[:, j])) for j, name in enumerate(STEPS)}
+    out["total"] = float(np.median(ts[:, 5] - ts[:, 0]))
+    return out
