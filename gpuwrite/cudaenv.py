@@ -26,6 +26,11 @@ def _gpu_present() -> bool:
 
 if "NUMBA_ENABLE_CUDASIM" not in os.environ and "numba.cuda" not in sys.modules:
     os.environ["NUMBA_ENABLE_CUDASIM"] = "0" if _gpu_present() else "1"
+    if "numba.core.config" in sys.modules:
+        # numba itself was imported first (the model's simulator core imports it): its
+        # configuration has read the environment already, so have it read it again.
+        from numba.core import config as _numba_config
+        _numba_config.reload_config()
 
 # numba-cuda 0.30.4 calls np.row_stack, which numpy 2.5 removed (MACHINE-NOTES.md);
 # the alias is exact: row_stack was always vstack.

@@ -24,6 +24,7 @@ from gpuwrite import layouts as L
 from gpuwrite.cudaenv import cuda
 from gpuwrite.device.intrinsics import (
     backoff,
+    fence_sys,
     globaltimer_ns,
     ld_acquire_sys_u32,
     st_relaxed_sys_u32,
@@ -72,8 +73,8 @@ S_COLS = 13
 
 # Columns of the read-only QP description (int64).
 I_QPN, I_SQ_BBS, I_NCQE, I_LOG_NCQE, I_SLOTS, I_SLOT_BYTES, I_STAGE_ADDR, I_STAGE_LKEY, \
-    I_BOUNCE_ADDR, I_BOUNCE_LKEY, I_BOUNCE_WORDS, I_SLOT_SHIFT = range(12)
-I_COLS = 12
+    I_BOUNCE_ADDR, I_BOUNCE_LKEY, I_BOUNCE_WORDS, I_SLOT_SHIFT, I_DB_MMIO = range(13)
+I_COLS = 13
 
 # Header-derived word offsets, bound as compile-time constants.
 _W_OPC = L.CTRL_W_OPMOD_IDX_OPCODE
@@ -219,19 +220,56 @@ def stage_reserve(Q, i, nbytes, timeout_ns):
 
 
 @cuda.jit(device=True)
+def stage_next_seq(Q, i):
+    """Takes the push sequence number the next staging header carries (one thread)."""
+    seq = Q[Q_STATE][i, S_PUSH_SEQ]
+    Q[Q_STATE][i, S_PUSH_SEQ] = seq + 1
+    return seq
+
+
+@cuda.jit(device=True)
+def _stage_header_word(k, nbytes, total_slots, wqe_index, seq, lead):
+    """Word ``k`` (0 to 3) of a staging header."""
+    if k == _HDR_MAGIC:
+        return _MAGIC | (seq & 0xFFFF)
+    if k == _HDR_BYTES:
+        return nbytes
+    if k == _HDR_SLOTS:
+        return total_slots
+    return (wqe_index & 0xFFFF) | ((_F_ALIGNED if lead else 0) << 16)
+
+
+@cuda.jit(device=True)
 def stage_header(Q, i, first_word, nbytes, total_slots, wqe_index):
-    """Writes the 16-byte staging header into the slots claimed at ``first_word``;
-    returns the payload's first word."""
+    """Writes the 16-byte staging header into the slots claimed at ``first_word`` (one
+    thread); returns the payload's first word."""
     stage = Q[Q_STAGE][i]
-    state = Q[Q_STATE]
     lead = stage_lead(nbytes, Q[Q_INFO][i, I_SLOT_BYTES])
     h = first_word + (lead >> 2)
-    seq = state[i, S_PUSH_SEQ]
-    state[i, S_PUSH_SEQ] = seq + 1
-    stage[h + _HDR_MAGIC] = _MAGIC | (seq & 0xFFFF)
-    stage[h + _HDR_BYTES] = nbytes
-    stage[h + _HDR_SLOTS] = total_slots
-    stage[h + _HDR_INDEX] = (wqe_index & 0xFFFF) | ((_F_ALIGNED if lead else 0) << 16)
+    seq = stage_next_seq(Q, i)
+    for k in range(_HDR_WORDS):
+        stage[h + k] = _stage_header_word(k, nbytes, total_slots, wqe_index, seq, lead)
+    return h + _HDR_WORDS
+
+
+@cuda.jit(device=True)
+def stage_write(Q, i, first_word, nbytes, total_slots, wqe_index, seq, src, src_word):
+    """Writes header and payload into the slots claimed at ``first_word`` in one pass over
+    the block (every thread calls it; ``seq`` from ``stage_next_seq``); returns the
+    payload's first word. Header and payload are contiguous, so a small message leaves
+    the GPU as one warp-wide store rather than a header store and then a payload store.
+    """
+    stage = Q[Q_STAGE][i]
+    lead = stage_lead(nbytes, Q[Q_INFO][i, I_SLOT_BYTES])
+    h = first_word + (lead >> 2)
+    n = _HDR_WORDS + ((nbytes + 3) >> 2)
+    k = cuda.threadIdx.x
+    while k < n:
+        if k < _HDR_WORDS:
+            stage[h + k] = _stage_header_word(k, nbytes, total_slots, wqe_index, seq, lead)
+        else:
+            stage[h + k] = src[src_word + k - _HDR_WORDS]
+        k += cuda.blockDim.x
     return h + _HDR_WORDS
 
 
@@ -259,14 +297,11 @@ def sq_reserve(Q, i, nbb, timeout_ns):
 
 @cuda.jit(device=True)
 def _ctrl(sq, base, opcode, wqe_index, qpn, ds, signaled):
-    """Writes a control segment; returns its first 8 bytes as the doorbell value."""
-    w0 = bswap32((wqe_index & 0xFFFF) << 8 | opcode)
-    w1 = bswap32(qpn << 8 | ds)
-    sq[base + _W_OPC] = w0
-    sq[base + _W_QPN_DS] = w1
+    """Writes a control segment."""
+    sq[base + _W_OPC] = bswap32((wqe_index & 0xFFFF) << 8 | opcode)
+    sq[base + _W_QPN_DS] = bswap32(qpn << 8 | ds)
     sq[base + _W_FLAGS] = (_CQ_UPDATE << _FM_SHIFT) if signaled else 0
     sq[base + _W_IMM] = 0
-    return w1 << 32 | w0
 
 
 @cuda.jit(device=True)
@@ -278,28 +313,81 @@ def _raddr(sq, base, raddr, rkey):
 
 
 @cuda.jit(device=True)
+def _doorbell_value(pi, qpn, ds):
+    """The first 8 bytes of an RDMA-write WQE's control segment: what the doorbell
+    register receives (words 0 and 1 as the GPU stores them)."""
+    return bswap32(qpn << 8 | ds) << 32 | bswap32((pi & 0xFFFF) << 8 | _OP_WRITE)
+
+
+@cuda.jit(device=True)
+def _write_wqe_word(k, pi, qpn, laddr, lkey, nbytes, raddr, rkey, signaled):
+    """Word ``k`` (0 to 15) of a one-BB RDMA-write WQE (ctrl, raddr and data segments)."""
+    if k == _W_OPC:
+        return bswap32((pi & 0xFFFF) << 8 | _OP_WRITE)
+    if k == _W_QPN_DS:
+        return bswap32(qpn << 8 | 3)    # ds: ctrl, raddr and data segments
+    if k == _W_FLAGS:
+        return (_CQ_UPDATE << _FM_SHIFT) if signaled else 0
+    if k == _W_RADDR:
+        return bswap32(raddr >> 32)
+    if k == _W_RADDR + 1:
+        return bswap32(raddr)
+    if k == _W_RADDR + 2:
+        return bswap32(rkey)
+    if k == _W_DATA:
+        return bswap32(nbytes)
+    if k == _W_DATA + 1:
+        return bswap32(lkey)
+    if k == _W_DATA + 2:
+        return bswap32(laddr >> 32)
+    if k == _W_DATA + 3:
+        return bswap32(laddr)
+    return 0
+
+
+@cuda.jit(device=True)
+def _commit_wqe(Q, i, pi, nbb, aux, first_words):
+    """Records a written WQE: its completion bookkeeping and the doorbell value."""
+    mask = Q[Q_INFO][i, I_SQ_BBS] - 1
+    Q[Q_WQE_AUX][i, pi & mask] = nbb << 40 | aux
+    Q[Q_STATE][i, S_DB_WORD] = first_words
+    Q[Q_STATE][i, S_PI] = pi + nbb
+
+
+@cuda.jit(device=True)
 def wqe_rdma_write(Q, i, laddr, lkey, nbytes, raddr, rkey, signaled, aux):
-    """Builds a one-BB RDMA-write WQE at the producer index; returns its WQE index.
+    """Builds a one-BB RDMA-write WQE at the producer index (one thread); returns its
+    WQE index.
 
     ``aux`` is remembered for this WQE and handed back by completion (the bounce cursor
     of host_staged). Call ``sq_reserve`` first; the WQE is not visible until the doorbell.
     """
-    state = Q[Q_STATE]
-    info = Q[Q_INFO]
-    pi = state[i, S_PI]
-    mask = info[i, I_SQ_BBS] - 1
+    pi = Q[Q_STATE][i, S_PI]
+    qpn = Q[Q_INFO][i, I_QPN]
     sq = Q[Q_SQ][i]
-    base = (pi & mask) * _BB_WORDS
-    state[i, S_DB_WORD] = _ctrl(sq, base, _OP_WRITE, pi, info[i, I_QPN], 3, signaled)
-    _raddr(sq, base, raddr, rkey)
-    sq[base + _W_DATA] = bswap32(nbytes)
-    sq[base + _W_DATA + 1] = bswap32(lkey)
-    sq[base + _W_DATA + 2] = bswap32(laddr >> 32)
-    sq[base + _W_DATA + 3] = bswap32(laddr)
-    for k in range(_W_DATA + 4, _BB_WORDS):
-        sq[base + k] = 0
-    Q[Q_WQE_AUX][i, pi & mask] = 1 << 40 | aux
-    state[i, S_PI] = pi + 1
+    base = (pi & (Q[Q_INFO][i, I_SQ_BBS] - 1)) * _BB_WORDS
+    for k in range(_BB_WORDS):
+        sq[base + k] = _write_wqe_word(k, pi, qpn, laddr, lkey, nbytes, raddr, rkey, signaled)
+    _commit_wqe(Q, i, pi, 1, aux, _doorbell_value(pi, qpn, 3))
+    return pi & 0xFFFF
+
+
+@cuda.jit(device=True)
+def wqe_rdma_write_block(Q, i, laddr, lkey, nbytes, raddr, rkey, signaled, aux):
+    """``wqe_rdma_write`` with every thread of the block calling: threads 0 to 15 each
+    write one word (fewer threads loop), so the WQE leaves the GPU as one 64-byte store
+    instead of sixteen."""
+    pi = Q[Q_STATE][i, S_PI]
+    base = (pi & (Q[Q_INFO][i, I_SQ_BBS] - 1)) * _BB_WORDS
+    k = cuda.threadIdx.x
+    while k < _BB_WORDS:
+        Q[Q_SQ][i][base + k] = _write_wqe_word(k, pi, Q[Q_INFO][i, I_QPN], laddr, lkey,
+                                               nbytes, raddr, rkey, signaled)
+        k += cuda.blockDim.x
+    cuda.syncthreads()   # every thread has read the producer index before it moves
+    if cuda.threadIdx.x == 0:
+        _commit_wqe(Q, i, pi, 1, aux, _doorbell_value(pi, Q[Q_INFO][i, I_QPN], 3))
+    cuda.syncthreads()
     return pi & 0xFFFF
 
 
@@ -333,13 +421,12 @@ def wqe_rdma_write_inline(Q, i, src, src_word, nbytes, raddr, rkey, signaled):
         k += cuda.blockDim.x
     if cuda.threadIdx.x == 0:
         base = (pi & mask) * _BB_WORDS
-        state[i, S_DB_WORD] = _ctrl(sq, base, _OP_WRITE, pi, info[i, I_QPN], ds, signaled)
+        _ctrl(sq, base, _OP_WRITE, pi, info[i, I_QPN], ds, signaled)
         _raddr(sq, base, raddr, rkey)
         sq[base + _W_DATA] = bswap32(nbytes | _INLINE_FLAG)
-        Q[Q_WQE_AUX][i, pi & mask] = nbb << 40
-    cuda.syncthreads()
+    cuda.syncthreads()   # every thread has read the producer index before it moves
     if cuda.threadIdx.x == 0:
-        state[i, S_PI] = pi + nbb
+        _commit_wqe(Q, i, pi, nbb, 0, _doorbell_value(pi, info[i, I_QPN], ds))
     cuda.syncthreads()
     return pi & 0xFFFF
 
@@ -352,11 +439,19 @@ def ring_doorbell(Q, i):
     writes of this thread, and (release is cumulative) those of the block's threads that
     synchronised with it through ``cuda.syncthreads()``, before the NIC can see the new
     producer index. The engine checks this on every pushed message: a staging header
-    that is not yet visible fails the WQE with reason ``bad_staging``. The 8-byte doorbell register write (the first 8 bytes of the
-    last WQE's control segment, as mlx5 BlueFlame expects) follows it.
+    that is not yet visible fails the WQE with reason ``bad_staging``.
+
+    The 8-byte doorbell register write (the first 8 bytes of the last WQE's control
+    segment, as mlx5 expects) follows. Where the register is a real NIC's
+    (``I_DB_MMIO``, testbed mode) a system fence orders the record before it, as
+    rdma-core's ``mmio_wc_start`` does between the same two writes: without it the NIC
+    could fetch before the WQE is visible. The emulated engine reads the record, never
+    the register word, so there the fence (about 0.5 us) is skipped.
     """
     pi = Q[Q_STATE][i, S_PI]
     st_release_sys_u32(Q[Q_DBREC][i], _DB_SEND, bswap32(pi & 0xFFFF))
+    if Q[Q_INFO][i, I_DB_MMIO] != 0:
+        fence_sys()
     st_relaxed_sys_u64(Q[Q_UAR], i, Q[Q_STATE][i, S_DB_WORD])
     Q[Q_STATE][i, S_DB_PI] = pi
 

@@ -198,5 +198,8 @@ for fn in (wait, ring):
                 if any("ld.acquire.sys" in b for b in body):
                     in_loop = True
     assert in_loop, "no ld.acquire.sys inside a polling loop in wait_done's PTX"
-    assert "st.release.sys.global.u32" in ring_ptx
-    assert "st.relaxed.sys.global.u64" in ring_ptx
+    # Doorbell record (release), then the fence a NIC register needs, then the register.
+    release = ring_ptx.index("st.release.sys.global.u32")
+    fence = ring_ptx.index("fence.acq_rel.sys")
+    register = ring_ptx.index("st.relaxed.sys.global.u64")
+    assert release < fence < register
