@@ -4,9 +4,9 @@
 completion, and stamps ``%globaltimer`` between the steps the device verbs take. The
 medians say which step separates gpu_push from the doorbell ping-pong floor:
 
-  reserve    send-queue and staging-slot reservation (one thread)
-  payload    the block writes header and payload into the staging region (then a barrier)
-  wqe        the block writes the WQE into the send queue
+  reserve    send-queue and staging-slot reservation, staging header (one thread)
+  payload    the block copies the payload into the staging region (then a barrier)
+  wqe        thread 0 writes the WQE into the send queue
   doorbell   doorbell record (system-scope release: waits for the writes above) and
              doorbell register
   completion from the doorbell until the kernel has consumed the completion
@@ -43,30 +43,26 @@ def _push_steps(Q, src, nbytes, raddr, rkey, timeout_ns, stamps, status):
         if tid == 0:
             stamps[k, 0] = globaltimer_ns()
             st = dv.sq_reserve(q, 0, 1, timeout_ns)
-            first = 0
-            slots = 0
+            word = 0
             if st == 0:
                 st, first, slots = dv.stage_reserve(q, 0, nbytes, timeout_ns)
+                if st == 0:
+                    word = dv.stage_header(q, 0, first, nbytes, slots, sh_state[0, dv.S_PI])
             sh[0] = st
-            sh[1] = first
-            sh[2] = slots
-            sh[3] = dv.stage_next_seq(q, 0) if st == 0 else 0
+            sh[1] = word
             stamps[k, 1] = globaltimer_ns()
         cuda.syncthreads()
         st = sh[0]
-        first = sh[1]
-        slots = sh[2]
-        seq = sh[3]
+        word = sh[1]
         cuda.syncthreads()
         if st != 0:
             break
-        word = dv.stage_write(q, 0, first, nbytes, slots, sh_state[0, dv.S_PI], seq, src, 0)
+        dv.copy_words(q[dv.Q_STAGE][0], word, src, 0, nbytes // 4)
         cuda.syncthreads()
         if tid == 0:
             stamps[k, 2] = globaltimer_ns()
-        dv.wqe_rdma_write_block(q, 0, dv.stage_address(q, 0, word), sh_info[0, dv.I_STAGE_LKEY],
-                                nbytes, raddr, rkey, True, 0)
-        if tid == 0:
+            dv.wqe_rdma_write(q, 0, dv.stage_address(q, 0, word), sh_info[0, dv.I_STAGE_LKEY],
+                              nbytes, raddr, rkey, True, 0)
             stamps[k, 3] = globaltimer_ns()
             dv.ring_doorbell(q, 0)
             stamps[k, 4] = globaltimer_ns()

@@ -253,27 +253,6 @@ def stage_header(Q, i, first_word, nbytes, total_slots, wqe_index):
 
 
 @cuda.jit(device=True)
-def stage_write(Q, i, first_word, nbytes, total_slots, wqe_index, seq, src, src_word):
-    """Writes header and payload into the slots claimed at ``first_word`` in one pass over
-    the block (every thread calls it; ``seq`` from ``stage_next_seq``); returns the
-    payload's first word. Header and payload are contiguous, so a small message leaves
-    the GPU as one warp-wide store rather than a header store and then a payload store.
-    """
-    stage = Q[Q_STAGE][i]
-    lead = stage_lead(nbytes, Q[Q_INFO][i, I_SLOT_BYTES])
-    h = first_word + (lead >> 2)
-    n = _HDR_WORDS + ((nbytes + 3) >> 2)
-    k = cuda.threadIdx.x
-    while k < n:
-        if k < _HDR_WORDS:
-            stage[h + k] = _stage_header_word(k, nbytes, total_slots, wqe_index, seq, lead)
-        else:
-            stage[h + k] = src[src_word + k - _HDR_WORDS]
-        k += cuda.blockDim.x
-    return h + _HDR_WORDS
-
-
-@cuda.jit(device=True)
 def stage_address(Q, i, word):
     """The NIC address of word ``word`` of QP ``i``'s staging region."""
     return Q[Q_INFO][i, I_STAGE_ADDR] + word * 4
@@ -369,25 +348,6 @@ def wqe_rdma_write(Q, i, laddr, lkey, nbytes, raddr, rkey, signaled, aux):
     for k in range(_BB_WORDS):
         sq[base + k] = _write_wqe_word(k, pi, qpn, laddr, lkey, nbytes, raddr, rkey, signaled)
     _commit_wqe(Q, i, pi, 1, aux, _doorbell_value(pi, qpn, 3))
-    return pi & 0xFFFF
-
-
-@cuda.jit(device=True)
-def wqe_rdma_write_block(Q, i, laddr, lkey, nbytes, raddr, rkey, signaled, aux):
-    """``wqe_rdma_write`` with every thread of the block calling: threads 0 to 15 each
-    write one word (fewer threads loop), so the WQE leaves the GPU as one 64-byte store
-    instead of sixteen."""
-    pi = Q[Q_STATE][i, S_PI]
-    base = (pi & (Q[Q_INFO][i, I_SQ_BBS] - 1)) * _BB_WORDS
-    k = cuda.threadIdx.x
-    while k < _BB_WORDS:
-        Q[Q_SQ][i][base + k] = _write_wqe_word(k, pi, Q[Q_INFO][i, I_QPN], laddr, lkey,
-                                               nbytes, raddr, rkey, signaled)
-        k += cuda.blockDim.x
-    cuda.syncthreads()   # every thread has read the producer index before it moves
-    if cuda.threadIdx.x == 0:
-        _commit_wqe(Q, i, pi, 1, aux, _doorbell_value(pi, Q[Q_INFO][i, I_QPN], 3))
-    cuda.syncthreads()
     return pi & 0xFFFF
 
 

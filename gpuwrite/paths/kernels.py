@@ -101,40 +101,40 @@ def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
                 nbb = dv.inline_bbs(n) if path == INLINE else 1
                 st = dv.sq_reserve(q, 0, nbb, timeout)
                 word = 0
-                slots = 0
-                seq = 0
                 if st == 0 and path == PUSH:
-                    st, word, slots = dv.stage_reserve(q, 0, n, timeout)
+                    st, first, slots = dv.stage_reserve(q, 0, n, timeout)
                     if st == 0:
-                        seq = dv.stage_next_seq(q, 0)
+                        word = dv.stage_header(q, 0, first, n, slots, state[0, dv.S_PI])
                 elif st == 0 and path == STAGED:
                     st, word = dv.bounce_reserve(q, 0, (n + 3) // 4, timeout)
                 sh[0] = st
                 sh[1] = word
-                sh[2] = slots
-                sh[3] = seq
             cuda.syncthreads()
             status = sh[0]
             if status != 0:
                 break
             word = sh[1]
-            slots = sh[2]
-            seq = sh[3]
             cuda.syncthreads()  # every thread has read sh before thread 0 writes it again
-            # Payload and WQE are written by the whole block, one word per thread: a small
-            # message leaves the GPU as a few warp-wide stores, not one store per word.
+            # The block copies the payload; thread 0 writes the WQE alone. Measured on an
+            # H200, a barrier after stores to host memory costs 0.2 to 0.5 us, more than
+            # thread 0 takes to store the 16 words of a WQE (BENCHMARKS.md, run 13).
             if path == PUSH:
-                word = dv.stage_write(q, 0, word, n, slots, state[0, dv.S_PI], seq, src, src_word)
-                dv.wqe_rdma_write_block(q, 0, dv.stage_address(q, 0, word),
-                                        info[0, dv.I_STAGE_LKEY], n, raddr, rkey, signaled, 0)
+                dv.copy_words(q[dv.Q_STAGE][0], word, src, src_word, (n + 3) // 4)
+                cuda.syncthreads()
+                if tid == 0:
+                    dv.wqe_rdma_write(q, 0, dv.stage_address(q, 0, word),
+                                      info[0, dv.I_STAGE_LKEY], n, raddr, rkey, signaled, 0)
             elif path == STAGED:
                 dv.copy_words(q[dv.Q_BOUNCE][0], word, src, src_word, (n + 3) // 4)
-                dv.wqe_rdma_write_block(q, 0, info[0, dv.I_BOUNCE_ADDR] + word * 4,
-                                        info[0, dv.I_BOUNCE_LKEY], n, raddr, rkey, signaled,
-                                        state[0, dv.S_BOUNCE_RES])
+                cuda.syncthreads()
+                if tid == 0:
+                    dv.wqe_rdma_write(q, 0, info[0, dv.I_BOUNCE_ADDR] + word * 4,
+                                      info[0, dv.I_BOUNCE_LKEY], n, raddr, rkey, signaled,
+                                      state[0, dv.S_BOUNCE_RES])
             elif path == PULL:
-                dv.wqe_rdma_write_block(q, 0, params[P_SRC_ADDR] + src_word * 4,
-                                        params[P_SRC_LKEY], n, raddr, rkey, signaled, 0)
+                if tid == 0:
+                    dv.wqe_rdma_write(q, 0, params[P_SRC_ADDR] + src_word * 4,
+                                      params[P_SRC_LKEY], n, raddr, rkey, signaled, 0)
             else:
                 dv.wqe_rdma_write_inline(q, 0, src, src_word, n, raddr, rkey, signaled)
             if tid == 0 and (not last or n >= RING_EACH_BYTES):
@@ -147,7 +147,6 @@ def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
             pend[i, slot, 1] = batch_first
             pend[i, slot, 2] = m + 1
             tail += 1
-            batch_first = m + 1
             if params[P_WAIT_EACH] != 0 or tail - head >= cap:
                 sh[0] = dv.wait_done(q, 0, state[0, dv.S_PI], timeout)
             else:
@@ -157,6 +156,8 @@ def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
                 if polled < 0:
                     sh[0] = polled
             head = _reap(q, pend, i, t_done, head, tail)
+        if status == 0 and end_of_batch:
+            batch_first = m + 1     # every thread: end_of_batch decides which WQEs signal
         cuda.syncthreads()
         status = sh[0]
         m += 1

@@ -28,6 +28,16 @@ def test_completions_arrive_in_posting_order_per_qp(path):
     assert np.all(r.latencies_ns > 0)
 
 
+@pytest.mark.parametrize("path", ["gpu_push", "nic_pull"])
+@pytest.mark.parametrize("batch", [1, 4])
+def test_the_last_wqe_of_every_batch_asks_for_a_completion(path, batch):
+    """One CQE per batch per QP, whichever thread of the block writes the flags word."""
+    per_qp = 12
+    r = runner.run(path, [64] * (2 * per_qp), n_qps=2, batch=batch, block_threads=8)
+    assert r.delivered == r.messages
+    assert r.counters["cqes"] == 2 * per_qp // batch
+
+
 def test_engine_delivers_a_prefix_in_order(nic):
     """Polled one pass at a time, delivered messages always form a prefix of those posted."""
     pd = nic.alloc_pd()
