@@ -30,13 +30,14 @@ CHILD = textwrap.dedent("""
     if sys.argv[2] == "mpi":
         boot = MpiBootstrap()
     else:
-        boot = TcpBootstrap.connect("127.0.0.1", int(sys.argv[3]), timeout_s=30)
+        boot = TcpBootstrap.connect("127.0.0.1", int(sys.argv[4]), timeout_s=30)
     with boot:
         records = boot.exchange(record(boot.rank))
         results = boot.allgather({"rank": boot.rank, "delivered": [boot.rank, 1]})
-    if boot.rank == 1 or sys.argv[2] == "mpi":
-        print(json.dumps({"rank": boot.rank, "size": boot.size, "kind": boot.kind,
-                          "records": [r.to_dict() for r in records], "results": results}))
+    # one file per rank: mpirun interleaves the ranks' standard output
+    with open(f"{sys.argv[3]}/rank{boot.rank}.json", "w") as out:
+        json.dump({"rank": boot.rank, "size": boot.size, "kind": boot.kind,
+                   "records": [r.to_dict() for r in records], "results": results}, out)
 """)
 
 
@@ -48,17 +49,18 @@ def child_env() -> dict:
     return dict(os.environ, PYTHONPATH=os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
 
 
-def test_tcp_two_processes_exchange_records_and_results():
+def test_tcp_two_processes_exchange_records_and_results(tmp_path):
     server = TcpBootstrap.listen("127.0.0.1", 0, timeout_s=60)
     child = subprocess.Popen([sys.executable, "-c", CHILD, os.path.dirname(__file__), "tcp",
-                              str(server.port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, env=child_env(), cwd=tempfile.gettempdir())
+                              str(tmp_path), str(server.port)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=child_env(),
+                             cwd=tempfile.gettempdir())
     with server:
         mine = server.exchange(record(0))
         results = server.allgather({"rank": 0, "delivered": [0, 1]})
-    out, err = child.communicate(timeout=60)
+    _, err = child.communicate(timeout=60)
     assert child.returncode == 0, err[-2000:]
-    theirs = json.loads(out)
+    theirs = json.loads((tmp_path / "rank1.json").read_text())
     assert mine == [record(0), record(1)]
     assert [PeerRecord.from_dict(d) for d in theirs["records"]] == [record(0), record(1)]
     assert results == theirs["results"] == [{"rank": 0, "delivered": [0, 1]},
@@ -66,7 +68,7 @@ def test_tcp_two_processes_exchange_records_and_results():
     assert (theirs["rank"], theirs["size"], theirs["kind"]) == (1, 2, "tcp")
 
 
-def test_mpirun_two_processes_exchange_records():
+def test_mpirun_two_processes_exchange_records(tmp_path):
     mpirun = shutil.which("mpirun")
     if mpirun is None:
         pytest.skip("no mpirun here (Debian: openmpi-bin)")
@@ -77,11 +79,10 @@ def test_mpirun_two_processes_exchange_records():
     env = dict(child_env(), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_rmaps_base_oversubscribe="1")
     proc = subprocess.run([mpirun, "-n", "2", sys.executable, "-c", CHILD, os.path.dirname(__file__),
-                           "mpi"], capture_output=True, text=True, env=env, timeout=180,
+                           "mpi", str(tmp_path)], capture_output=True, text=True, env=env, timeout=180,
                           cwd=tempfile.gettempdir())
     assert proc.returncode == 0, proc.stderr[-2000:]
-    outs = sorted((json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")),
-                  key=lambda d: d["rank"])
+    outs = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert [o["rank"] for o in outs] == [0, 1]
     for out in outs:
         assert out["kind"] == "mpi" and out["size"] == 2
