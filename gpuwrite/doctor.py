@@ -27,7 +27,6 @@ from gpuwrite.model import topology as topo
 from gpuwrite.model.errors import ParamError
 
 NVIDIA_VENDOR = 0x10DE
-MELLANOX_VENDOR = 0x15B3
 _BDF = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 
 # PCIe Base Spec rev 5.0 section 7.7.8: ACS Extended Capability, ID 0x000D; the

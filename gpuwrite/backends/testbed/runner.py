@@ -127,7 +127,6 @@ def run(path: str, sizes_bytes, bootstrap: Bootstrap, *, device: str | None = No
     device = device or next(d for d in availability.devices if d.startswith("mlx5"))
     msgs, qp_of, payload = workload(path, sizes_bytes, n_qps, seed)
     n = len(msgs)
-    qp_first = np.searchsorted(qp_of, np.arange(n_qps + 1)).astype(np.int64)
 
     from gpuwrite.backends.testbed.devx import TestbedNic, TestbedQueueSet
 
