@@ -91,12 +91,16 @@ enum {
     GW_CQE_INVALID = 0xf,
 };
 
-/* Error syndromes (mlx5: MLX5_CQE_SYNDROME_*). */
+/*
+ * Error syndromes (mlx5: MLX5_CQE_SYNDROME_*, every one mlx5dv.h names; the test
+ * tests/testbed/test_cqe.py checks each value against the installed mlx5dv.h).
+ */
 enum {
     GW_SYND_LOCAL_LENGTH_ERR = 0x01,
     GW_SYND_LOCAL_QP_OP_ERR = 0x02,
     GW_SYND_LOCAL_PROT_ERR = 0x04,
     GW_SYND_WR_FLUSH_ERR = 0x05,
+    GW_SYND_MW_BIND_ERR = 0x06,
     GW_SYND_BAD_RESP_ERR = 0x10,
     GW_SYND_LOCAL_ACCESS_ERR = 0x11,
     GW_SYND_REMOTE_INVAL_REQ_ERR = 0x12,
@@ -104,6 +108,7 @@ enum {
     GW_SYND_REMOTE_OP_ERR = 0x14,
     GW_SYND_TRANSPORT_RETRY_EXC_ERR = 0x15,
     GW_SYND_RNR_RETRY_EXC_ERR = 0x16,
+    GW_SYND_REMOTE_ABORTED_ERR = 0x22,
 };
 
 /*

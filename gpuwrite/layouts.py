@@ -101,6 +101,7 @@ def _enum_names(prefix: str) -> dict[int, str]:
 
 
 SYNDROMES = _enum_names("GW_SYND_")      # 0x13 -> "remote_access_err"
+CQE_OPCODES = {k: v for k, v in _enum_names("GW_CQE_").items() if k < 16}   # 0xd -> "req_err"
 REASONS = _enum_names("GW_REASON_")      # 1 -> "bad_rkey"
 SYNDROME = {v: k for k, v in SYNDROMES.items()}
 REASON = {v: k for k, v in REASONS.items()}
@@ -134,3 +135,33 @@ def syndrome_name(code: int) -> str:
 
 def reason_name(code: int) -> str:
     return REASONS.get(code, f"unknown reason {code}")
+
+
+def decode_cqe(raw, emulated: bool = True) -> dict:
+    """What one 64-byte completion says, in words.
+
+    ``opcode`` and ``owner`` come from op_own; a successful requester completion gives
+    ``byte_cnt``; an error completion (``req_err``/``resp_err``) gives the named mlx5
+    ``syndrome``, the failed WQE's opcode and the vendor syndrome. On the emulated NIC
+    the vendor syndrome is gpuwrite's reason (``emulated=True``); on a real NIC it is
+    the hardware's own code and is reported as a number.
+    """
+    cqe = np.frombuffer(bytes(raw), dtype=CQE64, count=1)[0]
+    op_own = int(cqe["op_own"])
+    opcode = op_own >> 4
+    out = {"opcode": CQE_OPCODES.get(opcode, f"unknown opcode 0x{opcode:x}"),
+           "owner": op_own & 1, "wqe_counter": int(cqe["wqe_counter"])}
+    if opcode in (lib.GW_CQE_REQ_ERR, lib.GW_CQE_RESP_ERR):
+        err = np.frombuffer(bytes(raw), dtype=ERR_CQE, count=1)[0]
+        word = int(err["s_wqe_opcode_qpn"])
+        vendor = int(err["vendor_err_synd"])
+        out.update(error=True, qpn=word & 0xFFFFFF, wqe_opcode=word >> 24,
+                   syndrome=syndrome_name(int(err["syndrome"])),
+                   syndrome_code=int(err["syndrome"]), vendor_err_synd=vendor,
+                   hw_err_synd=int(err["hw_err_synd"]))
+        if emulated:
+            out["reason"] = reason_name(vendor)
+    else:
+        out.update(error=False, qpn=int(cqe["sop_drop_qpn"]) & 0xFFFFFF,
+                   byte_cnt=int(cqe["byte_cnt"]))
+    return out

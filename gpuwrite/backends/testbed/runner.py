@@ -1,0 +1,235 @@
+"""Runs a workload through one data path on real mlx5 NICs between two hosts.
+
+Rank 0 sends, rank 1 is the target of its RDMA writes; both build the same workload from
+the seed (as the emulated runner does), exchange QP numbers, PSNs, LID/GID, MTU and the
+destination's address and rkey through a :mod:`bootstrap`, take their QPs to RTS, and
+rank 0 launches the very kernel of emulated mode (``gpuwrite.paths.kernels``) on a
+:class:`~gpuwrite.backends.testbed.devx.TestbedQueueSet`. Rank 1 then checks every byte
+that arrived and tells rank 0, which returns the emulated runner's ``PathResult``: the
+same table, so figures can put testbed, emulated and model side by side.
+
+A dead or misconfigured peer ends as error completions (``transport_retry_exc_err``
+after the QP's retries): the kernel's timeout is set above the time the NIC needs to
+give up, so a kernel sees the error instead of waiting forever.
+"""
+from __future__ import annotations
+
+import socket
+
+import numpy as np
+
+from gpuwrite import layouts as L
+from gpuwrite.backends.testbed import Availability, probe
+from gpuwrite.backends.testbed import qp_attrs as qa
+from gpuwrite.backends.testbed.bootstrap import Bootstrap, PeerRecord
+from gpuwrite.cudaenv import cuda, world
+from gpuwrite.device import verbs as dv
+from gpuwrite.paths import kernels as K
+from gpuwrite.paths.runner import PathResult
+
+PATHS = tuple(K.PATH_IDS)
+
+TESTBED_NOTES = {
+    "gpu_push": "testbed: staging region = on-NIC device memory (ibv_alloc_dm) mapped into the "
+                "GPU; staging credits are handed back by the host between kernel launches (a "
+                "real NIC does not publish them), so a launch carries one staging ring per QP",
+    "gpu_push_inline": "testbed: the payload travels inside the WQE; WQE ring in {rings}",
+    "nic_pull": "testbed: the NIC DMA-reads GPU memory registered through {registration}",
+    "host_staged": "testbed: the GPU copies to a pinned host bounce ring; the NIC reads host memory",
+}
+
+
+class TestbedUnavailable(RuntimeError):
+    """Testbed mode cannot run on this machine; ``reason`` is one line saying why."""
+
+    def __init__(self, availability: Availability):
+        super().__init__(availability.reason)
+        self.reason = availability.reason
+
+
+def workload(path: str, sizes_bytes, n_qps: int, seed: int):
+    """The messages, in QP order, and their payload: identical on both ranks."""
+    if path not in PATHS:
+        raise ValueError(f"path={path!r}: allowed {', '.join(PATHS)}")
+    sizes = np.asarray(sizes_bytes, dtype=np.int64)
+    if sizes.ndim != 1 or not len(sizes) or ((sizes <= 0) | (sizes % 4 != 0)).any():
+        raise ValueError("sizes_bytes: a non-empty list of positive multiples of 4")
+    if path == "gpu_push_inline" and sizes.max() > L.MAX_INLINE_BYTES:
+        raise ValueError(f"message size {int(sizes.max())} bytes is too large for an inline WQE: "
+                         f"at most {L.MAX_INLINE_BYTES}")
+    qp_of = np.arange(len(sizes)) % n_qps
+    order = np.argsort(qp_of, kind="stable")
+    sizes, qp_of = sizes[order], qp_of[order]
+    words = sizes // 4
+    src_word = np.concatenate([[0], np.cumsum(words)[:-1]]).astype(np.int64)
+    payload = np.random.default_rng(seed).integers(0, 2**32, size=int(words.sum()), dtype=np.uint32)
+    msgs = np.stack([sizes, src_word, src_word * 4], axis=1).astype(np.int64)
+    return msgs, qp_of, payload
+
+
+def staging_rounds(msgs, qp_of, n_qps, slots: int, slot_bytes: int, chunk_bytes: int) -> list[np.ndarray]:
+    """Splits the messages into kernel launches in which no QP claims more than one
+    staging ring (each message's slots, plus a run's worst-case wrap padding)."""
+    need = lambda nbytes: -(-(nbytes + L.STAGE_HDR_BYTES) // slot_bytes)  # noqa: E731
+    if need(min(chunk_bytes, int(msgs[:, K.M_SIZE].max()))) * 2 > slots:
+        raise ValueError(f"a {chunk_bytes}-byte chunk needs more than half of the {slots} staging "
+                         f"slots of {slot_bytes} bytes: raise stage_slots or lower chunk_bytes")
+    rounds, current, used = [], [], np.zeros(n_qps, dtype=np.int64)
+    for m, (size, qp) in enumerate(zip(msgs[:, K.M_SIZE], qp_of)):
+        size = int(size)
+        chunks = [chunk_bytes] * (size // chunk_bytes) + ([size % chunk_bytes] if size % chunk_bytes else [])
+        cost = sum(2 * need(c) - 1 for c in chunks)     # each chunk's slots and worst padding
+        if cost > slots:
+            raise ValueError(f"a {size}-byte message needs up to {cost} staging slots of {slot_bytes} "
+                             f"bytes in one launch; the ring has {slots}: raise stage_slots")
+        if used[qp] + cost > slots and current:
+            rounds.append(np.array(current))
+            current, used = [], np.zeros(n_qps, dtype=np.int64)
+        current.append(m)
+        used[qp] += cost
+    rounds.append(np.array(current))
+    return rounds
+
+
+def _gpu_source(payload: np.ndarray, nic, access: int):
+    """The payload in GPU memory, and how nic_pull's data segment names it:
+    (device array, MR, address in the MR's space, how it was registered)."""
+    from pyverbs.mr import MR, DmaBufMR
+
+    from gpuwrite.backends.testbed.devx import _gpu_ring_memory
+    from gpuwrite.backends.testbed.uar import device_view
+
+    exported = _gpu_ring_memory(payload.nbytes)
+    if exported is not None:
+        from cuda.bindings import driver
+
+        address, fd, size = exported
+        driver.cuMemcpyHtoD(address, payload, payload.nbytes)
+        mr = DmaBufMR(nic.pd, size, access, dmabuf=fd, offset=0)
+        array = device_view(address, payload.shape, np.uint32)
+        return array, mr, 0, "dma-buf (addresses are offsets in the dma-buf)"
+    array = cuda.to_device(payload)
+    address = int(array.__cuda_array_interface__["data"][0])
+    mr = MR(nic.pd, payload.nbytes, access, address=address)   # needs nvidia_peermem
+    return array, mr, address, "nvidia_peermem"
+
+
+def run(path: str, sizes_bytes, bootstrap: Bootstrap, *, device: str | None = None, port: int = 1,
+        gid_index: int = 0, n_qps: int = 4, batch: int = 1, chunk_bytes: int = 65536,
+        sq_bbs: int = 256, stage_slots: int = 64, stage_slot_bytes: int = 256,
+        block_threads: int = 128, timeout_s: float = 5.0, seed: int = 7,
+        ring_memory: str = "auto", qp_timeout: int = 14, retry_cnt: int = 7) -> PathResult | None:
+    """Rank 0 sends ``sizes_bytes`` messages on ``path`` to rank 1; rank 0 returns the
+    result, rank 1 None. Raises TestbedUnavailable where this machine cannot run it."""
+    availability = probe(device)
+    if not availability.ok:
+        raise TestbedUnavailable(availability)
+    device = device or next(d for d in availability.devices if d.startswith("mlx5"))
+    msgs, qp_of, payload = workload(path, sizes_bytes, n_qps, seed)
+    n = len(msgs)
+
+    from gpuwrite.backends.testbed.devx import TestbedNic, TestbedQueueSet
+
+    with TestbedNic(device, port, gid_index) as nic, \
+            TestbedQueueSet(nic, n_qps, sq_bbs=sq_bbs, ncqe=max(sq_bbs, 256), stage_slots=stage_slots,
+                            stage_slot_bytes=stage_slot_bytes,
+                            bounce_bytes=max(4 * min(chunk_bytes, int(msgs[:, 0].max())), 65536),
+                            ring_memory=ring_memory, seed=seed + bootstrap.rank) as qs:
+        e = nic.enums
+        rw = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
+        from pyverbs.mr import MR
+
+        dst = np.full(len(payload), 0xDEADBEEF, dtype=np.uint32)
+        dst_mr = MR(nic.pd, dst.nbytes, rw, address=dst.ctypes.data)
+        src, src_mr, src_addr, registration = _gpu_source(payload, nic, e.IBV_ACCESS_LOCAL_WRITE)
+        mine = PeerRecord(rank=bootstrap.rank, host=socket.gethostname(), lid=nic.lid, gid=nic.gid,
+                          mtu_bytes=nic.mtu_bytes, qpns=tuple(int(q) for q in qs.qpns),
+                          psns=tuple(int(p) for p in qs.psns), addr=dst.ctypes.data,
+                          rkey=dst_mr.rkey, length=dst.nbytes,
+                          extra={"mac": nic.mac, "link_layer": nic.link_layer})
+        peer = bootstrap.exchange(mine)[1 - bootstrap.rank]
+        if len(peer.qpns) != n_qps:
+            raise ValueError(f"the peer built {len(peer.qpns)} QPs; this side {n_qps}: run both "
+                             "with the same --qps")
+        use_grh = nic.link_layer == "ethernet" or peer.lid == 0
+        qs.connect([qa.QpConnection(
+            remote_qpn=peer.qpns[i], remote_psn=peer.psns[i], local_psn=int(qs.psns[i]),
+            mtu_bytes=min(nic.mtu_bytes, peer.mtu_bytes), port_num=port, remote_lid=peer.lid,
+            remote_gid=peer.gid if use_grh else None, sgid_index=gid_index,
+            remote_mac=peer.extra.get("mac") if nic.link_layer == "ethernet" else None,
+            timeout=qp_timeout, retry_cnt=retry_cnt) for i in range(n_qps)])
+        bootstrap.allgather("rts")          # both sides' QPs are ready before any write
+        # The kernel must outwait the NIC's retries: a dead peer becomes an error CQE.
+        kernel_timeout_ns = int(max(timeout_s * 1e9, 2 * qa.retry_exhausted_ns(qp_timeout, retry_cnt)))
+
+        t_post = np.zeros(n, dtype=np.int64)
+        t_done = np.zeros(n, dtype=np.int64)
+        res = np.zeros((n_qps, 3), dtype=np.int64)
+        if bootstrap.rank == 0:
+            params = np.zeros(K.P_COLS, dtype=np.int64)
+            params[K.P_PATH] = K.PATH_IDS[path]
+            params[K.P_BATCH] = batch
+            params[K.P_TIMEOUT_NS] = kernel_timeout_ns
+            params[K.P_CHUNK_BYTES] = chunk_bytes
+            params[K.P_DST_ADDR] = peer.addr
+            params[K.P_RKEY] = peer.rkey
+            params[K.P_SRC_ADDR] = src_addr
+            params[K.P_SRC_LKEY] = src_mr.lkey
+            if path == "gpu_push":
+                if qs.stage_mr is None:
+                    raise ValueError(qs.stage_note)
+                rounds = staging_rounds(msgs, qp_of, n_qps, stage_slots, stage_slot_bytes, chunk_bytes)
+            else:
+                rounds = [np.arange(n)]
+            d_params = cuda.to_device(params)
+            for chosen in rounds:
+                sub_first = np.searchsorted(qp_of[chosen], np.arange(n_qps + 1)).astype(np.int64)
+                d_tp = cuda.to_device(np.zeros(len(chosen), dtype=np.int64))
+                d_td = cuda.to_device(np.zeros(len(chosen), dtype=np.int64))
+                d_res = cuda.to_device(np.zeros((n_qps, 3), dtype=np.int64))
+                pend = cuda.to_device(np.zeros((n_qps, max(4, sq_bbs // 2), 3), dtype=np.int64))
+                K.send_messages[n_qps, block_threads](qs.device_args, cuda.to_device(msgs[chosen]),
+                                                      cuda.to_device(sub_first), src, d_params,
+                                                      d_tp, d_td, d_res, pend)
+                cuda.synchronize()
+                t_post[chosen], t_done[chosen] = d_tp.copy_to_host(), d_td.copy_to_host()
+                round_res = d_res.copy_to_host()
+                res[:, K.R_SENT] += round_res[:, K.R_SENT]
+                failed = round_res[:, K.R_STATUS] != 0
+                res[failed, K.R_STATUS] = round_res[failed, K.R_STATUS]
+                res[failed, K.R_SYND] = round_res[failed, K.R_SYND]
+                if failed.any():
+                    break
+                if path == "gpu_push":
+                    qs.return_staging()
+        bootstrap.allgather("sent")         # rank 0's kernel is done: rank 1 may look
+        arrived = [bool(np.array_equal(dst[a:a + w], payload[a:a + w]))
+                   for a, w in zip(msgs[:, K.M_SRC_WORD], msgs[:, K.M_SIZE] // 4)]
+        checked = bootstrap.allgather(arrived)[1]
+        if bootstrap.rank != 0:
+            return None
+        completed = t_done > 0
+        delivered = completed & np.asarray(checked, dtype=bool)
+        lat = (t_done[completed] - t_post[completed]).astype(np.int64)
+        span = (t_done[completed].max() - t_post[completed].min()) if completed.any() else 0
+        nbytes = int(msgs[delivered, K.M_SIZE].sum())
+        qp_errors = {}
+        for q in range(n_qps):
+            if res[q, K.R_STATUS] != 0:
+                synd = int(res[q, K.R_SYND])
+                qp_errors[int(qs.qpns[q])] = {
+                    "status": dv.ERROR_NAMES.get(int(res[q, K.R_STATUS]), str(res[q, K.R_STATUS])),
+                    "syndrome": L.syndrome_name(synd >> 8) if synd else "",
+                    "vendor_syndrome": f"0x{synd & 0xFF:02x}" if synd else "",
+                    "messages_sent": int(res[q, K.R_SENT])}
+        note = TESTBED_NOTES[path].format(rings=qs.ring_memory, registration=registration)
+        return PathResult(
+            path=path, messages=n, delivered=int(delivered.sum()), dropped=0,
+            errors=sum(1 for err in qp_errors.values() if err["syndrome"]), bytes=nbytes,
+            latency_p50_us=float(np.percentile(lat, 50) / 1e3) if len(lat) else float("nan"),
+            latency_p99_us=float(np.percentile(lat, 99) / 1e3) if len(lat) else float("nan"),
+            throughput_gbps=float(nbytes * 8 / span) if span > 0 else 0.0,
+            world=f"testbed: {device} port {port} ({nic.link_layer}) to {peer.host}; {world()}",
+            emulation=note, qp_errors=qp_errors,
+            counters={"ring_memory": qs.ring_memory, "kernel_launches": len(rounds)},
+            latencies_ns=lat)

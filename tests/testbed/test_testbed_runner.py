@@ -1,0 +1,63 @@
+"""The testbed runner's pure parts, and its refusal to pretend on a machine without a NIC."""
+import numpy as np
+import pytest
+
+from gpuwrite import layouts as L
+from gpuwrite.backends import availability
+from gpuwrite.backends.testbed import EXIT_UNAVAILABLE, probe
+from gpuwrite.backends.testbed import runner as tr
+from gpuwrite.backends.testbed.bootstrap import TcpBootstrap
+from gpuwrite.paths import kernels as K
+
+
+def test_both_ranks_build_the_same_workload():
+    a = tr.workload("gpu_push", [64, 256, 4096, 64, 128], 2, seed=3)
+    b = tr.workload("gpu_push", [64, 256, 4096, 64, 128], 2, seed=3)
+    for x, y in zip(a, b):
+        assert np.array_equal(x, y)
+    msgs, qp_of, payload = a
+    assert list(qp_of) == [0, 0, 0, 1, 1] and len(payload) == (64 + 256 + 4096 + 64 + 128) // 4
+    with pytest.raises(ValueError, match="too large for an inline WQE"):
+        tr.workload("gpu_push_inline", [512], 1, 1)
+
+
+def test_staging_rounds_never_claim_more_than_one_ring():
+    sizes = [64, 4096, 1024, 256] * 25
+    msgs, qp_of, _ = tr.workload("gpu_push", sizes, 3, 1)
+    slots, slot_bytes = 64, 256
+    rounds = tr.staging_rounds(msgs, qp_of, 3, slots, slot_bytes, 65536)
+    assert np.array_equal(np.concatenate(rounds), np.arange(len(msgs)))   # every message, in order
+    need = lambda n: -(-(n + L.STAGE_HDR_BYTES) // slot_bytes)  # noqa: E731
+    for chosen in rounds:
+        for qp in range(3):
+            mine = chosen[qp_of[chosen] == qp]
+            assert sum(2 * need(int(s)) - 1 for s in msgs[mine, K.M_SIZE]) <= slots
+    assert len(rounds) > 1
+    with pytest.raises(ValueError, match="raise stage_slots"):
+        tr.staging_rounds(msgs, qp_of, 3, 16, 256, 65536)
+
+
+@pytest.mark.skipif(probe().ok, reason="this machine can run testbed mode")
+def test_without_an_rdma_device_nothing_runs_and_the_reason_is_one_line():
+    reason = availability()["testbed"]
+    assert reason and "\n" not in reason
+    with TcpBootstrap.listen("127.0.0.1", 0, timeout_s=1) as boot:
+        with pytest.raises(tr.TestbedUnavailable) as info:
+            tr.run("gpu_push", [64], boot)
+    assert info.value.reason == reason
+    assert EXIT_UNAVAILABLE == 3
+
+
+@pytest.mark.skipif(probe().ok, reason="this machine can run testbed mode")
+def test_cli_says_why_not_and_exits_3(capsys):
+    import json
+
+    from gpuwrite.cli import main
+
+    assert main(["testbed"]) == EXIT_UNAVAILABLE
+    out = capsys.readouterr().out
+    assert out.startswith("gpuwrite testbed: not run: ") and out.count("\n") == 1
+    assert main(["testbed", "--json"]) == EXIT_UNAVAILABLE
+    assert json.loads(capsys.readouterr().out) == {"mode": "testbed", "ran": False,
+                                                   "reason": availability()["testbed"]}
+    assert main(["testbed", "--paths", "warp_drive"]) == 2
