@@ -72,6 +72,18 @@ STAGE_MAGIC = lib.GW_STAGE_MAGIC
 STAGE_ALIGN_BYTES = lib.GW_STAGE_ALIGN_BYTES
 STAGE_ALIGN_MIN_BYTES = lib.GW_STAGE_ALIGN_MIN_BYTES
 STAGE_F_ALIGNED = lib.GW_STAGE_F_ALIGNED
+
+
+def stage_lead_bytes(nbytes: int, slot_bytes: int) -> int:
+    """Bytes before a message's staging header in its first slot (host twin of the
+    device verbs' ``stage_lead``): large payloads start on a 128-byte line."""
+    aligned = nbytes >= STAGE_ALIGN_MIN_BYTES and slot_bytes >= STAGE_ALIGN_BYTES
+    return STAGE_ALIGN_BYTES - STAGE_HDR_BYTES if aligned else 0
+
+
+def stage_slots_needed(nbytes: int, slot_bytes: int) -> int:
+    """Staging slots a message of ``nbytes`` occupies, its header included."""
+    return -(-(stage_lead_bytes(nbytes, slot_bytes) + STAGE_HDR_BYTES + nbytes) // slot_bytes)
 CREDIT_BLOCK_BYTES = lib.GW_CREDIT_BLOCK_BYTES
 
 OPCODE_NOP = lib.GW_OPCODE_NOP

@@ -94,6 +94,8 @@ def test_device_verbs_put_large_payloads_on_128_byte_lines(nic):
     payload_bytes = got[:, 2] * 4
     slot_start = got[:, 1] * 4
     assert list(payload_bytes - slot_start) == [16, 16, 128, 128]
+    assert [L.stage_lead_bytes(int(n), SLOT) + L.STAGE_HDR_BYTES for n in sizes] == \
+        [16, 16, 128, 128]
     hdr = qs.stage.host[0]
     flags = hdr[(got[:, 2] - 4) + L.STAGE_W_INDEX_FLAGS] >> 16
     assert list(flags) == [0, 0, L.STAGE_F_ALIGNED, L.STAGE_F_ALIGNED]

@@ -288,6 +288,9 @@ class TestbedQueueSet:
         self.psns = np.array([rng.getrandbits(24) for _ in range(n_qps)], dtype=np.int64)
 
         # Staging: on-NIC device memory, registered zero-based, mapped into the GPU.
+        if stage_slot_bytes < 64 or stage_slot_bytes & (stage_slot_bytes - 1):
+            raise ValueError(f"stage_slot_bytes={stage_slot_bytes}: a power of two, at least 64 "
+                             "(the device verbs find slots with shifts)")
         self.stage_slots, self.stage_slot_bytes = stage_slots, stage_slot_bytes
         stage_bytes = stage_slots * stage_slot_bytes
         self._map_staging(stage_bytes, access)
@@ -304,6 +307,8 @@ class TestbedQueueSet:
         info[:, dv.I_LOG_NCQE] = plan.log_cq_size
         info[:, dv.I_SLOTS] = stage_slots
         info[:, dv.I_SLOT_BYTES] = stage_slot_bytes
+        info[:, dv.I_SLOT_SHIFT] = stage_slot_bytes.bit_length() - 1
+        info[:, dv.I_DB_MMIO] = 1     # a real doorbell register: fenced after the record
         info[:, dv.I_STAGE_ADDR] = np.arange(n_qps) * stage_bytes    # zero-based DM MR
         info[:, dv.I_STAGE_LKEY] = self.stage_mr.lkey if self.stage_mr else 0
         info[:, dv.I_BOUNCE_ADDR] = self.bounce.address + np.arange(n_qps) * self.bounce_words * 4

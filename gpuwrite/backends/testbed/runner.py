@@ -70,7 +70,7 @@ def workload(path: str, sizes_bytes, n_qps: int, seed: int):
 def staging_rounds(msgs, qp_of, n_qps, slots: int, slot_bytes: int, chunk_bytes: int) -> list[np.ndarray]:
     """Splits the messages into kernel launches in which no QP claims more than one
     staging ring (each message's slots, plus a run's worst-case wrap padding)."""
-    need = lambda nbytes: -(-(nbytes + L.STAGE_HDR_BYTES) // slot_bytes)  # noqa: E731
+    need = lambda nbytes: L.stage_slots_needed(nbytes, slot_bytes)  # noqa: E731
     if need(min(chunk_bytes, int(msgs[:, K.M_SIZE].max()))) * 2 > slots:
         raise ValueError(f"a {chunk_bytes}-byte chunk needs more than half of the {slots} staging "
                          f"slots of {slot_bytes} bytes: raise stage_slots or lower chunk_bytes")
