@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = ("demo", "bench", "model_cmd", "sim_cmd", "sweep", "figures")
+COMMANDS = ("demo", "bench", "model_cmd", "sim_cmd", "sweep", "figures", "calibrate")
 
 
 class UsageError(Exception):
