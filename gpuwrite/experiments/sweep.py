@@ -89,18 +89,19 @@ def _today() -> str:
 
 
 def _stored_rows(spec: ExperimentSpec, results_dir: Path) -> dict[str, pd.DataFrame]:
-    """Measured rows by configuration hash, from the tables and the chunk cache."""
-    frames = [store.read_table(store.table_path(results_dir, spec.name)),
-              store.read_table(store.table_path(results_dir, spec.name, gpu=True))]
-    folder = store.cache_dir(results_dir, spec.name)
-    frames += [pd.read_parquet(f) for f in sorted(folder.glob("*.parquet"))] if folder.is_dir() else []
-    config_keys = {key for sweep in spec.sweeps for key in allowed_keys(sweep.backend, sweep.measure)}
-    drop = set(store.FRAME_COLUMNS) | config_keys
-    out: dict[str, pd.DataFrame] = {}
-    for frame in frames:
-        if frame is None or "config_hash" not in frame:
+    """Measured rows (and their meta columns) by configuration hash, from the tables and the chunk cache."""
+    measured = []
+    for gpu in (False, True):
+        table = store.read_table(store.table_path(results_dir, spec.name, gpu=gpu))
+        if table is None or "config_hash" not in table:
             continue
-        frame = frame.drop(columns=[c for c in frame.columns if c in drop])
+        for (backend, measure), part in table.groupby(["backend", "measure"], sort=False):
+            drop = set(store.FRAME_COLUMNS) | set(allowed_keys(backend, measure or None))
+            measured.append(part.drop(columns=[c for c in part.columns if c in drop]))
+    folder = store.cache_dir(results_dir, spec.name)
+    measured += [pd.read_parquet(f) for f in sorted(folder.glob("*.parquet"))] if folder.is_dir() else []
+    out: dict[str, pd.DataFrame] = {}
+    for frame in measured:
         for key, positions in frame.groupby("config_hash", sort=False).indices.items():
             out.setdefault(key, frame.iloc[positions])
     return out
