@@ -77,6 +77,15 @@ def _simulate(config: dict, params) -> pd.DataFrame:
     return pd.DataFrame([summary])
 
 
+def message_count(run: dict, simulator: bool) -> int:
+    """Messages one emulated point sends: ``simulator_messages`` on the simulator; on a GPU
+    ``messages``, or enough to move ``total_bytes`` if that is more, capped at ``max_messages``."""
+    if simulator:
+        return run["simulator_messages"]
+    count = max(run["messages"], run["total_bytes"] // run["size_bytes"])
+    return min(count, run["max_messages"])
+
+
 def _emulated(config: dict) -> pd.DataFrame:
     """One emulated run; on the simulator a tiny one whose only use is its byte checks."""
     from gpuwrite.cudaenv import SIMULATOR
@@ -84,13 +93,9 @@ def _emulated(config: dict) -> pd.DataFrame:
 
     run = config["run"]
     size = run["size_bytes"]
-    if SIMULATOR:
-        count = run["simulator_messages"]
-        n_qps, workers = min(run["n_qps"], count), 1
-    else:
-        count = max(run["messages"], run["total_bytes"] // size) if run["total_bytes"] else run["messages"]
-        count = min(count, run["max_messages"])
-        n_qps, workers = run["n_qps"], run["workers"]
+    count = message_count(run, SIMULATOR)
+    # the simulator runs every block as Python threads: no more QPs than messages, one engine thread
+    n_qps, workers = (min(run["n_qps"], count), 1) if SIMULATOR else (run["n_qps"], run["workers"])
     kwargs = dict(n_qps=n_qps, batch=run["batch"], policy=run["policy"], wait_each=run["wait_each"],
                   chunk_bytes=run["chunk_bytes"], stage_slot_bytes=run["stage_slot_bytes"],
                   block_threads=run["block_threads"] or None, workers=workers, seed=run["seed"])

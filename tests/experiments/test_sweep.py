@@ -137,3 +137,16 @@ def test_gpu_table_is_left_alone_by_a_cpu_run(spec, tmp_path):
     assert gpu_table.read_bytes() == before
     both = store.load_results(tmp_path, "tiny")
     assert "Some GPU" in set(both["device"]) and "model" in set(both["device"])
+
+
+def test_emulated_message_counts_on_a_gpu_and_on_the_simulator():
+    from gpuwrite.experiments.spec import EMULATED_DEFAULTS, load_spec as load
+    from tiny_specs import EXPERIMENTS
+
+    fig4 = load(EXPERIMENTS / "fig4_throughput.toml").sweep("emulated")
+    counts = {values["size_bytes"]: backends.message_count({**EMULATED_DEFAULTS, **values}, simulator=False)
+              for values in fig4.points() if values["path"] == "gpu_push"}
+    assert counts[1 << 20] == 256 and counts[65536] == 4096 and counts[64] == 200_000
+    assert max(size * count for size, count in counts.items()) <= 256 << 20
+    assert backends.message_count({**EMULATED_DEFAULTS, **fig4.points()[0]}, simulator=True) == 2
+    assert backends.message_count({**EMULATED_DEFAULTS, "messages": 50}, simulator=False) == 50
