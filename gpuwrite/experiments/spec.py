@@ -23,12 +23,14 @@ A file names the figure it feeds and the sweeps whose rows that figure draws::
 Keys are dotted names (``nic.policy``); nested TOML tables are flattened to the same names.
 Which keys a sweep takes depends on its backend and measure (``allowed_keys``). Every
 point is resolved into a complete configuration (every model parameter, every runner
-argument); its SHA-256 over canonical JSON (``config_hash``) keys the result cache.
+argument, and a fingerprint of the backend's source code); its SHA-256 over canonical JSON
+(``config_hash``) keys the result cache.
 """
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import hashlib
 import itertools
 import json
@@ -52,6 +54,13 @@ SWEEP_KEYS = ("name", "backend", "measure", "output", "require", "exclude", "fix
 FIGURE_KEYS = ("kind", "title", "caption")
 # Resolved configurations change meaning when this does (bump it with the layout).
 CONFIG_SCHEMA = 1
+# The code whose results a point's configuration stands for: a change to any of these
+# files changes every hash of that backend, so stored results are never reused stale.
+BACKEND_CODE = {
+    "model": ("gpuwrite/model/*.py",),
+    "emulated": ("gpuwrite/paths/*.py", "gpuwrite/device/*.py", "gpuwrite/host/*.py", "gpuwrite/layouts.py",
+                 "csrc/*.c", "csrc/*.h"),
+}
 
 # Emulated runs: arguments of gpuwrite.paths.runner.run and how many messages to send.
 # messages: at least this many; total_bytes: enough messages to move this many bytes
@@ -307,7 +316,7 @@ def resolve(sweep: Sweep, values: dict, device: str) -> dict:
     configuration: the same run on another device is another measurement.
     """
     config: dict = {"schema": CONFIG_SCHEMA, "backend": sweep.backend, "measure": sweep.measure,
-                    "output": sweep.output}
+                    "output": sweep.output, "code": code_fingerprint(sweep.backend)}
     try:
         if sweep.backend == "emulated":
             run = {**EMULATED_DEFAULTS, **values}
@@ -363,6 +372,20 @@ def _check_emulated(run: dict) -> None:
             raise ParamError(key, value, "an integer >= 0")
     if run["policy"] not in ("hold", "drop"):
         raise ParamError("policy", run["policy"], "hold, drop")
+
+
+def fingerprint_files(root: Path, patterns) -> str:
+    """SHA-256 over the names and contents of the files matching ``patterns`` under ``root``."""
+    digest = hashlib.sha256()
+    for file in sorted(f for pattern in patterns for f in root.glob(pattern)):
+        digest.update(file.relative_to(root).as_posix().encode() + b"\0" + file.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def code_fingerprint(backend: str) -> str:
+    """Fingerprint of the source code behind ``backend`` (this checkout or the installed package)."""
+    return fingerprint_files(Path(__file__).resolve().parents[2], BACKEND_CODE[backend])
 
 
 def config_hash(config: dict) -> str:

@@ -130,3 +130,17 @@ def test_emulated_configuration_includes_the_device(tmp_path):
                                       "size_bytes = [64]\n")).sweeps[0]
     point = sweep.points()[0]
     assert config_hash(resolve(sweep, point, "cudasim")) != config_hash(resolve(sweep, point, "NVIDIA H200"))
+
+
+def test_a_change_to_the_backend_code_changes_the_hash(tmp_path):
+    from gpuwrite.experiments.spec import code_fingerprint, fingerprint_files
+
+    (tmp_path / "gpuwrite" / "model").mkdir(parents=True)
+    source = tmp_path / "gpuwrite" / "model" / "paths.py"
+    source.write_text("LATENCY = 1\n")
+    before = fingerprint_files(tmp_path, ("gpuwrite/model/*.py",))
+    source.write_text("LATENCY = 2\n")
+    assert fingerprint_files(tmp_path, ("gpuwrite/model/*.py",)) != before
+    assert code_fingerprint("model") != code_fingerprint("emulated")
+    sweep = load_spec(write(tmp_path, MINIMAL)).sweeps[0]
+    assert resolve(sweep, sweep.points()[0], "model")["code"] == code_fingerprint("model")
