@@ -240,7 +240,7 @@ def _load_sweep(file: Path, index: int, data: dict) -> Sweep:
     output = data.get("output", outputs[0])
     _choice(f"{where}: output", output, outputs)
     require = data.get("require", "any")
-    _choice(f"{where}: require", require, REQUIRES)
+    _choice(f"{where}: require", require, REQUIRES if backend == "emulated" else ("any",))
     allowed = allowed_keys(backend, measure)
     fixed = _flatten(data.get("fixed", {}))
     vary_raw = _flatten(data.get("vary", {}))
@@ -290,13 +290,11 @@ def load_spec(path: str | Path) -> ExperimentSpec:
 
 # --- resolving a point into a complete configuration -------------------------------
 
-def _nest(values: dict, prefix: str = "") -> dict:
-    """{"nic.policy": "drop"} -> {"nic": {"policy": "drop"}} for the keys under ``prefix``."""
+def _nest(values: dict) -> dict:
+    """{"nic.policy": "drop"} -> {"nic": {"policy": "drop"}}."""
     out: dict = {}
     for key, value in values.items():
-        if not key.startswith(prefix):
-            continue
-        parts = key[len(prefix):].split(".")
+        parts = key.split(".")
         table = out
         for part in parts[:-1]:
             table = table.setdefault(part, {})

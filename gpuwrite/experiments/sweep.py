@@ -134,7 +134,7 @@ def _with_meta(measured: pd.DataFrame, device: str, digest: str) -> pd.DataFrame
     return frame
 
 
-def _chunks(sweep: Sweep, missing: list[int], workers: int) -> list[list[int]]:
+def _chunks(sweep: Sweep, missing: list[int]) -> list[list[int]]:
     if sweep.measure == "simulate":
         size = 1
     else:  # analytic: a few chunks, so the progress bar moves
@@ -165,7 +165,7 @@ def run_sweep(spec: ExperimentSpec, sweep: Sweep, results_dir: Path, stored: dic
     report.cached = len(measured)
     task = progress.add_task(f"{spec.name}: {sweep.name}", total=len(points), completed=len(measured)) \
         if progress is not None else None
-    groups = _chunks(sweep, missing, pool.workers)
+    groups = _chunks(sweep, missing)
     chunk_configs = [[configs[i] for i in group] for group in groups]
     cache = store.cache_dir(results_dir, spec.name)
     if sweep.backend == "model" and sweep.measure == "simulate":
@@ -239,14 +239,11 @@ def run_spec(spec: ExperimentSpec, results_dir: str | Path = store.DEFAULT_RESUL
     else:
         on_gpu = (new["backend"] == "emulated") & (new["device"] != backends.SIMULATOR_DEVICE)
         for gpu, part in ((False, new[~on_gpu]), (True, new[on_gpu])):
-            path = store.table_path(results_dir, spec.name, gpu=gpu)
-            if not len(part) and not path.is_file():
-                continue
-            merged = _merge(store.read_table(path), part, spec)
-            if len(merged):
-                written += store.write_table(merged, path, csv=csv)
-    folder = store.cache_dir(results_dir, spec.name)
-    for sweep in selected:  # the tables now hold these rows
-        for file in folder.glob(f"{sweep.name}-*.parquet") if folder.is_dir() else ():
-            file.unlink()
+            if len(part):  # a table this run has no rows for stays as it is, byte for byte
+                path = store.table_path(results_dir, spec.name, gpu=gpu)
+                written += store.write_table(_merge(store.read_table(path), part, spec), path, csv=csv)
+        folder = store.cache_dir(results_dir, spec.name)
+        for sweep in selected:  # the tables now hold these rows
+            for file in folder.glob(f"{sweep.name}-*.parquet") if folder.is_dir() else ():
+                file.unlink()
     return {"reports": reports, "tables": written, "rows": len(new)}

@@ -40,7 +40,7 @@ def test_every_experiment_file_loads_and_names_a_figure():
     ('backend = "fpga"', ["backend='fpga'", "allowed: model, emulated"]),
     ('measure = "latencyy"', ["measure='latencyy'", "latency, throughput, efficiency, simulate"]),
     ('output = "timeseries"', ["output='timeseries'", "allowed: summary"]),
-    ('require = "always"', ["require='always'", "allowed: any, gpu"]),
+    ('require = "gpu"', ["require='gpu'", "allowed: any"]),          # gpu: emulated sweeps only
 ])
 def test_bad_sweep_keys_and_values_are_named(tmp_path, change, expected):
     key = change.split(" = ")[0]
