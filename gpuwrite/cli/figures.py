@@ -8,8 +8,8 @@ table, with GPU-measured rows overlaid where they exist.
 from __future__ import annotations
 
 from gpuwrite.cli import UsageError
-from gpuwrite.cli.common import add_json_flag, console, print_json, table
-from gpuwrite.cli.sweep import check_workers, progress_bar
+from gpuwrite.cli.common import console, print_json, table
+from gpuwrite.cli.sweep import add_run_options, check_workers, progress_bar
 
 
 def register(sub) -> None:
@@ -18,11 +18,8 @@ def register(sub) -> None:
     p.add_argument("--only", action="append", metavar="NAME",
                    help="only this figure (an experiment file's name, e.g. fig1_latency; repeatable)")
     p.add_argument("--specs", default="experiments", help="directory of experiment files (default experiments)")
-    p.add_argument("--results", default="experiments/results", help="results directory")
     p.add_argument("--out", default="experiments/figures", help="where PNG and PDF files go")
-    p.add_argument("--workers", type=int, default=None, help="worker processes (default: CPU count)")
-    p.add_argument("--fresh", action="store_true", help="recompute every sweep, ignoring stored results")
-    add_json_flag(p)
+    add_run_options(p)
     p.set_defaults(func=main)
 
 

@@ -24,6 +24,14 @@ def progress_bar(disable: bool):
                     console=Console(stderr=True), disable=disable)
 
 
+def add_run_options(parser) -> None:
+    """--results, --workers, --fresh and --json: shared by `sweep` and `figures`."""
+    parser.add_argument("--results", default="experiments/results", help="results directory (default experiments/results)")
+    parser.add_argument("--workers", type=int, default=None, help="worker processes (default: CPU count)")
+    parser.add_argument("--fresh", action="store_true", help="ignore stored results and compute every point again")
+    add_json_flag(parser)
+
+
 def check_workers(workers):
     if workers is not None and workers < 1:
         raise UsageError(f"--workers={workers} is not allowed; allowed: an integer >= 1")
@@ -36,17 +44,13 @@ def register(sub) -> None:
     p.add_argument("file", metavar="FILE", help="experiment file (TOML), e.g. experiments/fig1_latency.toml")
     p.add_argument("--sweep", action="append", dest="sweeps", metavar="NAME",
                    help="run only this sweep of the file (repeatable)")
-    p.add_argument("--results", default=None, help="results directory (default experiments/results)")
     p.add_argument("--out", help="write the rows of this run to this file instead (.parquet or .csv)")
     p.add_argument("--csv", action="store_true", help="also write a CSV beside each Parquet table")
-    p.add_argument("--workers", type=int, default=None, help="worker processes (default: CPU count)")
-    p.add_argument("--fresh", action="store_true", help="ignore stored results and compute every point")
-    add_json_flag(p)
+    add_run_options(p)
     p.set_defaults(func=main)
 
 
 def main(args) -> int:
-    from gpuwrite.experiments import store
     from gpuwrite.experiments.spec import SpecError, load_spec
     from gpuwrite.experiments.sweep import Pool, run_spec
 
@@ -56,7 +60,7 @@ def main(args) -> int:
     try:
         spec = load_spec(args.file)
         with progress_bar(args.json) as progress, Pool(workers) as pool:
-            ran = run_spec(spec, args.results or store.DEFAULT_RESULTS, only=args.sweeps, fresh=args.fresh,
+            ran = run_spec(spec, args.results, only=args.sweeps, fresh=args.fresh,
                            pool=pool, progress=progress, csv=args.csv, out=args.out)
     except SpecError as exc:
         raise UsageError(str(exc)) from None
