@@ -10,7 +10,8 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = ("demo", "bench", "model_cmd", "sim_cmd", "doctor", "testbed")
+COMMANDS = ("demo", "bench", "model_cmd", "sim_cmd", "sweep", "figures", "calibrate", "doctor",
+            "testbed")
 
 
 class UsageError(Exception):
@@ -18,6 +19,10 @@ class UsageError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # Numba reads NUMBA_ENABLE_CUDASIM once, when it is first imported; the command modules
+    # import the model (and so numba), so the GPU-or-simulator choice must come first.
+    import gpuwrite.cudaenv  # noqa: F401
+
     parser = argparse.ArgumentParser(
         prog="gpuwrite",
         description="Prototype and evaluate GPU-initiated DMA writes into RDMA NICs.",

@@ -1,0 +1,298 @@
+"""``gpuwrite calibrate``: measure this GPU and write the parameter file the model reads.
+
+Measurements (each the median of several runs, every run kept in the file):
+
+* doorbell ping-pong: a GPU thread release-stores a host word, a C thread answers, the
+  GPU's acquire loop sees it (``bench.suite.floor_pingpong_us``);
+* dependent read round trip: a chain of ``ld.acquire.sys`` loads of mapped host memory,
+  each address taken from the previous load (a PCIe non-posted read per load); the
+  same chain in GPU memory for reference;
+* bulk stores and bulk loads between a full grid and mapped host memory (GB/s);
+* copy-engine bandwidth, device to host and host to device, pinned host memory, CUDA events.
+
+``calibration_params`` turns them into ``Params`` overrides (``[params]`` in the file, the
+table ``Params.with_calibration`` applies): ``gpu.store_rate_gbps`` and
+``gpu.copy_rate_gbps`` from the bandwidths, ``gpu.write_issue_ns`` from the host read round
+trip (the derivation behind its default, gpuwrite/model/nic.py), ``link.generation`` and
+``link.width`` where nvidia-smi reports them. On the CUDA simulator the same steps run
+tiny and the file says its timings are meaningless.
+"""
+from __future__ import annotations
+
+import datetime
+import re
+import shutil
+import subprocess
+import time
+
+import numpy as np
+
+from gpuwrite.bench import suite
+from gpuwrite.cudaenv import SIMULATOR, cuda
+from gpuwrite.device.intrinsics import globaltimer_ns, ld_acquire_sys_u32
+from gpuwrite.host.memory import mapped
+from gpuwrite.model import pcie
+from gpuwrite.model import topology as topo
+
+# Words between successive loads of the read chain: 32 x 4 B = 128 B, a new line each time.
+CHAIN_STRIDE_WORDS = 32
+
+
+@cuda.jit
+def _read_chain(chain, n_loads, out_ns):
+    """One thread follows the chain: every load's address is the previous load's value."""
+    if cuda.threadIdx.x != 0 or cuda.blockIdx.x != 0:
+        return
+    index = 0
+    t0 = globaltimer_ns()
+    for _ in range(n_loads):
+        index = ld_acquire_sys_u32(chain, index)
+    out_ns[0] = globaltimer_ns() - t0
+    out_ns[1] = index  # keeps the chain live
+
+
+@cuda.jit
+def _bulk_load(src, sink):
+    """Full-grid loads; each thread's sum is stored so no load is dead."""
+    start = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    total = 0
+    k = start
+    while k < src.shape[0]:
+        total += src[k]
+        k += stride
+    sink[start] = total
+
+
+def _grid() -> tuple[int, int]:
+    if SIMULATOR:
+        return 2, 32
+    return 4 * cuda.get_current_device().MULTIPROCESSOR_COUNT, 512
+
+
+def _elapsed_s(launch, repeats: int = 1) -> float:
+    """Seconds for ``repeats`` calls of ``launch``: CUDA events on a GPU, the host clock on the simulator."""
+    if SIMULATOR:
+        started = time.perf_counter()
+        for _ in range(repeats):
+            launch()
+        cuda.synchronize()
+        return time.perf_counter() - started
+    start, end = cuda.event(), cuda.event()
+    start.record()
+    for _ in range(repeats):
+        launch()
+    end.record()
+    end.synchronize()
+    return cuda.event_elapsed_time(start, end) / 1e3
+
+
+def read_round_trip_us(chain, n_loads: int) -> float:
+    """Time per dependent ``ld.acquire.sys`` load of ``chain`` (host-mapped or device array)."""
+    out = cuda.to_device(np.zeros(2, dtype=np.int64))
+    _read_chain[1, 32](chain, n_loads, out)
+    cuda.synchronize()
+    return float(out.copy_to_host()[0]) / n_loads / 1e3
+
+
+def _chain(words: int) -> np.ndarray:
+    return ((np.arange(words, dtype=np.int64) + CHAIN_STRIDE_WORDS) % words).astype(np.uint32)
+
+
+def bulk_store_gbytes(nbytes: int) -> float:
+    """Full-grid stores into mapped host memory (the bench's ceiling, on a GPU)."""
+    if not SIMULATOR:
+        return suite.bulk_store_gbytes(nbytes)
+    dst = mapped((nbytes // 4,), np.uint32)
+    blocks, threads = _grid()
+    seconds = _elapsed_s(lambda: suite._bulk_store[blocks, threads](dst.kernel, 1))
+    return nbytes / seconds / 1e9
+
+
+def bulk_load_gbytes(nbytes: int, repeats: int = 3) -> float:
+    """Full-grid loads from mapped host memory, GB/s."""
+    src = mapped((nbytes // 4,), np.uint32)
+    src.host[:] = 1
+    blocks, threads = _grid()
+    sink = cuda.to_device(np.zeros(blocks * threads, dtype=np.uint32))
+    _bulk_load[blocks, threads](src.kernel, sink)  # compile and warm
+    cuda.synchronize()
+    seconds = _elapsed_s(lambda: _bulk_load[blocks, threads](src.kernel, sink), repeats)
+    return repeats * nbytes / seconds / 1e9
+
+
+def copy_engine_gbytes(nbytes: int, repeats: int = 3) -> tuple[float, float]:
+    """(device to host, host to device) copy-engine bandwidth with pinned host memory, GB/s."""
+    host = cuda.pinned_array(nbytes, dtype=np.uint8)
+    host[:] = 7
+    device = cuda.device_array(nbytes, dtype=np.uint8)
+    cuda.to_device(host, to=device)
+    device.copy_to_host(host)
+    d2h = _elapsed_s(lambda: device.copy_to_host(host), repeats)
+    h2d = _elapsed_s(lambda: cuda.to_device(host, to=device), repeats)
+    return repeats * nbytes / d2h / 1e9, repeats * nbytes / h2d / 1e9
+
+
+# --- the whole run ---------------------------------------------------------------------
+
+SIZES = {  # bytes for bandwidths, iterations for round trips
+    "full": {"bulk": 256 << 20, "copy": 256 << 20, "pingpong": 2000, "loads": 2000, "chain": 1 << 22},
+    "quick": {"bulk": 64 << 20, "copy": 64 << 20, "pingpong": 500, "loads": 500, "chain": 1 << 20},
+    "simulator": {"bulk": 64 << 10, "copy": 64 << 10, "pingpong": 50, "loads": 50, "chain": 1 << 12},
+}
+
+WHAT = {
+    "doorbell_pingpong": ("us", "GPU st.release.sys to a mapped host word, a C thread sees it and "
+                          "release-stores an answer, the GPU's ld.acquire.sys loop sees it: round trip"),
+    "host_read_round_trip": ("us", "one dependent ld.acquire.sys load of mapped host memory "
+                             "(a PCIe non-posted read round trip)"),
+    "device_read_round_trip": ("us", "one dependent ld.acquire.sys load of the GPU's own memory"),
+    "bulk_store_to_host": ("GB/s", "full-grid GPU stores into mapped host memory"),
+    "bulk_load_from_host": ("GB/s", "full-grid GPU loads from mapped host memory"),
+    "copy_engine_d2h": ("GB/s", "copy engine, device to pinned host memory"),
+    "copy_engine_h2d": ("GB/s", "copy engine, pinned host memory to device"),
+}
+
+
+def measure(runs: int = 5, quick: bool = False, progress=None) -> dict:
+    """Every measurement, ``runs`` times: {name: [values]} in the units of ``WHAT``."""
+    step = progress or (lambda message: None)
+    size = SIZES["simulator" if SIMULATOR else "quick" if quick else "full"]
+    values: dict[str, list[float]] = {name: [] for name in WHAT}
+    step("doorbell ping-pong")
+    suite.floor_pingpong_us(max(10, size["pingpong"] // 20))
+    values["doorbell_pingpong"] = [suite.floor_pingpong_us(size["pingpong"]) for _ in range(runs)]
+    step("dependent reads of host and GPU memory")
+    host_chain = mapped((size["chain"],), np.uint32)
+    host_chain.host[:] = _chain(size["chain"])
+    device_chain = cuda.to_device(_chain(size["chain"]))
+    read_round_trip_us(host_chain.kernel, 10)
+    values["host_read_round_trip"] = [read_round_trip_us(host_chain.kernel, size["loads"]) for _ in range(runs)]
+    values["device_read_round_trip"] = [read_round_trip_us(device_chain, size["loads"]) for _ in range(runs)]
+    step("bulk stores and loads to host memory")
+    values["bulk_store_to_host"] = [bulk_store_gbytes(size["bulk"]) for _ in range(runs)]
+    values["bulk_load_from_host"] = [bulk_load_gbytes(size["bulk"]) for _ in range(runs)]
+    step("copy engine")
+    copies = [copy_engine_gbytes(size["copy"]) for _ in range(runs)]
+    values["copy_engine_d2h"] = [d2h for d2h, _ in copies]
+    values["copy_engine_h2d"] = [h2d for _, h2d in copies]
+    return values
+
+
+def _nvidia_smi() -> dict:
+    """Driver and PCIe link as nvidia-smi reports them (empty where it is missing)."""
+    if SIMULATOR or shutil.which("nvidia-smi") is None:
+        return {}
+    fields = ("driver_version", "pcie.link.gen.max", "pcie.link.width.max", "pcie.link.gen.current",
+              "pcie.link.width.current")
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    index = cuda.get_current_device().id
+    lines = [line for line in out.splitlines() if line.strip()]
+    if len(lines) <= index:
+        return {}
+    return {key: value.strip() for key, value in zip(fields, lines[index].split(","))}
+
+
+def device_record(smi: dict) -> dict:
+    """The [device] table: what was measured, where and when."""
+    from gpuwrite.experiments.backends import device_name
+    from gpuwrite.experiments.store import gpuwrite_version
+
+    record = {
+        "name": device_name(),
+        "simulator": SIMULATOR,
+        "date": datetime.date.today().isoformat(),
+        "measured_at_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "gpuwrite_version": gpuwrite_version(),
+    }
+    if SIMULATOR:
+        record["note"] = ("CUDA simulator: kernels ran as Python threads, so every timing below is "
+                          "meaningless; this file only shows the format")
+        record["driver"] = "none (CUDA simulator)"
+        return record
+    record["driver"] = smi.get("driver_version", "unknown")
+    try:
+        major, minor = cuda.cudadrv.driver.driver.get_version()
+        record["cuda_driver_api"] = f"{major}.{minor}"
+    except Exception:  # noqa: BLE001 (a record field, not worth failing a calibration for)
+        record["cuda_driver_api"] = "unknown"
+    record["compute_capability"] = ".".join(map(str, cuda.get_current_device().compute_capability))
+    for key in ("pcie.link.gen.max", "pcie.link.width.max", "pcie.link.gen.current", "pcie.link.width.current"):
+        if key in smi:
+            record[key.replace(".", "_")] = smi[key]
+    return record
+
+
+def host_read_model_ns(link: pcie.LinkConfig | None = None) -> tuple[float, float]:
+    """(one-way route latency, host memory latency) of the model's GPU read of host memory."""
+    route = topo.preset("same_switch", link).route("gpu0", "mem0")
+    return route.one_way_latency_ns, topo.HOST_MEMORY_LATENCY_NS
+
+
+def calibration_params(medians: dict, smi: dict) -> tuple[dict, dict]:
+    """(``[params]`` overrides, how each was derived) from the median measurements."""
+    params: dict = {"gpu": {}, "link": {}}
+    derivation = {}
+    params["gpu"]["store_rate_gbps"] = _significant(medians["bulk_store_to_host"] * 8)
+    derivation["gpu.store_rate_gbps"] = "bulk_store_to_host (GB/s) x 8"
+    params["gpu"]["copy_rate_gbps"] = _significant(medians["copy_engine_d2h"] * 8)
+    derivation["gpu.copy_rate_gbps"] = "copy_engine_d2h (GB/s) x 8"
+    one_way_ns, memory_ns = host_read_model_ns()
+    issue_ns = medians["host_read_round_trip"] * 1e3 - 2 * one_way_ns - memory_ns
+    params["gpu"]["write_issue_ns"] = round(max(0.0, issue_ns) / 2, 1)
+    derivation["gpu.write_issue_ns"] = (
+        f"(host_read_round_trip - 2 x {one_way_ns:g} ns same_switch route - {memory_ns:g} ns host memory) / 2, "
+        "as the default's derivation (gpuwrite/model/nic.py); floored at 0")
+    generation = re.sub(r"\D", "", smi.get("pcie.link.gen.max", ""))
+    width = re.sub(r"\D", "", smi.get("pcie.link.width.max", ""))
+    if generation and int(generation) in pcie.TRANSFER_RATE_GTPS:
+        params["link"]["generation"] = int(generation)
+        derivation["link.generation"] = "nvidia-smi pcie.link.gen.max"
+    if width and int(width) in pcie.LINK_WIDTHS:
+        params["link"]["width"] = int(width)
+        derivation["link.width"] = "nvidia-smi pcie.link.width.max"
+    return {k: v for k, v in params.items() if v}, derivation
+
+
+def _significant(value) -> float:
+    """Four significant digits: what these measurements can claim."""
+    return float(f"{float(value):.4g}")
+
+
+def calibrate(runs: int = 5, quick: bool = False, progress=None) -> dict:
+    """The whole file as a dict: [device], [measurements.*], [params], [derivation]."""
+    values = measure(runs, quick, progress)
+    smi = _nvidia_smi()
+    measurements = {}
+    for name, (unit, what) in WHAT.items():
+        measurements[name] = {"value": _significant(np.median(values[name])), "unit": unit, "what": what,
+                              "runs": [_significant(v) for v in values[name]]}
+    medians = {name: entry["value"] for name, entry in measurements.items()}
+    params, derivation = calibration_params(medians, smi)
+    return {"device": device_record(smi), "measurements": measurements, "params": params,
+            "derivation": derivation}
+
+
+HEADER = """# gpuwrite calibrate: measurements of one machine, and the model parameters derived from them.
+# Params.with_calibration(this file) applies [params]; [device], [measurements] and
+# [derivation] are the record. Use it with `gpuwrite model ... --calibration FILE` or
+# `calibration = "FILE"` in an experiment's [sweep.fixed].
+"""
+
+
+def to_toml(data: dict) -> str:
+    import tomli_w
+
+    header = HEADER
+    if data["device"]["simulator"]:
+        header += "# SIMULATOR: the CUDA simulator ran these kernels; every timing is meaningless.\n"
+    return header + tomli_w.dumps(data)
+
+
+def default_file_name(data: dict) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", data["device"]["name"].lower()).strip("-") or "gpu"
+    return f"{slug}-{data['device']['date']}.toml"

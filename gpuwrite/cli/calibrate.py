@@ -1,0 +1,62 @@
+"""``gpuwrite calibrate``: measure this GPU and write a parameter file the model reads.
+
+Doorbell ping-pong, dependent-read round trip to host memory, bulk store and load
+bandwidth to host memory, copy-engine bandwidth; the file (TOML) holds the device, the
+date, the driver, every measurement with its unit and runs, and ``[params]``, which
+``Params.with_calibration(file)`` and ``gpuwrite model --calibration FILE`` apply.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpuwrite.cli import UsageError
+from gpuwrite.cli.common import add_json_flag, console, print_json, table
+
+DEFAULT_DIR = Path("experiments") / "calibration"
+
+
+def register(sub) -> None:
+    p = sub.add_parser("calibrate", help="measure this GPU and write a model parameter file (TOML)",
+                       description=__doc__.splitlines()[0])
+    p.add_argument("--out", help="file to write (default experiments/calibration/<device>-<date>.toml)")
+    p.add_argument("--runs", type=int, default=5, help="runs per measurement; the file keeps the median (default 5)")
+    p.add_argument("--quick", action="store_true", help="smaller transfers (64 MiB) and fewer round trips")
+    p.add_argument("--allow-simulator", action="store_true",
+                   help="run on the CUDA simulator anyway; the file is labelled simulator (timings meaningless)")
+    add_json_flag(p)
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    from gpuwrite.cudaenv import SIMULATOR, world
+
+    if SIMULATOR and not args.allow_simulator:
+        raise UsageError("calibrate measures a real GPU and none was found (NUMBA_ENABLE_CUDASIM=1); the "
+                         "simulator's timings are Python's. Run it on a GPU machine, or pass "
+                         "--allow-simulator for a file labelled simulator (to check the format)")
+    if args.runs < 1:
+        raise UsageError(f"--runs={args.runs} is not allowed; allowed: an integer >= 1")
+    from gpuwrite.bench import calib
+    from gpuwrite.model.params import Params
+
+    with console.status("calibrating", spinner="dots") as status:
+        data = calib.calibrate(args.runs, args.quick,
+                               progress=None if args.json else lambda message: status.update(message))
+    out = Path(args.out) if args.out else DEFAULT_DIR / calib.default_file_name(data)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(calib.to_toml(data))
+    Params().with_calibration(out)  # the model accepts what was written
+    if args.json:
+        print_json({"file": str(out), "world": world(), **data})
+        return 0
+    console.print(f"[bold]gpuwrite calibrate[/bold] on {world()}")
+    rows = [[name, m["value"], m["unit"], ", ".join(f"{v:g}" for v in m["runs"])]
+            for name, m in data["measurements"].items()]
+    console.print(table("measurements (median of runs)", ["what", "median", "unit", "runs"], rows))
+    for key, how in data["derivation"].items():
+        section, name = key.split(".", 1)
+        console.print(f"  {key} = {data['params'][section][name]}  ({how})")
+    if SIMULATOR:
+        console.print("[yellow]simulator: every timing above is meaningless; the file is labelled so[/yellow]")
+    console.print(f"wrote {out}")
+    return 0

@@ -1,0 +1,48 @@
+"""``gpuwrite figures``: regenerate every figure from stored results (PNG and PDF).
+
+Reads each experiment file in experiments/ that names a figure, runs whatever of its
+sweeps is not stored yet (the model and, without a GPU, the CUDA simulator; sweeps that
+need a GPU are skipped and the figure says so), and draws the figure from the stored
+table, with GPU-measured rows overlaid where they exist.
+"""
+from __future__ import annotations
+
+from gpuwrite.cli import UsageError
+from gpuwrite.cli.common import console, print_json, table
+from gpuwrite.cli.sweep import add_run_options, check_workers, progress_bar
+
+
+def register(sub) -> None:
+    p = sub.add_parser("figures", help="regenerate every figure from stored results (runs missing sweeps)",
+                       description=__doc__.splitlines()[0])
+    p.add_argument("--only", action="append", metavar="NAME",
+                   help="only this figure (an experiment file's name, e.g. fig1_latency; repeatable)")
+    p.add_argument("--specs", default="experiments", help="directory of experiment files (default experiments)")
+    p.add_argument("--out", default="experiments/figures", help="where PNG and PDF files go")
+    add_run_options(p)
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    import time
+
+    from gpuwrite.experiments.render import regenerate
+    from gpuwrite.experiments.spec import SpecError
+
+    started = time.perf_counter()
+    try:
+        with progress_bar(args.json) as progress:
+            made = regenerate(args.specs, args.results, args.out, only=args.only, fresh=args.fresh,
+                              workers=check_workers(args.workers), progress=progress)
+    except SpecError as exc:
+        raise UsageError(str(exc)) from None
+    if args.json:
+        print_json({"figures": made, "seconds": time.perf_counter() - started})
+        return 0
+    rows = [[m["figure"], m["rows"], m["gpu_rows"], m["computed"], m["cached"],
+             "; ".join(m["skipped"]) or "-", m["seconds"]] for m in made]
+    console.print(table("gpuwrite figures", ["what", "rows", "GPU rows", "computed", "cached", "skipped",
+                                             "seconds"], rows))
+    for m in made:
+        console.print(f"{m['figure']}: {', '.join(m['files'])}")
+    return 0

@@ -1,0 +1,78 @@
+"""``gpuwrite sweep FILE``: run an experiment file's sweeps into one tidy table.
+
+Runs the cross product of what the file varies, in parallel processes where that pays
+(simulations), with a progress bar and an ETA; resumes where it stopped (every point is
+cached under the SHA-256 of its resolved configuration); writes
+experiments/results/<name>.parquet (rows measured on a GPU: results/gpu/<name>.parquet).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpuwrite.cli import UsageError
+from gpuwrite.cli.common import add_json_flag, console, print_json, table
+
+
+def progress_bar(disable: bool):
+    """A rich progress bar on stderr with elapsed time and an ETA."""
+    from rich.console import Console
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                    console=Console(stderr=True), disable=disable)
+
+
+def add_run_options(parser) -> None:
+    """--results, --workers, --fresh and --json: shared by `sweep` and `figures`."""
+    parser.add_argument("--results", default="experiments/results", help="results directory (default experiments/results)")
+    parser.add_argument("--workers", type=int, default=None, help="worker processes (default: CPU count)")
+    parser.add_argument("--fresh", action="store_true", help="ignore stored results and compute every point again")
+    add_json_flag(parser)
+
+
+def check_workers(workers):
+    if workers is not None and workers < 1:
+        raise UsageError(f"--workers={workers} is not allowed; allowed: an integer >= 1")
+    return workers
+
+
+def register(sub) -> None:
+    p = sub.add_parser("sweep", help="run an experiment file's sweeps into a tidy table (resumable)",
+                       description=__doc__.splitlines()[0])
+    p.add_argument("file", metavar="FILE", help="experiment file (TOML), e.g. experiments/fig1_latency.toml")
+    p.add_argument("--sweep", action="append", dest="sweeps", metavar="NAME",
+                   help="run only this sweep of the file (repeatable)")
+    p.add_argument("--out", help="write the rows of this run to this file instead (.parquet or .csv)")
+    p.add_argument("--csv", action="store_true", help="also write a CSV beside each Parquet table")
+    add_run_options(p)
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    from gpuwrite.experiments.spec import SpecError, load_spec
+    from gpuwrite.experiments.sweep import Pool, run_spec
+
+    workers = check_workers(args.workers)
+    if args.out and Path(args.out).suffix not in (".parquet", ".csv"):
+        raise UsageError(f"--out={args.out!r} is not allowed; allowed: a file ending in .parquet or .csv")
+    try:
+        spec = load_spec(args.file)
+        with progress_bar(args.json) as progress, Pool(workers) as pool:
+            ran = run_spec(spec, args.results, only=args.sweeps, fresh=args.fresh,
+                           pool=pool, progress=progress, csv=args.csv, out=args.out)
+    except SpecError as exc:
+        raise UsageError(str(exc)) from None
+    data = {"file": str(spec.path), "rows": ran["rows"], "tables": [str(p) for p in ran["tables"]],
+            "sweeps": [r.to_dict() for r in ran["reports"]]}
+    if args.json:
+        print_json(data)
+        return 0
+    rows = [[r.sweep, r.backend, r.device, r.points, r.computed, r.cached, r.skipped or "-", r.seconds]
+            for r in ran["reports"]]
+    console.print(table(f"gpuwrite sweep {spec.path}", ["what", "backend", "device", "points", "computed",
+                                                         "cached", "skipped", "seconds"], rows))
+    for path in ran["tables"]:
+        console.print(f"wrote {path}")
+    return 0

@@ -1,0 +1,307 @@
+"""The paper's figures, each drawn from an experiment's stored table and nothing else.
+
+Each function takes the table (``store.load_results``: the regenerable rows and any
+GPU-measured rows together) and returns a matplotlib ``Figure``. Every plotted line
+carries a ``gid`` naming what it shows (``"<series>|<panel>"``) so tests can read the
+plotted values back and compare them with the table. Timings from the CUDA simulator
+are never plotted as measurements: they are Python threads, not a GPU.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from matplotlib.patches import Rectangle
+
+from gpuwrite.experiments import style
+from gpuwrite.experiments.backends import MODEL_DEVICE, SIMULATOR_DEVICE
+from gpuwrite.model.topology import PRESETS
+
+NO_GPU_NOTE = "no GPU measurements stored; run scripts/gpu_experiments.sh on a GPU"
+
+
+def _select(df: pd.DataFrame, **conditions) -> pd.DataFrame:
+    mask = pd.Series(True, index=df.index)
+    for column, value in conditions.items():
+        if column not in df:
+            return df.iloc[0:0]
+        mask &= df[column] == value
+    return df[mask]
+
+
+def gpu_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows measured on a real GPU (emulated mode)."""
+    if "device" not in df or not len(df):
+        return df.iloc[0:0]
+    return df[(df["backend"] == "emulated") & ~df["device"].isin([SIMULATOR_DEVICE, MODEL_DEVICE])]
+
+
+def _topologies(frame: pd.DataFrame) -> list[str]:
+    present = set(frame["topology"])
+    return [t for t in PRESETS if t in present] + sorted(present - set(PRESETS))
+
+
+def _line(ax, x, y, gid: str, label: str | None, **style_kwargs):
+    order = np.argsort(np.asarray(x, dtype=float), kind="stable")
+    (line,) = ax.plot(np.asarray(x, dtype=float)[order], np.asarray(y, dtype=float)[order],
+                      label=label, gid=gid, **style_kwargs)
+    return line
+
+
+# --- figure 1 ----------------------------------------------------------------------
+
+@style.styled
+def latency_vs_size(df: pd.DataFrame):
+    """Zero-load latency (us) vs message size, one panel per topology, one line per path."""
+    model = _select(df, backend="model", measure="latency")
+    topologies = _topologies(model)
+    ncols = 2 if len(topologies) > 1 else 1
+    nrows = -(-len(topologies) // ncols)
+    fig, axes = style.new_figure(nrows, ncols, height=2.3 * nrows + 0.5, sharex=True, sharey=True)
+    for ax, topology in zip(axes.flat, topologies):
+        here = model[model["topology"] == topology]
+        for path in [p for p in style.PATH_STYLES if p in set(here["path"])]:
+            rows = here[here["path"] == path]
+            _line(ax, rows["size_bytes"], rows["latency_ns"] / 1e3, f"{path}|{topology}",
+                  style.PATH_LABELS[path], **style.PATH_STYLES[path])
+        ax.set_title(style.TOPOLOGY_LABELS.get(topology, topology))
+        ax.set_yscale("log")
+        style.bytes_axis(ax)
+        ax.set_ylabel("latency (µs)")
+    for ax in axes.flat[len(topologies):]:
+        ax.set_visible(False)
+    for ax in axes.flat:
+        ax.label_outer()
+    axes.flat[0].legend(loc="upper left")
+    return fig
+
+
+# --- figure 2 ----------------------------------------------------------------------
+
+EFFICIENCY_SERIES = (  # (label, operation, rcb_bytes, rcb_chunks)
+    ("write (posted, MPS-sized TLPs)", "write", 64, False),
+    ("read, completions of MPS", "read", 64, False),
+    ("read, completions split at RCB 64", "read", 64, True),
+    ("read, completions split at RCB 128", "read", 128, True),
+)
+
+
+@style.styled
+def pcie_efficiency(df: pd.DataFrame):
+    """PCIe efficiency (payload / wire bytes, payload direction) vs size, one panel per MPS."""
+    rows = _select(df, backend="model", measure="efficiency")
+    mps_values = sorted(rows["link.mps_bytes"].unique())
+    fig, axes = style.new_figure(1, len(mps_values), height=3.0, sharey=True)
+    for ax, mps in zip(axes.flat, mps_values):
+        panel = rows[rows["link.mps_bytes"] == mps]
+        for k, (label, operation, rcb, chunks) in enumerate(EFFICIENCY_SERIES):
+            series = panel[(panel["operation"] == operation) & (panel["link.rcb_bytes"] == rcb)
+                           & (panel["link.rcb_chunks"] == chunks)]
+            if len(series):
+                _line(ax, series["size_bytes"], series["efficiency"] * 100, f"{operation}-{rcb}-{chunks}|{mps}",
+                      label, markevery=0.1, **style.SERIES_STYLES[k])
+        example = panel[(panel["operation"] == "read") & (panel["size_bytes"] == 512)
+                        & (panel["link.rcb_chunks"] == False)]  # noqa: E712 (a column of booleans)
+        if mps == 256 and len(example):
+            value = float(example["efficiency"].iloc[0]) * 100
+            ax.plot([512], [value], linestyle="none", marker="*", markersize=11, color="black",
+                    markerfacecolor="white", gid="example|256")
+            ax.annotate(f"512 B read, 2 × 256 B\ncompletions: {value:.2f} %", (512, value),
+                        xytext=(600, 63), fontsize=7, arrowprops={"arrowstyle": "->", "lw": 0.6})
+        ax.set_title(f"MPS {mps} B")
+        style.bytes_axis(ax, "transfer size")
+        ax.set_ylim(60, 100)
+        ax.label_outer()
+    axes.flat[0].set_ylabel("efficiency (%)\npayload / wire bytes")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=2)
+    return fig
+
+
+# --- figure 3 ----------------------------------------------------------------------
+
+POLICY_STYLES = {"hold": style.SERIES_STYLES[0], "drop": style.SERIES_STYLES[1]}
+
+
+def _stall_windows(ax, rows: pd.DataFrame, end_us: float) -> None:
+    """Shade when the receiver stalls (hatched, so it shows in greyscale)."""
+    period = float(rows["receiver.stall_period_ns"].iloc[0]) if "receiver.stall_period_ns" in rows else 0.0
+    duration = float(rows["receiver.stall_duration_ns"].iloc[0]) if "receiver.stall_duration_ns" in rows else 0.0
+    offset = float(rows["receiver.stall_offset_ns"].iloc[0]) if "receiver.stall_offset_ns" in rows else 0.0
+    if period <= 0 or duration <= 0:
+        return
+    start, first = offset / 1e3, True
+    while start < end_us:
+        ax.axvspan(start, min(start + duration / 1e3, end_us), facecolor="0.92", edgecolor="0.7",
+                   hatch=style.STALL_HATCH, linewidth=0, zorder=0, label="receiver stalled" if first else None)
+        start += period / 1e3
+        first = False
+
+
+@style.styled
+def buffer_under_stall(df: pd.DataFrame):
+    """Staging occupancy and drops over time, and drops vs receive buffer, hold vs drop."""
+    series = _select(df, backend="model", measure="simulate", output="timeseries")
+    summary = _select(df, backend="model", measure="simulate", output="summary")
+    fig, axes = style.new_figure(1, 3, height=2.7)
+    occupancy, lost, drops = axes.flat
+    end_us = float(series["time_ns"].max()) / 1e3 if len(series) else 0.0
+    for ax in (occupancy, lost):
+        _stall_windows(ax, series, end_us)
+    for policy in [p for p in POLICY_STYLES if p in set(series.get("nic.policy", []))]:
+        rows = series[series["nic.policy"] == policy]
+        kwargs = {**POLICY_STYLES[policy], "markevery": max(1, len(rows) // 12)}
+        _line(occupancy, rows["time_ns"] / 1e3, rows["staging_bytes"] / 1024, f"{policy}|occupancy",
+              f"{policy}", **kwargs)
+        _line(lost, rows["time_ns"] / 1e3, rows["dropped_bytes"] / 1024, f"{policy}|dropped",
+              f"{policy}", **kwargs)
+    occupancy.set(title="NIC staging occupancy", xlabel="time (µs)", ylabel="occupancy (KiB)")
+    lost.set(title="bytes dropped (cumulative)", xlabel="time (µs)", ylabel="dropped (KiB)")
+    for policy in [p for p in POLICY_STYLES if p in set(summary.get("nic.policy", []))]:
+        rows = summary[summary["nic.policy"] == policy]
+        _line(drops, rows["network.vl_buffer_bytes"], rows["dropped"] / rows["messages"] * 100,
+              f"{policy}|drops", policy, **POLICY_STYLES[policy])
+    style.bytes_axis(drops, "receiver's VL buffer")
+    drops.set(title="drops vs receive buffer", ylabel="messages dropped (%)")
+    handles, labels = occupancy.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=3)
+    return fig
+
+
+# --- figure 4 ----------------------------------------------------------------------
+
+@style.styled
+def throughput_vs_size(df: pd.DataFrame):
+    """Saturated throughput vs size per path: the model, with GPU measurements overlaid."""
+    model = _select(df, backend="model", measure="throughput")
+    fig, axes = style.new_figure(1, 1, height=3.4)
+    ax = axes[0, 0]
+    for path in [p for p in style.PATH_STYLES if p in set(model["path"])]:
+        rows = model[model["path"] == path]
+        _line(ax, rows["size_bytes"], rows["throughput_gbps"], f"{path}|model",
+              f"{path} (model)", **{**style.PATH_STYLES[path], "marker": None})
+    measured = _select(gpu_rows(df), output="summary")
+    for device in sorted(set(measured["device"])) if len(measured) else ():
+        for path in [p for p in style.PATH_STYLES if p in set(measured["path"])]:
+            rows = measured[(measured["device"] == device) & (measured["path"] == path)]
+            stl = style.PATH_STYLES[path]
+            _line(ax, rows["size_bytes"], rows["throughput_gbps"], f"{path}|{device}",
+                  f"{path} (emulated, {device})", color=stl["color"], marker=stl["marker"],
+                  linestyle=":", markerfacecolor="white", linewidth=0.8)
+    if not len(measured):
+        simulated = _select(df, backend="emulated", device=SIMULATOR_DEVICE)
+        text = "No GPU measurements stored:\nmodel only."
+        if len(simulated):
+            ok = int((simulated["delivered_messages"] == simulated["sent_messages"]).sum())
+            text += (f"\nCUDA-simulator functional check:\n{ok}/{len(simulated)} runs delivered every byte\n"
+                     "(simulator timings not plotted).")
+        style.note(ax, text, "lower left")
+    style.bytes_axis(ax)
+    style.log_numbers(ax)
+    ax.set_ylabel("throughput (Gb/s)")
+    fig.legend(loc="outside lower center", ncol=3)
+    return fig
+
+
+# --- figure 5 ----------------------------------------------------------------------
+
+@style.styled
+def latency_cdf(df: pd.DataFrame):
+    """CDF of per-message latency measured on a GPU in emulated mode, one panel per size."""
+    measured = _select(gpu_rows(df), output="latencies")
+    if not len(measured):
+        fig, axes = style.new_figure(1, 1, height=1.6)
+        ax = axes[0, 0]
+        ax.set_axis_off()
+        style.note(ax, NO_GPU_NOTE, "center")
+        return fig
+    sizes = sorted(measured["size_bytes"].unique())
+    fig, axes = style.new_figure(1, len(sizes), height=2.8, sharey=True)
+    for ax, size in zip(axes.flat, sizes):
+        panel = measured[measured["size_bytes"] == size]
+        for device in sorted(set(panel["device"])):
+            for path in [p for p in style.PATH_STYLES if p in set(panel["path"])]:
+                latency_us = np.sort(panel[(panel["device"] == device) & (panel["path"] == path)]
+                                     ["latency_ns"].to_numpy(dtype=float)) / 1e3
+                fraction = np.arange(1, len(latency_us) + 1) / len(latency_us)
+                ax.step(latency_us, fraction, where="post", label=path, gid=f"{path}|{size}|{device}",
+                        markevery=max(1, len(latency_us) // 8), **style.PATH_STYLES[path])
+        style.log_numbers(ax, "x")
+        ax.set_title(f"{style.bytes_label(size)} messages, {', '.join(sorted(set(panel['device'])))}")
+        ax.set_xlabel("latency, post to completion (µs)")
+    axes.flat[0].set_ylabel("fraction of messages")
+    axes.flat[0].legend(loc="lower right")
+    return fig
+
+
+# --- figure 6 ----------------------------------------------------------------------
+
+def push_margin(df: pd.DataFrame, measure: str) -> pd.DataFrame:
+    """gpu_push's margin over the best other path (%), topology x size; > 0 where push wins.
+
+    Latency: best other latency / push latency - 1. Throughput: push / best other - 1.
+    The ``winner`` table beside it names the best path.
+    """
+    column = "latency_ns" if measure == "latency" else "throughput_gbps"
+    rows = _select(df, backend="model", measure=measure)
+    table = rows.pivot_table(index=["topology", "size_bytes"], columns="path", values=column, aggfunc="first")
+    others = table.drop(columns="gpu_push")
+    if measure == "latency":
+        margin = (others.min(axis=1) / table["gpu_push"] - 1) * 100
+        winner = table.idxmin(axis=1)
+    else:
+        margin = (table["gpu_push"] / others.max(axis=1) - 1) * 100
+        winner = table.idxmax(axis=1)
+    return pd.DataFrame({"margin_pct": margin, "winner": winner}).reset_index()
+
+
+TIE_PCT = 0.5   # margins smaller than this are ties (e.g. both paths at network line rate)
+SHORT = {"nic_pull": "pull", "host_staged": "staged", "gpu_push": "push", "gpu_push_inline": "inline"}
+
+
+@style.styled
+def push_wins_map(df: pd.DataFrame):
+    """Where gpu_push wins: topology x size, coloured by its margin, losses hatched and named."""
+    measures = [m for m in ("latency", "throughput") if len(_select(df, backend="model", measure=m))]
+    fig, axes = style.new_figure(len(measures), 1, height=2.1 * len(measures) + 0.4)
+    for ax, measure in zip(axes.flat, measures):
+        margins = push_margin(df, measure)
+        topologies = _topologies(margins)
+        sizes = sorted(margins["size_bytes"].unique())
+        grid = margins.pivot(index="topology", columns="size_bytes", values="margin_pct").loc[topologies, sizes]
+        winners = margins.pivot(index="topology", columns="size_bytes", values="winner").loc[topologies, sizes]
+        limit = max(1.0, float(np.nanmax(np.abs(grid.to_numpy()))))
+        image = ax.imshow(grid.to_numpy(), cmap=style.MAP_CMAP, vmin=-limit, vmax=limit, aspect="auto",
+                          gid=f"margin|{measure}")
+        for i, topology in enumerate(topologies):
+            for j, size in enumerate(sizes):
+                value = grid.loc[topology, size]
+                if abs(value) < TIE_PCT:
+                    text = "tie"
+                elif value > 0:
+                    text = f"{value:+.0f}%"
+                else:
+                    text = f"{value:+.0f}%\n{SHORT.get(winners.loc[topology, size], '?')}"
+                shade = image.cmap(image.norm(value))
+                light = 0.299 * shade[0] + 0.587 * shade[1] + 0.114 * shade[2] > 0.5
+                ax.text(j, i, text, ha="center", va="center", fontsize=6, color="black" if light else "white")
+                if value <= -TIE_PCT:
+                    ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch=style.LOSS_HATCH,
+                                           edgecolor="0.5", linewidth=0))
+        ax.set_xticks(range(len(sizes)), [style.bytes_label(s) for s in sizes], rotation=45, ha="right")
+        ax.set_yticks(range(len(topologies)), [style.TOPOLOGY_LABELS.get(t, t) for t in topologies])
+        ax.grid(False)
+        ax.set_xlabel("message size (bytes)")
+        what = "zero-load latency" if measure == "latency" else "saturated throughput"
+        ax.set_title(f"{what}: gpu_push vs the best other path (hatched: push loses; winner named)")
+        fig.colorbar(image, ax=ax, label="push margin (%)", shrink=0.9)
+    return fig
+
+
+FIGURES = {
+    "latency_vs_size": latency_vs_size,
+    "pcie_efficiency": pcie_efficiency,
+    "buffer_under_stall": buffer_under_stall,
+    "throughput_vs_size": throughput_vs_size,
+    "latency_cdf": latency_cdf,
+    "push_wins_map": push_wins_map,
+}

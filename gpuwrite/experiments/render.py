@@ -1,0 +1,66 @@
+"""``regenerate``: every figure from stored results, running the sweeps that are missing first."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from gpuwrite.experiments import store
+from gpuwrite.experiments.figures import FIGURES, gpu_rows
+from gpuwrite.experiments.spec import ExperimentSpec, SpecError, find_specs, load_spec
+from gpuwrite.experiments.style import DPI
+from gpuwrite.experiments.sweep import Pool, run_spec
+
+DEFAULT_SPECS = Path("experiments")
+DEFAULT_FIGURES = Path("experiments") / "figures"
+FORMATS = ("png", "pdf")
+
+
+def save(fig, out_dir: Path, name: str) -> list[Path]:
+    """PNG and PDF of a figure; no timestamps inside, so unchanged figures give unchanged files."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for fmt in FORMATS:
+        path = out_dir / f"{name}.{fmt}"
+        metadata = {"CreationDate": None} if fmt == "pdf" else {}
+        fig.savefig(path, dpi=DPI, metadata=metadata)
+        paths.append(path)
+    return paths
+
+
+def draw(spec: ExperimentSpec, results_dir: Path):
+    """The figure of ``spec`` from its stored table, and that table."""
+    table = store.load_results(results_dir, spec.name)
+    fig = FIGURES[spec.figure_kind](table)
+    if spec.title:
+        fig.suptitle(spec.title, fontsize=10)
+    return fig, table
+
+
+def regenerate(spec_dir: str | Path = DEFAULT_SPECS, results_dir: str | Path = store.DEFAULT_RESULTS,
+               out_dir: str | Path = DEFAULT_FIGURES, *, only: list[str] | None = None, fresh: bool = False,
+               workers: int | None = None, progress=None) -> list[dict]:
+    """Runs what is missing of every figure's sweeps, then draws each figure into ``out_dir``."""
+    specs = [load_spec(path) for path in find_specs(spec_dir)]
+    specs = [spec for spec in specs if spec.figure_kind]
+    if only:
+        names = {spec.name for spec in specs}
+        for name in only:
+            if name not in names:
+                raise SpecError(f"figure {name!r} is not allowed; allowed: {', '.join(sorted(names))}")
+        specs = [spec for spec in specs if spec.name in only]
+    out = []
+    with Pool(workers) as pool:
+        for spec in specs:
+            started = time.perf_counter()
+            ran = run_spec(spec, results_dir, fresh=fresh, pool=pool, progress=progress)
+            fig, table = draw(spec, Path(results_dir))
+            files = save(fig, Path(out_dir), spec.name)
+            out.append({
+                "figure": spec.name, "kind": spec.figure_kind, "title": spec.title,
+                "files": [str(f) for f in files], "rows": len(table), "gpu_rows": len(gpu_rows(table)),
+                "computed": sum(r.computed for r in ran["reports"]),
+                "cached": sum(r.cached for r in ran["reports"]),
+                "skipped": [f"{r.sweep}: {r.skipped}" for r in ran["reports"] if r.skipped],
+                "seconds": time.perf_counter() - started,
+            })
+    return out

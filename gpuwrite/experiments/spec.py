@@ -1,0 +1,411 @@
+"""Experiment files: one TOML file per figure, each a list of sweeps.
+
+A file names the figure it feeds and the sweeps whose rows that figure draws::
+
+    [figure]
+    kind = "latency_vs_size"     # a function in gpuwrite.experiments.figures.FIGURES
+    title = "Zero-load latency vs message size"
+    caption = "What the figure shows (experiments/README.md repeats it)."
+
+    [[sweep]]
+    name = "model"               # unique in the file; a column of the result table
+    backend = "model"            # model | emulated (testbed: not built yet)
+    measure = "latency"          # model: latency | throughput | efficiency | simulate
+    output = "summary"           # simulate: summary | timeseries; emulated: summary | latencies
+    require = "any"              # any | gpu (gpu: skipped where only the CUDA simulator is)
+    exclude = [{path = "gpu_push_inline", size_bytes = 4096}]   # points left out
+    [sweep.fixed]                # one value per key, for every point
+    "nic.policy" = "hold"
+    [sweep.vary]                 # a list per key: the sweep is their cross product, in order
+    path = ["nic_pull", "host_staged", "gpu_push"]
+    size_bytes = {from = 64, to = 1048576, factor = 2}   # or {from, to, step}, or a list
+
+Keys are dotted names (``nic.policy``); nested TOML tables are flattened to the same names.
+Which keys a sweep takes depends on its backend and measure (``allowed_keys``). Every
+point is resolved into a complete configuration (every model parameter, every runner
+argument, and a fingerprint of the backend's source code); its SHA-256 over canonical JSON
+(``config_hash``) keys the result cache.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import functools
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the tomli backport (pyproject.toml)
+    import tomli as tomllib
+
+from gpuwrite.model import pcie
+from gpuwrite.model.errors import ParamError
+from gpuwrite.model.params import PATHS, Params, Workload
+
+BACKENDS = ("model", "emulated")
+MODEL_MEASURES = ("latency", "throughput", "efficiency", "simulate")
+OUTPUTS = {("model", "simulate"): ("summary", "timeseries"), ("emulated", None): ("summary", "latencies")}
+REQUIRES = ("any", "gpu")
+SWEEP_KEYS = ("name", "backend", "measure", "output", "require", "exclude", "fixed", "vary")
+FIGURE_KEYS = ("kind", "title", "caption")
+# Resolved configurations change meaning when this does (bump it with the layout).
+CONFIG_SCHEMA = 1
+# The code whose results a point's configuration stands for: a change to any of these
+# files changes every hash of that backend, so stored results are never reused stale.
+BACKEND_CODE = {
+    "model": ("gpuwrite/model/*.py",),
+    "emulated": ("gpuwrite/paths/*.py", "gpuwrite/device/*.py", "gpuwrite/host/*.py", "gpuwrite/layouts.py",
+                 "csrc/*.c", "csrc/*.h"),
+}
+
+# Emulated runs: arguments of gpuwrite.paths.runner.run and how many messages to send.
+# messages: at least this many; total_bytes: enough messages to move this many bytes
+# (capped at max_messages); simulator_messages: the count on the CUDA simulator, whose
+# timings mean nothing, so it only checks that every byte arrives.
+EMULATED_DEFAULTS = {
+    "path": "gpu_push", "size_bytes": 64, "messages": 100, "total_bytes": 0, "max_messages": 200_000,
+    "simulator_messages": 2, "warmup": 0, "n_qps": 1, "batch": 1, "policy": "hold", "wait_each": False,
+    "block_threads": 0, "chunk_bytes": 65536, "stage_slot_bytes": 256, "workers": 1, "seed": 7,
+}
+
+
+class SpecError(ValueError):
+    """An experiment file is wrong: the message names the file, the key, the value and what is allowed."""
+
+
+def _params_keys() -> tuple[str, ...]:
+    keys = []
+    for f in fields(Params):
+        if f.name in Params._SECTIONS:
+            keys += [f"{f.name}.{g.name}" for g in fields(Params._SECTIONS[f.name]) if not g.name.startswith("_")]
+        elif not f.name.startswith("_"):
+            keys.append(f.name)
+    return tuple(keys)
+
+
+PARAMS_KEYS = _params_keys()
+WORKLOAD_KEYS = tuple(f"workload.{f.name}" for f in fields(Workload))
+LINK_KEYS = tuple(f"link.{f.name}" for f in fields(pcie.LinkConfig))
+
+
+def allowed_keys(backend: str, measure: str | None) -> tuple[str, ...]:
+    """The keys ``fixed`` and ``vary`` accept for this backend and measure."""
+    if backend == "emulated":
+        return tuple(EMULATED_DEFAULTS)
+    if measure == "efficiency":
+        return ("operation", "size_bytes", "start_address", *LINK_KEYS)
+    if measure == "simulate":
+        return (*PARAMS_KEYS, *WORKLOAD_KEYS, "seed", "samples", "calibration")
+    return (*PARAMS_KEYS, "size_bytes", "calibration")
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """One sweep of a file: a backend, what it measures, fixed values and varied lists."""
+
+    name: str
+    backend: str
+    measure: str | None
+    output: str
+    require: str
+    fixed: dict
+    vary: dict
+    exclude: tuple = ()
+    base_dir: Path = Path(".")
+
+    def points(self) -> list[dict]:
+        """Every point of the cross product (fixed values merged in), in file order, minus exclusions."""
+        names = list(self.vary)
+        out = []
+        for combo in itertools.product(*(self.vary[name] for name in names)):
+            values = {**self.fixed, **dict(zip(names, combo))}
+            if any(all(values.get(k) == v for k, v in rule.items()) for rule in self.exclude):
+                continue
+            out.append(values)
+        return out
+
+    @property
+    def columns(self) -> list[str]:
+        """Configuration columns of the result table: the keys this sweep names."""
+        return [*self.fixed, *(k for k in self.vary if k not in self.fixed)]
+
+
+@dataclass(frozen=True)
+class ExperimentSpec:
+    """A whole experiment file: the figure it feeds (if any) and its sweeps."""
+
+    path: Path
+    sweeps: tuple[Sweep, ...]
+    figure_kind: str | None = None
+    title: str = ""
+    caption: str = ""
+
+    @property
+    def name(self) -> str:
+        """The file's stem: names the result table and the figure files."""
+        return self.path.stem
+
+    def sweep(self, name: str) -> Sweep:
+        for sweep in self.sweeps:
+            if sweep.name == name:
+                return sweep
+        raise SpecError(f"{self.path}: sweep {name!r} is not allowed; allowed: "
+                        + ", ".join(s.name for s in self.sweeps))
+
+
+# --- loading -----------------------------------------------------------------------
+
+def _flatten(table: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in table.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and not _is_range(value):
+            out.update(_flatten(value, f"{name}."))
+        else:
+            out[name] = value
+    return out
+
+
+def _is_range(value) -> bool:
+    return isinstance(value, dict) and "from" in value and "to" in value
+
+
+def expand_range(where: str, value) -> list:
+    """A vary entry: a non-empty list, or {from, to, step} (linear) or {from, to, factor} (geometric)."""
+    if isinstance(value, list):
+        if not value:
+            raise SpecError(f"{where}=[] is not allowed; allowed: a non-empty list")
+        return value
+    if not _is_range(value):
+        raise SpecError(f"{where}={value!r} is not allowed; allowed: a non-empty list, "
+                        "{from, to, step} or {from, to, factor}")
+    extra = set(value) - {"from", "to", "step", "factor"}
+    if extra or ("step" in value) == ("factor" in value):
+        raise SpecError(f"{where}={value!r} is not allowed; allowed: keys from, to and exactly one of step, factor")
+    start, stop = value["from"], value["to"]
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (start, stop)) or start > stop:
+        raise SpecError(f"{where}={value!r} is not allowed; allowed: numbers with from <= to")
+    out, current = [], start
+    if "step" in value:
+        step = value["step"]
+        if not isinstance(step, (int, float)) or isinstance(step, bool) or step <= 0:
+            raise SpecError(f"{where}.step={step!r} is not allowed; allowed: a number > 0")
+        while current <= stop:
+            out.append(current)
+            current = current + step
+    else:
+        factor = value["factor"]
+        if not isinstance(factor, (int, float)) or isinstance(factor, bool) or factor <= 1 or start <= 0:
+            raise SpecError(f"{where}.factor={factor!r} is not allowed; allowed: a number > 1 with from > 0")
+        while current <= stop:
+            out.append(current)
+            current = current * factor
+    return out
+
+
+def _check_keys(where: str, given, allowed) -> None:
+    for key in given:
+        if key not in allowed:
+            close = difflib.get_close_matches(key, allowed, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise SpecError(f"{where}: key {key!r} is not allowed{hint}; allowed: {', '.join(allowed)}")
+
+
+def _choice(where: str, value, allowed) -> None:
+    if value not in allowed:
+        raise SpecError(f"{where}={value!r} is not allowed; allowed: {', '.join(map(str, allowed))}")
+
+
+def _load_sweep(file: Path, index: int, data: dict) -> Sweep:
+    if not isinstance(data, dict):
+        raise SpecError(f"{file}: sweep {index + 1} is not allowed as {data!r}; allowed: a [[sweep]] table")
+    name = data.get("name", f"sweep{index + 1}")
+    where = f"{file}: sweep {name!r}"
+    _check_keys(where, data, SWEEP_KEYS)
+    backend = data.get("backend")
+    if backend == "testbed":
+        raise SpecError(f"{where}: backend='testbed' is not allowed yet; allowed: model, emulated "
+                        "(the testbed backend, a real mlx5 NIC through pyverbs, is not built)")
+    _choice(f"{where}: backend", backend, BACKENDS)
+    measure = data.get("measure")
+    if backend == "model":
+        _choice(f"{where}: measure", measure, MODEL_MEASURES)
+    elif measure is not None:
+        raise SpecError(f"{where}: measure={measure!r} is not allowed; allowed: no measure on the emulated backend")
+    outputs = OUTPUTS.get((backend, measure if backend == "model" else None), ("summary",))
+    output = data.get("output", outputs[0])
+    _choice(f"{where}: output", output, outputs)
+    require = data.get("require", "any")
+    _choice(f"{where}: require", require, REQUIRES if backend == "emulated" else ("any",))
+    allowed = allowed_keys(backend, measure)
+    fixed = _flatten(data.get("fixed", {}))
+    vary_raw = _flatten(data.get("vary", {}))
+    _check_keys(f"{where}: fixed", fixed, allowed)
+    _check_keys(f"{where}: vary", vary_raw, allowed)
+    if "calibration" in vary_raw:
+        raise SpecError(f"{where}: vary key 'calibration' is not allowed; allowed: calibration under fixed")
+    vary = {key: expand_range(f"{where}: vary.{key}", value) for key, value in vary_raw.items()}
+    exclude = data.get("exclude", [])
+    if not isinstance(exclude, list) or not all(isinstance(rule, dict) for rule in exclude):
+        raise SpecError(f"{where}: exclude={exclude!r} is not allowed; allowed: a list of tables of key = value")
+    for rule in exclude:
+        _check_keys(f"{where}: exclude", rule, allowed)
+    return Sweep(name, backend, measure, output, require, fixed, vary, tuple(exclude), file.parent)
+
+
+def load_spec(path: str | Path) -> ExperimentSpec:
+    """Reads and checks an experiment file; every point is resolved once so errors show now."""
+    file = Path(path)
+    if not file.is_file():
+        raise SpecError(f"experiment file {str(path)!r} is not allowed; allowed: an existing TOML file")
+    try:
+        data = tomllib.loads(file.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{file}: not valid TOML ({exc})") from None
+    _check_keys(str(file), data, ("figure", "sweep"))
+    figure = data.get("figure", {})
+    _check_keys(f"{file}: figure", figure, FIGURE_KEYS)
+    raw_sweeps = data.get("sweep", [])
+    if not isinstance(raw_sweeps, list) or not raw_sweeps:
+        raise SpecError(f"{file}: sweep={raw_sweeps!r} is not allowed; allowed: one or more [[sweep]] tables")
+    sweeps = tuple(_load_sweep(file, i, s) for i, s in enumerate(raw_sweeps))
+    names = [s.name for s in sweeps]
+    for name in names:
+        if names.count(name) > 1:
+            raise SpecError(f"{file}: sweep name {name!r} is not allowed twice; allowed: unique names")
+    kind = figure.get("kind")
+    if kind is not None:
+        from gpuwrite.experiments.figures import FIGURES
+        _choice(f"{file}: figure.kind", kind, tuple(FIGURES))
+    spec = ExperimentSpec(file, sweeps, kind, figure.get("title", ""), figure.get("caption", ""))
+    for sweep in sweeps:
+        for values in sweep.points():
+            resolve(sweep, values, device="check")
+    return spec
+
+
+# --- resolving a point into a complete configuration -------------------------------
+
+def _nest(values: dict) -> dict:
+    """{"nic.policy": "drop"} -> {"nic": {"policy": "drop"}}."""
+    out: dict = {}
+    for key, value in values.items():
+        parts = key.split(".")
+        table = out
+        for part in parts[:-1]:
+            table = table.setdefault(part, {})
+        table[parts[-1]] = value
+    return out
+
+
+def _point_error(sweep: Sweep, values: dict, exc: Exception) -> SpecError:
+    varied = {k: values[k] for k in sweep.vary}
+    return SpecError(f"sweep {sweep.name!r}, point {varied}: {exc}")
+
+
+def resolve(sweep: Sweep, values: dict, device: str) -> dict:
+    """The complete configuration of one point: what runs, with every default filled in.
+
+    ``device`` (the GPU's name, or ``cudasim``) is part of an emulated point's
+    configuration: the same run on another device is another measurement.
+    """
+    config: dict = {"schema": CONFIG_SCHEMA, "backend": sweep.backend, "measure": sweep.measure,
+                    "output": sweep.output, "code": code_fingerprint(sweep.backend)}
+    try:
+        if sweep.backend == "emulated":
+            run = {**EMULATED_DEFAULTS, **values}
+            _check_emulated(run)
+            config.update(run=run, device=device)
+        elif sweep.measure == "efficiency":
+            link = pcie.LinkConfig(**_nest(values).get("link", {}))
+            size = values.get("size_bytes", 512)
+            start = values.get("start_address", 0)
+            operation = values.get("operation", "read")
+            pcie.wire_bytes(link, operation, size, start)
+            config.update(link=link.to_dict(), operation=operation, size_bytes=size, start_address=start)
+        else:
+            params = Params()
+            if "calibration" in values:
+                calibration = Path(values["calibration"])
+                if not calibration.is_absolute():
+                    calibration = sweep.base_dir / calibration
+                params = params.with_calibration(calibration)
+            overrides = _nest({k: v for k, v in values.items() if k in PARAMS_KEYS})
+            params = params.updated(overrides) if overrides else params
+            config["params"] = params.to_dict()
+            if sweep.measure == "simulate":
+                workload = Workload.from_dict({k[len("workload."):]: v for k, v in values.items()
+                                               if k.startswith("workload.")})
+                seed = values.get("seed", 0)
+                if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+                    raise ParamError("seed", seed, "an integer >= 0")
+                config.update(workload=workload.to_dict(), seed=seed, samples=values.get("samples", 1000))
+            else:
+                size = values.get("size_bytes", 4096)
+                if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+                    raise ParamError("size_bytes", size, "an integer >= 0")
+                config["size_bytes"] = size
+    except (ParamError, TypeError) as exc:
+        raise _point_error(sweep, values, exc) from None
+    return config
+
+
+def _check_emulated(run: dict) -> None:
+    if run["path"] not in PATHS:
+        raise ParamError("path", run["path"], ", ".join(PATHS))
+    size = run["size_bytes"]
+    if isinstance(size, bool) or not isinstance(size, int) or size <= 0 or size % 4:
+        raise ParamError("size_bytes", size, "a positive multiple of 4 (the device verbs copy 32-bit words)")
+    for key in ("messages", "simulator_messages", "n_qps", "batch", "max_messages", "workers"):
+        value = run[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ParamError(key, value, "an integer >= 1")
+    for key in ("total_bytes", "warmup", "block_threads"):
+        value = run[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ParamError(key, value, "an integer >= 0")
+    if run["policy"] not in ("hold", "drop"):
+        raise ParamError("policy", run["policy"], "hold, drop")
+
+
+def fingerprint_files(root: Path, patterns) -> str:
+    """SHA-256 over the names and contents of the files matching ``patterns`` under ``root``."""
+    digest = hashlib.sha256()
+    for file in sorted(f for pattern in patterns for f in root.glob(pattern)):
+        digest.update(file.relative_to(root).as_posix().encode() + b"\0" + file.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def code_fingerprint(backend: str) -> str:
+    """Fingerprint of the source code behind ``backend`` (this checkout or the installed package)."""
+    return fingerprint_files(Path(__file__).resolve().parents[2], BACKEND_CODE[backend])
+
+
+def config_hash(config: dict) -> str:
+    """SHA-256 of the canonical JSON of a resolved configuration (sorted keys, no spaces)."""
+    text = json.dumps(config, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=_jsonable)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _jsonable(value):
+    if dataclasses.is_dataclass(value):
+        return dataclasses.asdict(value)
+    if isinstance(value, (tuple, set)):
+        return list(value)
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"cannot hash a {type(value).__name__}")
+
+
+def find_specs(directory: str | Path) -> list[Path]:
+    """The experiment files of a directory (its top level), sorted by name."""
+    folder = Path(directory)
+    if not folder.is_dir():
+        raise SpecError(f"experiments directory {str(directory)!r} is not allowed; allowed: an existing directory")
+    return sorted(folder.glob("*.toml"))
+

@@ -1,0 +1,92 @@
+"""Where results live, and the columns every row carries.
+
+One tidy table per experiment file: ``<results>/<name>.parquet`` holds what any machine
+can regenerate (the model, and emulated runs on the CUDA simulator, labelled
+``device = "cudasim"``); ``<results>/gpu/<name>.parquet`` holds rows measured on a GPU,
+which are committed because a CPU-only machine cannot make them again. Per-chunk files
+under ``<results>/cache/<name>/`` let an interrupted sweep resume.
+
+Every row: ``figure`` (the file's name), ``sweep``, ``backend``, ``measure``, ``output``,
+the configuration columns the sweep names, the measured columns, then ``device`` (a GPU's
+name, ``cudasim`` or ``model``), ``date``, ``gpuwrite_version`` and ``config_hash``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+FRAME_COLUMNS = ("figure", "sweep", "backend", "measure", "output")
+META_COLUMNS = ("device", "date", "gpuwrite_version", "config_hash")
+DEFAULT_RESULTS = Path("experiments") / "results"
+
+
+def gpuwrite_version() -> str:
+    """The installed gpuwrite's version, or pyproject.toml's beside this checkout."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("gpuwrite")
+    except metadata.PackageNotFoundError:
+        pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+        for line in pyproject.read_text().splitlines() if pyproject.is_file() else ():
+            if line.startswith("version"):
+                return line.split("=", 1)[1].strip().strip('"')
+        return "unknown"
+
+
+def table_path(results_dir: Path, name: str, gpu: bool = False) -> Path:
+    return Path(results_dir) / ("gpu" if gpu else "") / f"{name}.parquet"
+
+
+def cache_dir(results_dir: Path, name: str) -> Path:
+    return Path(results_dir) / "cache" / name
+
+
+def read_table(path: Path) -> pd.DataFrame | None:
+    path = Path(path)
+    if not path.is_file():
+        return None
+    if path.suffix == ".csv":
+        return pd.read_csv(path)
+    return pd.read_parquet(path)
+
+
+def tidy(frame: pd.DataFrame) -> pd.DataFrame:
+    """Meta columns last; object columns that mix types become nullable typed columns (Parquet)."""
+    meta = [c for c in META_COLUMNS if c in frame]
+    out = frame[[c for c in frame.columns if c not in meta] + meta].reset_index(drop=True)
+    for column in out.columns:
+        if out[column].dtype == object:
+            kinds = {type(v) for v in out[column] if v is not None and v == v}
+            if kinds and (len(kinds) > 1 or kinds == {bool}):
+                out[column] = out[column].convert_dtypes()
+                if out[column].dtype == object:
+                    out[column] = out[column].astype(str)
+    return out
+
+
+def write_table(frame: pd.DataFrame, path: Path, csv: bool = False) -> list[Path]:
+    """Writes the table as Parquet (and CSV beside it on request); returns the files written."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frame = tidy(frame)
+    written = []
+    if path.suffix == ".csv":
+        frame.to_csv(path, index=False)
+        return [path]
+    frame.to_parquet(path, index=False)
+    written.append(path)
+    if csv:
+        frame.to_csv(path.with_suffix(".csv"), index=False)
+        written.append(path.with_suffix(".csv"))
+    return written
+
+
+def load_results(results_dir: Path, name: str) -> pd.DataFrame:
+    """Every stored row of an experiment: the regenerable table and the GPU-measured one."""
+    parts = [t for t in (read_table(table_path(results_dir, name)),
+                         read_table(table_path(results_dir, name, gpu=True))) if t is not None]
+    if not parts:
+        return pd.DataFrame(columns=[*FRAME_COLUMNS, *META_COLUMNS])
+    return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]

@@ -1,0 +1,249 @@
+"""Runs the sweeps of an experiment file, resuming from stored results, into tidy tables.
+
+``run_spec(spec, results_dir)`` resolves every point, looks each configuration's hash up
+in what is stored (the tables themselves and the per-chunk cache an interrupted run left),
+computes only what is missing, and writes the tables (``store``). Simulations run in
+parallel worker processes (``Pool``, spawn-safe); analytic model points take microseconds
+and run in this process; emulated runs run here one after another, because runs that
+share a GPU would disturb each other's timings.
+"""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import math
+import multiprocessing
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from gpuwrite.experiments import backends, store
+from gpuwrite.experiments.spec import ExperimentSpec, SpecError, Sweep, allowed_keys, config_hash, resolve
+
+
+@dataclass
+class SweepReport:
+    """What one sweep did: its points, how many were computed now and how many were stored."""
+
+    file: str
+    sweep: str
+    backend: str
+    device: str
+    points: int
+    computed: int = 0
+    cached: int = 0
+    skipped: str = ""
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _compute_chunk(configs: list[dict]) -> list[pd.DataFrame]:
+    """Worker entry point: measured columns of each configuration, in order."""
+    return [backends.compute(config) for config in configs]
+
+
+class Pool:
+    """A spawn-context process pool, started on first use and shared by every sweep of a run."""
+
+    def __init__(self, workers: int | None = None):
+        self.workers = max(1, workers or os.cpu_count() or 1)
+        self._executor: ProcessPoolExecutor | None = None
+
+    def map(self, chunks: list[list[dict]]):
+        """Yields (chunk index, results) as chunks finish; in this process if one worker."""
+        if self.workers == 1 or len(chunks) == 1:
+            for index, chunk in enumerate(chunks):
+                yield index, _compute_chunk(chunk)
+            return
+        if self._executor is None:
+            self._executor = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
+        futures = {self._executor.submit(_compute_chunk, chunk): index for index, chunk in enumerate(chunks)}
+        try:
+            for future in as_completed(futures):
+                yield futures[future], future.result()
+        finally:
+            for future in futures:
+                future.cancel()
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(cancel_futures=True)
+            self._executor = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _today() -> str:
+    return datetime.date.today().isoformat()
+
+
+def _stored_rows(spec: ExperimentSpec, results_dir: Path) -> dict[str, pd.DataFrame]:
+    """Measured rows (and their meta columns) by configuration hash, from the tables and the chunk cache."""
+    measured = []
+    for gpu in (False, True):
+        table = store.read_table(store.table_path(results_dir, spec.name, gpu=gpu))
+        if table is None or "config_hash" not in table:
+            continue
+        for (backend, measure), part in table.groupby(["backend", "measure"], sort=False):
+            drop = set(store.FRAME_COLUMNS) | set(allowed_keys(backend, measure or None))
+            measured.append(part.drop(columns=[c for c in part.columns if c in drop]))
+    folder = store.cache_dir(results_dir, spec.name)
+    measured += [pd.read_parquet(f) for f in sorted(folder.glob("*.parquet"))] if folder.is_dir() else []
+    out: dict[str, pd.DataFrame] = {}
+    for frame in measured:
+        for key, positions in frame.groupby("config_hash", sort=False).indices.items():
+            out.setdefault(key, frame.iloc[positions])
+    return out
+
+
+def _assemble(spec: ExperimentSpec, sweep: Sweep, points: list[dict], measured: list[pd.DataFrame]) -> pd.DataFrame:
+    """Frame columns, the sweep's configuration columns, then measured and meta columns.
+
+    Columns no row of this sweep fills (left over from other sweeps' stored rows) are dropped.
+    """
+    if not points:
+        return pd.DataFrame()
+    body = pd.concat(measured, ignore_index=True)
+    point_of_row = np.repeat(np.arange(len(points)), [len(m) for m in measured])
+    head = pd.DataFrame({"figure": spec.name, "sweep": sweep.name, "backend": sweep.backend,
+                         "measure": sweep.measure or "", "output": sweep.output}, index=body.index)
+    config = pd.DataFrame({column: pd.Series([p.get(column) for p in points]).take(point_of_row).to_numpy()
+                           for column in sweep.columns}, index=body.index).infer_objects()
+    body = body.dropna(axis=1, how="all")
+    meta = [c for c in store.META_COLUMNS if c in body]
+    return pd.concat([head, config, body.drop(columns=meta), body[meta]], axis=1)
+
+
+def _with_meta(measured: pd.DataFrame, device: str, digest: str) -> pd.DataFrame:
+    frame = measured.copy()
+    frame["device"] = device
+    frame["date"] = _today()
+    frame["gpuwrite_version"] = store.gpuwrite_version()
+    frame["config_hash"] = digest
+    return frame
+
+
+def _chunks(sweep: Sweep, missing: list[int]) -> list[list[int]]:
+    if sweep.measure == "simulate":
+        size = 1
+    else:  # analytic: a few chunks, so the progress bar moves
+        size = max(1, math.ceil(len(missing) / 8))
+    return [missing[i:i + size] for i in range(0, len(missing), size)]
+
+
+def run_sweep(spec: ExperimentSpec, sweep: Sweep, results_dir: Path, stored: dict, pool: Pool,
+              device: str, progress=None) -> tuple[pd.DataFrame, SweepReport]:
+    """Rows of every point of ``sweep``, computing the ones ``stored`` lacks."""
+    started = time.perf_counter()
+    run_device = device if sweep.backend == "emulated" else backends.MODEL_DEVICE
+    report = SweepReport(str(spec.path), sweep.name, sweep.backend, run_device, 0)
+    if sweep.require == "gpu" and device == backends.SIMULATOR_DEVICE:
+        report.skipped = "needs a GPU; only the CUDA simulator is here"
+        return pd.DataFrame(), report
+    points = sweep.points()
+    configs = [resolve(sweep, values, device=run_device) for values in points]
+    hashes = [config_hash(config) for config in configs]
+    report.points = len(points)
+    measured: dict[int, pd.DataFrame] = {}
+    missing = []
+    for index, digest in enumerate(hashes):
+        if digest in stored:
+            measured[index] = stored[digest]
+        else:
+            missing.append(index)
+    report.cached = len(measured)
+    task = progress.add_task(f"{spec.name}: {sweep.name}", total=len(points), completed=len(measured)) \
+        if progress is not None else None
+    groups = _chunks(sweep, missing)
+    chunk_configs = [[configs[i] for i in group] for group in groups]
+    cache = store.cache_dir(results_dir, spec.name)
+    if sweep.backend == "model" and sweep.measure == "simulate":
+        results = pool.map(chunk_configs)
+    else:  # analytic points and emulated runs: here, in order
+        results = ((k, _compute_chunk(chunk)) for k, chunk in enumerate(chunk_configs))
+    try:
+        for k, frames in results:
+            group = groups[k]
+            done = [_with_meta(frame, run_device, hashes[i]) for i, frame in zip(group, frames)]
+            for i, frame in zip(group, done):
+                measured[i] = frame
+            cache.mkdir(parents=True, exist_ok=True)
+            name = hashlib.sha256("".join(hashes[i] for i in group).encode()).hexdigest()[:16]
+            store.tidy(pd.concat(done, ignore_index=True)).to_parquet(cache / f"{sweep.name}-{name}.parquet")
+            report.computed += len(group)
+            if task is not None:
+                progress.advance(task, len(group))
+    except ValueError as exc:
+        raise SpecError(f"{spec.path}: sweep {sweep.name!r}: {exc}") from exc
+    rows = _assemble(spec, sweep, points, [measured[i] for i in range(len(points))])
+    report.seconds = time.perf_counter() - started
+    return rows, report
+
+
+def _merge(old: pd.DataFrame | None, new: pd.DataFrame, spec: ExperimentSpec) -> pd.DataFrame:
+    """The stored table with the sweeps in ``new`` replaced; sweeps no longer in the file dropped."""
+    names = {s.name for s in spec.sweeps}
+    replaced = set(new["sweep"]) if len(new) else set()
+    parts = []
+    if old is not None and len(old):
+        parts.append(old[old["sweep"].isin(names - replaced)])
+    if len(new):
+        parts.append(new)
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return pd.DataFrame()
+    merged = pd.concat(parts, ignore_index=True)
+    order = {s.name: k for k, s in enumerate(spec.sweeps)}
+    return merged.sort_values("sweep", key=lambda s: s.map(order), kind="stable").reset_index(drop=True)
+
+
+def run_spec(spec: ExperimentSpec, results_dir: str | Path = store.DEFAULT_RESULTS, *,
+             only: list[str] | None = None, fresh: bool = False, pool: Pool | None = None,
+             progress=None, csv: bool = False, out: str | Path | None = None) -> dict:
+    """Runs the sweeps of ``spec`` (or those named in ``only``) and writes the tables.
+
+    Returns {"reports": [SweepReport], "tables": [paths written], "rows": rows in this run}.
+    ``fresh`` ignores everything stored and computes every point again.
+    """
+    results_dir = Path(results_dir)
+    selected = [spec.sweep(name) for name in only] if only else list(spec.sweeps)
+    device = backends.device_name() if any(s.backend == "emulated" for s in selected) else backends.MODEL_DEVICE
+    stored = {} if fresh else _stored_rows(spec, results_dir)
+    own_pool = pool is None
+    pool = pool or Pool()
+    frames, reports = [], []
+    try:
+        for sweep in selected:
+            frame, report = run_sweep(spec, sweep, results_dir, stored, pool, device, progress)
+            frames.append(frame)
+            reports.append(report)
+    finally:
+        if own_pool:
+            pool.close()
+    new = pd.concat([f for f in frames if len(f)], ignore_index=True) if any(len(f) for f in frames) \
+        else pd.DataFrame(columns=["sweep", "device", "backend"])
+    written = []
+    if out is not None:
+        written += store.write_table(new, Path(out), csv=csv)
+    else:
+        on_gpu = (new["backend"] == "emulated") & (new["device"] != backends.SIMULATOR_DEVICE)
+        for gpu, part in ((False, new[~on_gpu]), (True, new[on_gpu])):
+            if len(part):  # a table this run has no rows for stays as it is, byte for byte
+                path = store.table_path(results_dir, spec.name, gpu=gpu)
+                written += store.write_table(_merge(store.read_table(path), part, spec), path, csv=csv)
+        folder = store.cache_dir(results_dir, spec.name)
+        for sweep in selected:  # the tables now hold these rows
+            for file in folder.glob(f"{sweep.name}-*.parquet") if folder.is_dir() else ():
+                file.unlink()
+    return {"reports": reports, "tables": written, "rows": len(new)}

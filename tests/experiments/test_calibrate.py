@@ -1,0 +1,61 @@
+"""gpuwrite calibrate: refuses the simulator unless asked; writes what Params.with_calibration applies."""
+import pytest
+
+from gpuwrite.bench import calib
+from gpuwrite.cli import main
+from gpuwrite.cudaenv import SIMULATOR
+from gpuwrite.model import Params
+from gpuwrite.model import topology as topo
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="checks the refusal on a machine without a GPU")
+def test_refuses_the_simulator_without_the_flag(tmp_path, capsys):
+    assert main(["calibrate", "--out", str(tmp_path / "c.toml")]) == 2
+    err = capsys.readouterr().err
+    assert "--allow-simulator" in err and "none was found" in err
+    assert not (tmp_path / "c.toml").exists()
+
+
+def test_file_is_labelled_and_the_model_applies_it(tmp_path, capsys):
+    out = tmp_path / "calibration.toml"
+    assert main(["calibrate", "--allow-simulator", "--runs", "1", "--out", str(out), "--json"]) == 0
+    text = out.read_text()
+    data = tomllib.loads(text)
+    assert data["device"]["simulator"] == SIMULATOR and data["device"]["date"]
+    assert "driver" in data["device"] and data["device"]["name"]
+    if SIMULATOR:
+        assert "SIMULATOR" in text and data["device"]["name"] == "cudasim"
+    assert set(data["measurements"]) == set(calib.WHAT)
+    for name, entry in data["measurements"].items():
+        assert entry["unit"] == calib.WHAT[name][0] and entry["value"] > 0 and len(entry["runs"]) == 1
+    params = Params().with_calibration(out)
+    assert params.gpu.store_rate_gbps == data["params"]["gpu"]["store_rate_gbps"]
+    assert params.gpu.copy_rate_gbps == data["params"]["gpu"]["copy_rate_gbps"]
+    assert params.gpu.write_issue_ns == data["params"]["gpu"]["write_issue_ns"]
+    assert set(data["derivation"]) >= {"gpu.store_rate_gbps", "gpu.copy_rate_gbps", "gpu.write_issue_ns"}
+
+
+def test_reference_measurements_give_the_default_parameters():
+    # shared/calibration/h200-pcie5-2026-11.md: 52.4 GB/s stores, 55.1 GB/s D2H copies, 1.14 us host read
+    medians = {"bulk_store_to_host": 52.4, "copy_engine_d2h": 55.1, "host_read_round_trip": 1.14}
+    params, _ = calib.calibration_params(medians, {"pcie.link.gen.max": "5", "pcie.link.width.max": "16"})
+    default = Params()
+    assert params["gpu"]["store_rate_gbps"] == pytest.approx(default.gpu.store_rate_gbps)
+    assert params["gpu"]["copy_rate_gbps"] == pytest.approx(default.gpu.copy_rate_gbps)
+    assert params["gpu"]["write_issue_ns"] == pytest.approx(topo.GPU_READ_ISSUE_NS / 2)
+    assert params["link"] == {"generation": 5, "width": 16}
+
+
+def test_an_experiment_can_use_a_calibration_file(tmp_path):
+    from gpuwrite.experiments.spec import load_spec, resolve
+
+    (tmp_path / "cal.toml").write_text('[device]\nname = "x"\n[params.gpu]\nstore_rate_gbps = 123.0\n')
+    (tmp_path / "spec.toml").write_text('[[sweep]]\nname = "m"\nbackend = "model"\nmeasure = "latency"\n'
+                                        '[sweep.fixed]\ncalibration = "cal.toml"\n[sweep.vary]\nsize_bytes = [64]\n')
+    sweep = load_spec(tmp_path / "spec.toml").sweeps[0]
+    assert resolve(sweep, sweep.points()[0], "model")["params"]["gpu"]["store_rate_gbps"] == 123.0

@@ -1,0 +1,151 @@
+"""Each figure is drawn from its stored table, and what it plots equals the table."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpuwrite.experiments import figures, store
+from gpuwrite.experiments.figures import FIGURES, NO_GPU_NOTE
+from gpuwrite.experiments.render import draw
+from gpuwrite.model.topology import PRESETS
+from tiny_specs import EXPERIMENTS
+
+
+def stored(tiny_results, name):
+    """The figure drawn through render.draw (from the files) and the table read back separately."""
+    root, specs = tiny_results
+    fig, _ = draw(specs[name], root / "results")
+    return fig, pd.read_parquet(store.table_path(root / "results", name))
+
+
+def lines(fig):
+    """Every plotted line that carries a gid, by gid."""
+    return {line.get_gid(): line for ax in fig.axes for line in ax.get_lines() if line.get_gid()}
+
+
+def check_line(line, x, y):
+    order = np.argsort(np.asarray(x, dtype=float), kind="stable")
+    np.testing.assert_allclose(line.get_xdata(), np.asarray(x, dtype=float)[order])
+    np.testing.assert_allclose(line.get_ydata(), np.asarray(y, dtype=float)[order])
+
+
+def texts(fig):
+    return " ".join(t.get_text() for ax in fig.axes for t in ax.texts)
+
+
+def test_fig1_latency_lines_equal_the_table(tiny_results):
+    fig, table = stored(tiny_results, "fig1_latency")
+    drawn = lines(fig)
+    assert len(drawn) == 2 * 3
+    for (path, topology), rows in table.groupby(["path", "topology"]):
+        check_line(drawn[f"{path}|{topology}"], rows["size_bytes"], rows["latency_ns"] / 1e3)
+    assert all("(µs)" in ax.get_ylabel() for ax in fig.axes if ax.get_ylabel())
+
+
+def test_fig2_efficiency_lines_and_the_worked_example(tiny_results):
+    fig, table = stored(tiny_results, "fig2_pcie_efficiency")
+    drawn = lines(fig)
+    for label, operation, rcb, chunks in figures.EFFICIENCY_SERIES:
+        for mps in (128, 256, 512):
+            rows = table[(table["operation"] == operation) & (table["link.rcb_bytes"] == rcb)
+                         & (table["link.rcb_chunks"] == chunks) & (table["link.mps_bytes"] == mps)]
+            check_line(drawn[f"{operation}-{rcb}-{chunks}|{mps}"], rows["size_bytes"], rows["efficiency"] * 100)
+    star = drawn["example|256"]
+    assert star.get_xdata()[0] == 512
+    assert star.get_ydata()[0] == pytest.approx(100 * 512 / 552)      # 92.75 %
+    assert "92.75 %" in texts(fig)
+
+
+def test_fig3_occupancy_drops_and_buffer_sweep_equal_the_table(tiny_results):
+    fig, table = stored(tiny_results, "fig3_buffer_stall")
+    drawn = lines(fig)
+    series = table[table["output"] == "timeseries"]
+    for policy, rows in series.groupby("nic.policy"):
+        check_line(drawn[f"{policy}|occupancy"], rows["time_ns"] / 1e3, rows["staging_bytes"] / 1024)
+        check_line(drawn[f"{policy}|dropped"], rows["time_ns"] / 1e3, rows["dropped_bytes"] / 1024)
+    summary = table[table["sweep"] == "buffer"]
+    for policy, rows in summary.groupby("nic.policy"):
+        check_line(drawn[f"{policy}|drops"], rows["network.vl_buffer_bytes"], rows["dropped"] / rows["messages"] * 100)
+    assert (summary[summary["nic.policy"] == "hold"]["dropped"] == 0).all()
+    assert summary[summary["nic.policy"] == "drop"]["dropped"].max() > 0
+    assert any(p.get_hatch() for ax in fig.axes for p in ax.patches)   # stalls shaded and hatched
+
+
+def test_fig4_model_lines_and_no_gpu_note(tiny_results):
+    fig, table = stored(tiny_results, "fig4_throughput")
+    drawn = lines(fig)
+    model = table[table["backend"] == "model"]
+    for path, rows in model.groupby("path"):
+        check_line(drawn[f"{path}|model"], rows["size_bytes"], rows["throughput_gbps"])
+    simulated = table[table["backend"] == "emulated"]
+    assert len(simulated) == 2 and set(simulated["device"]) == {"cudasim"}
+    assert set(drawn) == {f"{p}|model" for p in model["path"].unique()}   # simulator timings not plotted
+    assert "No GPU measurements stored" in texts(fig) and "2/2 runs delivered every byte" in texts(fig)
+
+
+def fake_gpu_rows(table, columns):
+    """Rows as a GPU run would store them; only for testing the overlay, never written to experiments/."""
+    rows = table.copy()
+    rows["device"] = "Test GPU"
+    for column, values in columns.items():
+        rows[column] = values
+    return rows
+
+
+def test_fig4_overlays_gpu_measurements(tiny_results):
+    _, table = stored(tiny_results, "fig4_throughput")
+    emulated = table[table["backend"] == "emulated"]
+    gpu = fake_gpu_rows(emulated, {"throughput_gbps": [12.5, 40.0]})
+    fig = FIGURES["throughput_vs_size"](pd.concat([table, gpu], ignore_index=True))
+    check_line(lines(fig)["gpu_push|Test GPU"], gpu["size_bytes"], gpu["throughput_gbps"])
+    assert "No GPU measurements stored" not in texts(fig)
+
+
+def test_fig5_says_no_gpu_and_draws_gpu_cdfs(tiny_results):
+    root, specs = tiny_results
+    fig, _ = draw(specs["fig5_latency_cdf"], root / "results")
+    assert NO_GPU_NOTE in texts(fig) and not lines(fig)
+    latencies = np.array([5200, 4800, 5100, 9000, 5000], dtype=float)
+    gpu = pd.DataFrame({"figure": "fig5_latency_cdf", "sweep": "cdf", "backend": "emulated", "measure": "",
+                        "output": "latencies", "path": "gpu_push", "size_bytes": 64,
+                        "latency_ns": latencies, "device": "Test GPU"})
+    fig = FIGURES["latency_cdf"](gpu)
+    line = lines(fig)["gpu_push|64|Test GPU"]
+    np.testing.assert_allclose(line.get_xdata(), np.sort(latencies) / 1e3)
+    np.testing.assert_allclose(line.get_ydata(), np.arange(1, 6) / 5)
+    assert NO_GPU_NOTE not in texts(fig)
+
+
+def test_fig6_map_equals_margins_computed_from_the_table(tiny_results):
+    fig, table = stored(tiny_results, "fig6_push_wins")
+    images = {image.get_gid(): image for ax in fig.axes for image in ax.images}
+    for measure, column in (("latency", "latency_ns"), ("throughput", "throughput_gbps")):
+        rows = table[table["measure"] == measure]
+        topologies = [t for t in PRESETS if t in set(rows["topology"])]
+        sizes = sorted(rows["size_bytes"].unique())
+        expected = np.empty((len(topologies), len(sizes)))
+        for i, topology in enumerate(topologies):
+            for j, size in enumerate(sizes):
+                here = rows[(rows["topology"] == topology) & (rows["size_bytes"] == size)].set_index("path")[column]
+                push, others = here["gpu_push"], here.drop("gpu_push")
+                expected[i, j] = (others.min() / push - 1 if measure == "latency" else push / others.max() - 1) * 100
+        np.testing.assert_allclose(np.asarray(images[f"margin|{measure}"].get_array()), expected)
+    assert "+" in texts(fig)
+
+
+@pytest.mark.parametrize("name", ["fig1_latency", "fig2_pcie_efficiency", "fig3_buffer_stall",
+                                  "fig4_throughput", "fig6_push_wins"])
+def test_series_differ_in_marker_or_line_style_not_only_colour(tiny_results, name):
+    fig, _ = stored(tiny_results, name)
+    for ax in fig.axes:
+        styles = [(line.get_linestyle(), line.get_marker()) for line in ax.get_lines()
+                  if line.get_gid() and not line.get_gid().startswith("example")]
+        assert len(styles) == len(set(styles)), f"{name}: two series look alike in greyscale"
+    labelled = [ax for ax in fig.axes if ax.get_xlabel()]
+    assert labelled and all("(" in ax.get_xlabel() for ax in labelled)     # units on every axis label
+
+
+def test_every_figure_kind_has_a_file():
+    from gpuwrite.experiments.spec import find_specs, load_spec
+
+    kinds = {load_spec(f).figure_kind for f in find_specs(EXPERIMENTS)}
+    assert kinds == set(FIGURES)

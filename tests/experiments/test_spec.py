@@ -1,0 +1,146 @@
+"""Experiment files: loading, errors that name the key and what is allowed, the cross product, hashes."""
+import pytest
+
+from gpuwrite.experiments.figures import FIGURES
+from gpuwrite.experiments.spec import SpecError, config_hash, expand_range, find_specs, load_spec, resolve
+
+from tiny_specs import EXPERIMENTS
+
+MINIMAL = """
+[[sweep]]
+name = "m"
+backend = "model"
+measure = "latency"
+[sweep.vary]
+path = ["nic_pull", "gpu_push"]
+size_bytes = [64, 4096]
+"""
+
+
+def write(tmp_path, text, name="spec.toml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_every_experiment_file_loads_and_names_a_figure():
+    files = find_specs(EXPERIMENTS)
+    assert [f.stem for f in files] == ["fig1_latency", "fig2_pcie_efficiency", "fig3_buffer_stall",
+                                       "fig4_throughput", "fig5_latency_cdf", "fig6_push_wins"]
+    for file in files:
+        spec = load_spec(file)
+        assert spec.figure_kind in FIGURES and spec.title and spec.caption
+    fig1 = load_spec(EXPERIMENTS / "fig1_latency.toml")
+    assert len(fig1.sweeps[0].points()) == 4 * 3 * 15   # topologies x paths x sizes 64 B..1 MiB
+
+
+@pytest.mark.parametrize("change, expected", [
+    ('mesure = "latency"', ["'mesure'", "did you mean 'measure'", "allowed:"]),
+    ('backend = "testbed"', ["backend='testbed'", "not built", "allowed: model, emulated"]),
+    ('backend = "fpga"', ["backend='fpga'", "allowed: model, emulated"]),
+    ('measure = "latencyy"', ["measure='latencyy'", "latency, throughput, efficiency, simulate"]),
+    ('output = "timeseries"', ["output='timeseries'", "allowed: summary"]),
+    ('require = "gpu"', ["require='gpu'", "allowed: any"]),          # gpu: emulated sweeps only
+])
+def test_bad_sweep_keys_and_values_are_named(tmp_path, change, expected):
+    key = change.split(" = ")[0]
+    lines = [line for line in MINIMAL.splitlines() if not line.startswith(f"{key} =")]
+    text = "\n".join(lines).replace('name = "m"', f'name = "m"\n{change}')
+    with pytest.raises(SpecError) as info:
+        load_spec(write(tmp_path, text))
+    for fragment in expected:
+        assert fragment in str(info.value)
+    assert "spec.toml" in str(info.value)
+
+
+@pytest.mark.parametrize("vary, expected", [
+    ('"nic.polcy" = ["hold"]', ["'nic.polcy'", "did you mean 'nic.policy'"]),
+    ('"nic.policy" = ["hold", "keep"]', ["nic.policy='keep'", "hold, drop", "'nic.policy': 'keep'"]),
+    ('"link.mps_bytes" = [100]', ["mps_bytes=100", "128, 256, 512"]),
+    ('"nic.processing_ns" = []', ["nic.processing_ns=[]", "a non-empty list"]),
+    ('"nic.processing_ns" = {from = 64, to = 128, step = 8, factor = 2}', ["exactly one of step, factor"]),
+    ('"nic.processing_ns" = {from = 64, to = 128, factor = 1}', ["factor=1", "a number > 1"]),
+    ('calibration = ["a.toml"]', ["'calibration'", "under fixed"]),
+])
+def test_bad_vary_entries_are_named(tmp_path, vary, expected):
+    with pytest.raises(SpecError) as info:
+        load_spec(write(tmp_path, MINIMAL + vary + "\n"))
+    for fragment in expected:
+        assert fragment in str(info.value)
+
+
+def test_emulated_sizes_must_be_whole_words(tmp_path):
+    text = '[[sweep]]\nname = "e"\nbackend = "emulated"\n[sweep.vary]\nsize_bytes = [64, 66]\n'
+    with pytest.raises(SpecError, match=r"size_bytes=66 .*multiple of 4"):
+        load_spec(write(tmp_path, text))
+
+
+def test_file_level_errors(tmp_path):
+    with pytest.raises(SpecError, match="an existing TOML file"):
+        load_spec(tmp_path / "missing.toml")
+    with pytest.raises(SpecError, match="not allowed twice"):
+        load_spec(write(tmp_path, MINIMAL + MINIMAL))
+    with pytest.raises(SpecError, match=r"figure.kind='pie'.*latency_vs_size"):
+        load_spec(write(tmp_path, '[figure]\nkind = "pie"\n' + MINIMAL))
+    with pytest.raises(SpecError, match="one or more"):
+        load_spec(write(tmp_path, '[figure]\nkind = "latency_vs_size"\n'))
+
+
+def test_cross_product_order_fixed_values_and_exclusions(tmp_path):
+    text = MINIMAL.replace("[sweep.vary]", 'exclude = [{path = "gpu_push", size_bytes = 4096}]\n'
+                                           '[sweep.fixed]\ntopology = "across_sockets"\n[sweep.vary]')
+    sweep = load_spec(write(tmp_path, text)).sweeps[0]
+    assert sweep.points() == [
+        {"topology": "across_sockets", "path": "nic_pull", "size_bytes": 64},
+        {"topology": "across_sockets", "path": "nic_pull", "size_bytes": 4096},
+        {"topology": "across_sockets", "path": "gpu_push", "size_bytes": 64},
+    ]
+    assert sweep.columns == ["topology", "path", "size_bytes"]
+
+
+def test_ranges():
+    assert expand_range("x", {"from": 64, "to": 1024, "factor": 4}) == [64, 256, 1024]
+    assert expand_range("x", {"from": 64, "to": 256, "step": 64}) == [64, 128, 192, 256]
+    assert expand_range("x", [3, 1]) == [3, 1]
+
+
+def test_hash_is_canonical_and_stable():
+    config = {"schema": 1, "backend": "model", "b": [1, 2.5, "x"], "a": {"z": True, "y": None}}
+    reordered = {"a": {"y": None, "z": True}, "b": [1, 2.5, "x"], "backend": "model", "schema": 1}
+    # sha256 of '{"a":{"y":null,"z":true},"b":[1,2.5,"x"],"backend":"model","schema":1}'
+    assert config_hash(config) == config_hash(reordered)
+    import hashlib
+    canonical = '{"a":{"y":null,"z":true},"b":[1,2.5,"x"],"backend":"model","schema":1}'
+    assert config_hash(config) == hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def test_same_point_same_hash_whatever_the_spelling(tmp_path):
+    dotted = load_spec(write(tmp_path, MINIMAL + '[sweep.fixed]\n"nic.policy" = "hold"\n', "a.toml")).sweeps[0]
+    nested = load_spec(write(tmp_path, MINIMAL + '[sweep.fixed.nic]\npolicy = "hold"\n', "b.toml")).sweeps[0]
+    plain = load_spec(write(tmp_path, MINIMAL, "c.toml")).sweeps[0]
+    hashes = [[config_hash(resolve(s, values, "model")) for values in s.points()] for s in (dotted, nested, plain)]
+    assert hashes[0] == hashes[1] == hashes[2]          # hold is the default: same configuration
+    assert len(set(hashes[0])) == 4
+    other = load_spec(write(tmp_path, MINIMAL + '[sweep.fixed]\n"nic.processing_ns" = 150.0\n', "d.toml")).sweeps[0]
+    assert config_hash(resolve(other, other.points()[0], "model")) != hashes[0][0]
+
+
+def test_emulated_configuration_includes_the_device(tmp_path):
+    sweep = load_spec(write(tmp_path, '[[sweep]]\nname = "e"\nbackend = "emulated"\n[sweep.vary]\n'
+                                      "size_bytes = [64]\n")).sweeps[0]
+    point = sweep.points()[0]
+    assert config_hash(resolve(sweep, point, "cudasim")) != config_hash(resolve(sweep, point, "NVIDIA H200"))
+
+
+def test_a_change_to_the_backend_code_changes_the_hash(tmp_path):
+    from gpuwrite.experiments.spec import code_fingerprint, fingerprint_files
+
+    (tmp_path / "gpuwrite" / "model").mkdir(parents=True)
+    source = tmp_path / "gpuwrite" / "model" / "paths.py"
+    source.write_text("LATENCY = 1\n")
+    before = fingerprint_files(tmp_path, ("gpuwrite/model/*.py",))
+    source.write_text("LATENCY = 2\n")
+    assert fingerprint_files(tmp_path, ("gpuwrite/model/*.py",)) != before
+    assert code_fingerprint("model") != code_fingerprint("emulated")
+    sweep = load_spec(write(tmp_path, MINIMAL)).sweeps[0]
+    assert resolve(sweep, sweep.points()[0], "model")["code"] == code_fingerprint("model")

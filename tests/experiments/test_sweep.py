@@ -1,0 +1,152 @@
+"""Sweeps: tidy tables with configuration beside measurements, resume, worker processes, CSV."""
+import pandas as pd
+import pytest
+
+from gpuwrite.experiments import backends, store
+from gpuwrite.experiments.spec import load_spec
+from gpuwrite.experiments.sweep import Pool, run_spec
+
+SPEC = """
+[[sweep]]
+name = "lat"
+backend = "model"
+measure = "latency"
+[sweep.fixed]
+topology = "across_sockets"
+[sweep.vary]
+path = ["nic_pull", "gpu_push"]
+size_bytes = [64, 1024, 16384]
+
+[[sweep]]
+name = "sim"
+backend = "model"
+measure = "simulate"
+[sweep.fixed]
+"workload.n_messages" = 300
+"workload.n_qps" = 4
+[sweep.vary]
+"nic.policy" = ["hold", "drop"]
+
+[[sweep]]
+name = "emu"
+backend = "emulated"
+[sweep.fixed]
+simulator_messages = 1
+[sweep.vary]
+size_bytes = [64, 128]
+
+[[sweep]]
+name = "gpu_only"
+backend = "emulated"
+require = "gpu"
+[sweep.vary]
+size_bytes = [64]
+"""
+
+
+@pytest.fixture
+def spec(tmp_path):
+    path = tmp_path / "tiny.toml"
+    path.write_text(SPEC)
+    return load_spec(path)
+
+
+def test_table_has_configuration_measurements_and_provenance(spec, tmp_path):
+    ran = run_spec(spec, tmp_path / "results", pool=Pool(1))
+    reports = {r.sweep: r for r in ran["reports"]}
+    assert [reports[n].computed for n in ("lat", "sim", "emu")] == [6, 2, 2]
+    assert reports["gpu_only"].skipped and reports["gpu_only"].computed == 0
+    table = pd.read_parquet(tmp_path / "results" / "tiny.parquet")
+    assert not (tmp_path / "results" / "gpu").exists()
+    assert list(table.columns[:5]) == ["figure", "sweep", "backend", "measure", "output"]
+    assert list(table.columns[-4:]) == ["device", "date", "gpuwrite_version", "config_hash"]
+    lat = table[table["sweep"] == "lat"]
+    assert list(lat["path"]) == ["nic_pull"] * 3 + ["gpu_push"] * 3
+    assert (lat["topology"] == "across_sockets").all() and (lat["device"] == "model").all()
+    assert (lat["latency_ns"] > 0).all() and lat["config_hash"].is_unique
+    from gpuwrite.model import Params, latency_ns
+    expected = latency_ns("gpu_push", "across_sockets", 1024, Params())
+    assert lat[(lat["path"] == "gpu_push") & (lat["size_bytes"] == 1024)]["latency_ns"].item() == expected
+    sim = table[table["sweep"] == "sim"].set_index("nic.policy")
+    assert sim.loc["hold", "dropped"] == 0 and sim.loc["hold", "messages"] == 300
+    emu = table[table["sweep"] == "emu"]
+    assert (emu["device"] == backends.device_name()).all()
+    assert (emu["delivered_messages"] == emu["sent_messages"]).all()
+    assert table["gpuwrite_version"].iloc[0] == store.gpuwrite_version()
+
+
+def test_second_run_computes_nothing_and_gives_the_same_table(spec, tmp_path):
+    run_spec(spec, tmp_path, pool=Pool(1))
+    first = pd.read_parquet(tmp_path / "tiny.parquet")
+    again = run_spec(spec, tmp_path, pool=Pool(1))
+    assert sum(r.computed for r in again["reports"]) == 0
+    assert sum(r.cached for r in again["reports"]) == 10
+    pd.testing.assert_frame_equal(first, pd.read_parquet(tmp_path / "tiny.parquet"))
+    fresh = run_spec(spec, tmp_path, pool=Pool(1), fresh=True, only=["lat"])
+    assert fresh["reports"][0].computed == 6
+
+
+def test_interrupted_sweep_resumes_from_its_chunks(spec, tmp_path, monkeypatch):
+    calls = []
+    real = backends.compute
+
+    def failing(config):
+        calls.append(config)
+        if len(calls) == 4:
+            raise KeyboardInterrupt("stopped by the user")
+        return real(config)
+
+    monkeypatch.setattr(backends, "compute", failing)
+    with pytest.raises(KeyboardInterrupt):
+        run_spec(spec, tmp_path, only=["lat"], pool=Pool(1))
+    assert not (tmp_path / "tiny.parquet").exists()
+    assert len(list((tmp_path / "cache" / "tiny").glob("lat-*.parquet"))) == 3
+    monkeypatch.setattr(backends, "compute", real)
+    ran = run_spec(spec, tmp_path, only=["lat"], pool=Pool(1))
+    assert (ran["reports"][0].cached, ran["reports"][0].computed) == (3, 3)
+    assert not list((tmp_path / "cache" / "tiny").glob("*.parquet"))   # the table holds them now
+
+
+def test_worker_processes_give_the_same_rows(spec, tmp_path):
+    with Pool(2) as pool:
+        run_spec(spec, tmp_path / "two", only=["sim"], pool=pool)
+    run_spec(spec, tmp_path / "one", only=["sim"], pool=Pool(1))
+    two, one = (pd.read_parquet(tmp_path / d / "tiny.parquet") for d in ("two", "one"))
+    pd.testing.assert_frame_equal(two, one)
+
+
+def test_csv_on_request_and_single_sweep_keeps_the_others(spec, tmp_path):
+    run_spec(spec, tmp_path, only=["lat", "sim"], pool=Pool(1))
+    ran = run_spec(spec, tmp_path, only=["lat"], csv=True, pool=Pool(1))
+    assert {p.suffix for p in ran["tables"]} == {".parquet", ".csv"}
+    csv = pd.read_csv(tmp_path / "tiny.csv")
+    parquet = pd.read_parquet(tmp_path / "tiny.parquet")
+    assert set(parquet["sweep"]) == {"lat", "sim"} and len(csv) == len(parquet)
+    assert list(csv["latency_ns"].dropna()) == pytest.approx(list(parquet["latency_ns"].dropna()))
+
+
+def test_gpu_table_is_left_alone_by_a_cpu_run(spec, tmp_path):
+    gpu_table = store.table_path(tmp_path, "tiny", gpu=True)
+    measured = pd.DataFrame({"figure": "tiny", "sweep": "gpu_only", "backend": "emulated", "measure": "",
+                             "output": "summary", "size_bytes": [64], "throughput_gbps": [12.5],
+                             "device": "Some GPU", "date": "2026-11-21", "gpuwrite_version": "0.1.0",
+                             "config_hash": "x"})
+    store.write_table(measured, gpu_table)
+    before = gpu_table.read_bytes()
+    run_spec(spec, tmp_path, pool=Pool(1))
+    assert gpu_table.read_bytes() == before
+    both = store.load_results(tmp_path, "tiny")
+    assert "Some GPU" in set(both["device"]) and "model" in set(both["device"])
+
+
+def test_emulated_message_counts_on_a_gpu_and_on_the_simulator():
+    from gpuwrite.experiments.spec import EMULATED_DEFAULTS, load_spec as load
+    from tiny_specs import EXPERIMENTS
+
+    fig4 = load(EXPERIMENTS / "fig4_throughput.toml").sweep("emulated")
+    counts = {values["size_bytes"]: backends.message_count({**EMULATED_DEFAULTS, **values}, simulator=False)
+              for values in fig4.points() if values["path"] == "gpu_push"}
+    assert counts[1 << 20] == 256 and counts[65536] == 4096 and counts[64] == 200_000
+    assert max(size * count for size, count in counts.items()) <= 256 << 20
+    assert backends.message_count({**EMULATED_DEFAULTS, **fig4.points()[0]}, simulator=True) == 2
+    assert backends.message_count({**EMULATED_DEFAULTS, "messages": 50}, simulator=False) == 50
