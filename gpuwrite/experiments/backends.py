@@ -86,6 +86,16 @@ def message_count(run: dict, simulator: bool) -> int:
     return min(count, run["max_messages"])
 
 
+def _failure_text(qp_errors: dict) -> str:
+    """The QP errors of a run, grouped by what the kernel saw; empty when none."""
+    reasons: dict[str, int] = {}
+    for error in qp_errors.values():
+        if isinstance(error, dict):
+            text = error["status"] + (f" ({error['syndrome']}, {error['reason']})" if error["syndrome"] else "")
+            reasons[text] = reasons.get(text, 0) + 1
+    return "; ".join(f"{n} QP{'s' if n > 1 else ''}: {text}" for text, n in reasons.items())
+
+
 def _emulated(config: dict) -> pd.DataFrame:
     """One emulated run; on the simulator a tiny one whose only use is its byte checks."""
     from gpuwrite.cudaenv import SIMULATOR
@@ -108,6 +118,8 @@ def _emulated(config: dict) -> pd.DataFrame:
         "delivered_bytes": result.bytes, "latency_p50_us": result.latency_p50_us,
         "latency_p99_us": result.latency_p99_us, "throughput_gbps": result.throughput_gbps,
         "run_qps": n_qps, "world": result.world, "emulation": result.emulation,
+        # why messages went undelivered, e.g. "3 QPs: timed out waiting for a completion"
+        "failure": _failure_text(result.qp_errors),
     }
     if config["output"] == "latencies":
         latencies = result.latencies_ns

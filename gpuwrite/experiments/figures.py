@@ -180,6 +180,15 @@ def throughput_vs_size(df: pd.DataFrame):
         _line(ax, rows["size_bytes"], rows["throughput_gbps"], f"{path}|model",
               f"{path} (model)", **{**style.PATH_STYLES[path], "marker": None})
     measured = _select(gpu_rows(df), output="summary")
+    if len(measured):
+        # A run in which some messages never completed has no throughput to plot: say so.
+        short = measured["delivered_messages"] < measured["sent_messages"]
+        if short.any():
+            style.note(ax, "Not plotted (incomplete runs):\n" + "\n".join(
+                f"{r.path} {style.bytes_label(r.size_bytes)}: {int(r.delivered_messages)}/"
+                f"{int(r.sent_messages)} delivered" + (f", {r.failure}" if getattr(r, "failure", "") else "")
+                for r in measured[short].itertuples()), "lower right")
+        measured = measured[~short]
     for device in sorted(set(measured["device"])) if len(measured) else ():
         for path in [p for p in style.PATH_STYLES if p in set(measured["path"])]:
             rows = measured[(measured["device"] == device) & (measured["path"] == path)]

@@ -94,7 +94,8 @@ def log_numbers(ax, which: str = "y") -> None:
     """A log axis labelled with plain numbers (1, 10, 100) rather than powers of ten."""
     getattr(ax, f"set_{which}scale")("log")
     axis = getattr(ax, f"{which}axis")
-    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    # numticks: without it matplotlib thins a wide range down to no labelled tick at all
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0), numticks=30))
     axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
     axis.set_minor_formatter(NullFormatter())
 

@@ -100,6 +100,18 @@ def test_fig4_overlays_gpu_measurements(tiny_results):
     assert "No GPU measurements stored" not in texts(fig)
 
 
+def test_fig4_leaves_out_incomplete_gpu_runs_and_names_them(tiny_results):
+    _, table = stored(tiny_results, "fig4_throughput")
+    emulated = table[table["backend"] == "emulated"]
+    gpu = fake_gpu_rows(emulated, {"throughput_gbps": [12.5, 40.0], "sent_messages": [100, 100],
+                                   "delivered_messages": [100, 7],
+                                   "failure": ["", "1 QP: timed out waiting for a completion"]})
+    fig = FIGURES["throughput_vs_size"](pd.concat([table, gpu], ignore_index=True))
+    complete = gpu[gpu["delivered_messages"] == gpu["sent_messages"]]
+    check_line(lines(fig)["gpu_push|Test GPU"], complete["size_bytes"], complete["throughput_gbps"])
+    assert "7/100 delivered, 1 QP: timed out waiting for a completion" in texts(fig)
+
+
 def test_fig5_says_no_gpu_and_draws_gpu_cdfs(tiny_results):
     root, specs = tiny_results
     fig, _ = draw(specs["fig5_latency_cdf"], root / "results")
