@@ -39,3 +39,16 @@ def table(title: str, columns: list[str], rows: list[list]) -> Table:
     for r in rows:
         t.add_row(*[f"{v:.2f}" if isinstance(v, float) else str(v) for v in r])
     return t
+
+
+def print_path_results(results, mode: str) -> None:
+    """The table of data-path results (``PathResult``), each path's emulation or testbed
+    note, and every QP error, as ``demo`` and ``testbed`` print them."""
+    rows = [[r.path, r.messages, r.delivered, r.dropped, r.errors, r.bytes, r.latency_p50_us,
+             r.latency_p99_us, r.throughput_gbps] for r in results]
+    console.print(table(f"data paths ({mode} mode)", ["path", "messages", "delivered", "dropped",
+                        "errors", "bytes", "lat p50 us", "lat p99 us", "Gb/s"], rows))
+    for r in results:
+        console.print(f"  {r.path}: {r.emulation}")
+        for qpn, e in r.qp_errors.items():
+            console.print(f"  [red]{r.path} qp {qpn}: {e}[/red]")

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from gpuwrite.cli import UsageError
-from gpuwrite.cli.common import add_json_flag, console, print_json, table
+from gpuwrite.cli.common import add_json_flag, console, print_json, print_path_results
 
 
 def register(sub) -> None:
@@ -52,14 +52,7 @@ def main(args) -> int:
     if args.json:
         print_json({"world": world(), "all_delivered": ok, "results": [r.row() for r in results]})
         return 0 if ok else 1
-    rows = [[r.path, r.messages, r.delivered, r.dropped, r.errors, r.bytes, r.latency_p50_us,
-             r.latency_p99_us, r.throughput_gbps] for r in results]
-    console.print(table("data paths (emulated mode)", ["path", "messages", "delivered", "dropped",
-                        "errors", "bytes", "lat p50 us", "lat p99 us", "Gb/s"], rows))
-    for r in results:
-        console.print(f"  {r.path}: {r.emulation}")
-        for qpn, e in r.qp_errors.items():
-            console.print(f"  [red]{r.path} qp {qpn}: {e}[/red]")
+    print_path_results(results, "emulated")
     if SIMULATOR:
         console.print("Timings on the CUDA simulator measure Python threads, not a GPU.")
     console.print("[green]every delivered byte matched what was sent[/green]" if ok else

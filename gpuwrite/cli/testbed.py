@@ -11,7 +11,7 @@ exits with status 3.
 from __future__ import annotations
 
 from gpuwrite.cli import UsageError
-from gpuwrite.cli.common import add_json_flag, console, print_json, table
+from gpuwrite.cli.common import add_json_flag, console, print_json, print_path_results
 
 
 def register(sub) -> None:
@@ -82,12 +82,5 @@ def main(args) -> int:
         print_json({"mode": "testbed", "ran": True, "world": results[0].world if results else "",
                     "all_delivered": ok, "results": [r.row() for r in results]})
         return 0 if ok else 1
-    rows = [[r.path, r.messages, r.delivered, r.dropped, r.errors, r.bytes, r.latency_p50_us,
-             r.latency_p99_us, r.throughput_gbps] for r in results]
-    console.print(table("data paths (testbed mode)", ["path", "messages", "delivered", "dropped",
-                        "errors", "bytes", "lat p50 us", "lat p99 us", "Gb/s"], rows))
-    for r in results:
-        console.print(f"  {r.path}: {r.emulation}")
-        for qpn, e in r.qp_errors.items():
-            console.print(f"  [red]{r.path} qp {qpn}: {e}[/red]")
+    print_path_results(results, "testbed")
     return 0 if ok else 1

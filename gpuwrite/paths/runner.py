@@ -67,6 +67,27 @@ def default_sizes(path: str, n: int, seed: int = 1) -> np.ndarray:
     return rng.choice(np.asarray(sizes, dtype=np.int64), size=n)
 
 
+def decode_qp_errors(result: np.ndarray, qpns, vendor: bool = False) -> dict:
+    """The kernel's per-QP outcome rows (``send_messages``' ``result``) as named errors,
+    keyed by QP number; QPs that finished cleanly are left out. The low byte of the
+    syndrome word is the emulated engine's reason, or on a real NIC (``vendor``) the
+    vendor syndrome."""
+    errors = {}
+    for q in range(len(qpns)):
+        status = int(result[q, K.R_STATUS])
+        if status == 0:
+            continue
+        synd = int(result[q, K.R_SYND])
+        low = (f"0x{synd & 0xFF:02x}" if vendor else L.reason_name(synd & 0xFF)) if synd else ""
+        errors[int(qpns[q])] = {
+            "status": dv.ERROR_NAMES.get(status, str(status)),
+            "syndrome": L.syndrome_name(synd >> 8) if synd else "",
+            "vendor_syndrome" if vendor else "reason": low,
+            "messages_sent": int(result[q, K.R_SENT]),
+        }
+    return errors
+
+
 def _validate(path, sizes, n_qps, batch, chunk_bytes, sq_bbs):
     if path not in K.PATH_IDS:
         raise ValueError(f"path={path!r}: allowed {', '.join(PATHS)}")
@@ -167,16 +188,7 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
         td = t_done.copy_to_host()
         res = result.copy_to_host()
         got = dst.host.copy()
-        qp_errors = {}
-        for q in range(n_qps):
-            if res[q, K.R_STATUS] != 0:
-                synd = int(res[q, K.R_SYND])
-                qp_errors[int(qs.qpns[q])] = {
-                    "status": dv.ERROR_NAMES.get(int(res[q, K.R_STATUS]), str(res[q, K.R_STATUS])),
-                    "syndrome": L.syndrome_name(synd >> 8) if synd else "",
-                    "reason": L.reason_name(synd & 0xFF) if synd else "",
-                    "messages_sent": int(res[q, K.R_SENT]),
-                }
+        qp_errors = decode_qp_errors(res, qs.qpns)
         delivered_mask = np.zeros(n, dtype=bool)
         for m in range(n):
             a, b = src_word[m], src_word[m] + words[m]

@@ -23,9 +23,8 @@ from gpuwrite.backends.testbed import Availability, probe
 from gpuwrite.backends.testbed import qp_attrs as qa
 from gpuwrite.backends.testbed.bootstrap import Bootstrap, PeerRecord
 from gpuwrite.cudaenv import cuda, world
-from gpuwrite.device import verbs as dv
 from gpuwrite.paths import kernels as K
-from gpuwrite.paths.runner import PathResult
+from gpuwrite.paths.runner import PathResult, decode_qp_errors
 
 PATHS = tuple(K.PATH_IDS)
 
@@ -213,15 +212,7 @@ def run(path: str, sizes_bytes, bootstrap: Bootstrap, *, device: str | None = No
         lat = (t_done[completed] - t_post[completed]).astype(np.int64)
         span = (t_done[completed].max() - t_post[completed].min()) if completed.any() else 0
         nbytes = int(msgs[delivered, K.M_SIZE].sum())
-        qp_errors = {}
-        for q in range(n_qps):
-            if res[q, K.R_STATUS] != 0:
-                synd = int(res[q, K.R_SYND])
-                qp_errors[int(qs.qpns[q])] = {
-                    "status": dv.ERROR_NAMES.get(int(res[q, K.R_STATUS]), str(res[q, K.R_STATUS])),
-                    "syndrome": L.syndrome_name(synd >> 8) if synd else "",
-                    "vendor_syndrome": f"0x{synd & 0xFF:02x}" if synd else "",
-                    "messages_sent": int(res[q, K.R_SENT])}
+        qp_errors = decode_qp_errors(res, qs.qpns, vendor=True)
         note = TESTBED_NOTES[path].format(rings=qs.ring_memory, registration=registration)
         return PathResult(
             path=path, messages=n, delivered=int(delivered.sum()), dropped=0,
