@@ -1,10 +1,13 @@
 """DevX command bytes: gpuwrite's PRM layouts against rdma-core's own scapy classes.
 
 rdma-core's DevX tests (tests/mlx5_base.py) build these commands with the scapy classes
-of tests/mlx5_prm_structs.py; a verbatim subset of that file is vendored here
-(rdma_core_prm_structs.py). Every field of every layout is given a random value and both
-sides' bytes are compared; then the commands testbed mode sends are decoded back.
+of tests/mlx5_prm_structs.py. That file is read from an rdma-core checkout named by
+GW_RDMA_CORE_SRC (gpuwrite does not carry a copy of rdma-core's code); without one these
+tests skip. Every field of every layout is given a random value and both sides' bytes are
+compared; then the commands testbed mode sends are decoded back.
 """
+import importlib.util
+import os
 import random
 
 import pytest
@@ -14,7 +17,22 @@ from gpuwrite.backends.testbed import qp_attrs as qa
 
 scapy = pytest.importorskip("scapy", reason="scapy is not installed (pip install scapy): it "
                             "runs rdma-core's PRM classes")
-import rdma_core_prm_structs as ref  # noqa: E402
+
+
+def _rdma_core_prm_structs():
+    src = os.environ.get("GW_RDMA_CORE_SRC", "")
+    path = os.path.join(src, "tests", "mlx5_prm_structs.py")
+    if not src or not os.path.isfile(path):
+        pytest.skip("set GW_RDMA_CORE_SRC to an rdma-core checkout (checked against "
+                    "linux-rdma/rdma-core 691953d8) to compare with its PRM classes",
+                    allow_module_level=True)
+    spec = importlib.util.spec_from_file_location("rdma_core_prm_structs", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+ref = _rdma_core_prm_structs()
 
 PAIRS = [(prm.SW_CQC, ref.SwCqc), (prm.CREATE_CQ_IN, ref.CreateCqIn),
          (prm.CREATE_CQ_OUT, ref.CreateCqOut), (prm.SW_ADS, ref.SwAds), (prm.SW_QPC, ref.SwQpc),
