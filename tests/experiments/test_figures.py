@@ -3,11 +3,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from gpuwrite.cudaenv import SIMULATOR
+
 from gpuwrite.experiments import figures, store
 from gpuwrite.experiments.figures import FIGURES, NO_GPU_NOTE
 from gpuwrite.experiments.render import draw
 from gpuwrite.model.topology import PRESETS
 from tiny_specs import EXPERIMENTS
+
+
+# These check what a machine without a GPU does (simulator rows, GPU-only sweeps skipped,
+# "no GPU measurements" notes); on a GPU the same commands measure instead.
+CPU_ONLY = pytest.mark.skipif(not SIMULATOR, reason="checks the behaviour of a machine without a GPU")
 
 
 def stored(tiny_results, name):
@@ -70,6 +77,7 @@ def test_fig3_occupancy_drops_and_buffer_sweep_equal_the_table(tiny_results):
     assert any(p.get_hatch() for ax in fig.axes for p in ax.patches)   # stalls shaded and hatched
 
 
+@CPU_ONLY
 def test_fig4_model_lines_and_no_gpu_note(tiny_results):
     fig, table = stored(tiny_results, "fig4_throughput")
     drawn = lines(fig)
@@ -91,6 +99,7 @@ def fake_gpu_rows(table, columns):
     return rows
 
 
+@CPU_ONLY
 def test_fig4_overlays_gpu_measurements(tiny_results):
     _, table = stored(tiny_results, "fig4_throughput")
     emulated = table[table["backend"] == "emulated"]
@@ -100,6 +109,7 @@ def test_fig4_overlays_gpu_measurements(tiny_results):
     assert "No GPU measurements stored" not in texts(fig)
 
 
+@CPU_ONLY
 def test_fig4_leaves_out_incomplete_gpu_runs_and_names_them(tiny_results):
     _, table = stored(tiny_results, "fig4_throughput")
     emulated = table[table["backend"] == "emulated"]
@@ -112,6 +122,7 @@ def test_fig4_leaves_out_incomplete_gpu_runs_and_names_them(tiny_results):
     assert "7/100 delivered, 1 QP: timed out waiting for a completion" in texts(fig)
 
 
+@CPU_ONLY
 def test_fig5_says_no_gpu_and_draws_gpu_cdfs(tiny_results):
     root, specs = tiny_results
     fig, _ = draw(specs["fig5_latency_cdf"], root / "results")

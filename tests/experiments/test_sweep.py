@@ -2,6 +2,8 @@
 import pandas as pd
 import pytest
 
+from gpuwrite.cudaenv import SIMULATOR
+
 from gpuwrite.experiments import backends, store
 from gpuwrite.experiments.spec import load_spec
 from gpuwrite.experiments.sweep import Pool, run_spec
@@ -44,6 +46,11 @@ size_bytes = [64]
 """
 
 
+# These check what a machine without a GPU does (simulator rows, GPU-only sweeps skipped,
+# "no GPU measurements" notes); on a GPU the same commands measure instead.
+CPU_ONLY = pytest.mark.skipif(not SIMULATOR, reason="checks the behaviour of a machine without a GPU")
+
+
 @pytest.fixture
 def spec(tmp_path):
     path = tmp_path / "tiny.toml"
@@ -51,6 +58,7 @@ def spec(tmp_path):
     return load_spec(path)
 
 
+@CPU_ONLY
 def test_table_has_configuration_measurements_and_provenance(spec, tmp_path):
     ran = run_spec(spec, tmp_path / "results", pool=Pool(1))
     reports = {r.sweep: r for r in ran["reports"]}
@@ -75,6 +83,7 @@ def test_table_has_configuration_measurements_and_provenance(spec, tmp_path):
     assert table["gpuwrite_version"].iloc[0] == store.gpuwrite_version()
 
 
+@CPU_ONLY
 def test_second_run_computes_nothing_and_gives_the_same_table(spec, tmp_path):
     run_spec(spec, tmp_path, pool=Pool(1))
     first = pd.read_parquet(tmp_path / "tiny.parquet")
@@ -125,6 +134,7 @@ def test_csv_on_request_and_single_sweep_keeps_the_others(spec, tmp_path):
     assert list(csv["latency_ns"].dropna()) == pytest.approx(list(parquet["latency_ns"].dropna()))
 
 
+@CPU_ONLY
 def test_gpu_table_is_left_alone_by_a_cpu_run(spec, tmp_path):
     gpu_table = store.table_path(tmp_path, "tiny", gpu=True)
     measured = pd.DataFrame({"figure": "tiny", "sweep": "gpu_only", "backend": "emulated", "measure": "",

@@ -1,6 +1,6 @@
-"""Testbed queue memory driven by the unchanged device verbs, on the CUDA simulator.
+"""Testbed queue memory driven by the unchanged device verbs (simulator or GPU).
 
-No NIC here: the ring and doorbell "UMEMs" are host buffers laid out by RingPlan exactly
+No NIC here: the ring and doorbell "UMEMs" are pinned host buffers laid out by RingPlan exactly
 as TestbedQueueSet registers them, and the doorbell "register" is a host word viewed with
 stride 0. The kernel writes a WQE, rings the doorbell and polls a CQE that rdma-core's
 mlx5dv.h structures built: the bytes must land where an mlx5 NIC reads them.
@@ -12,7 +12,7 @@ from gpuwrite import layouts as L
 from gpuwrite.backends.testbed.devx import RingPlan, doorbell_view
 from gpuwrite.cudaenv import cuda
 from gpuwrite.device import verbs as dv
-from gpuwrite.host.memory import device_zeros
+from gpuwrite.host.memory import device_zeros, mapped
 from tbref import compile_reference
 
 REF = r"""
@@ -74,17 +74,21 @@ def test_ring_plan_validates_and_places_queues_on_pages():
 
 def test_device_verbs_write_where_an_mlx5_nic_reads(ref):
     plan = RingPlan(N_QPS, SQ_BBS, NCQE)
-    ring = plan.initial_rings()
-    dbr = np.zeros(plan.dbr_bytes // 4, dtype=np.uint32)
-    doorbell = np.zeros(2, dtype=np.uint64)        # the register, and a guard word after it
-    views = plan.device_arrays(ring.ctypes.data, dbr.ctypes.data)
+    # Pinned host memory mapped into the GPU (one address on both sides), so that the
+    # same test runs on the simulator and on a real GPU.
+    ring_mem = mapped((plan.ring_bytes // 4,), np.uint32)
+    dbr_mem = mapped((plan.dbr_bytes // 4,), np.uint32)
+    doorbell_mem = mapped((2,), np.uint64)         # the register, and a guard word after it
+    ring, dbr, doorbell = ring_mem.host, dbr_mem.host, doorbell_mem.host
+    ring[:] = plan.initial_rings()
+    views = plan.device_arrays(ring_mem.address, dbr_mem.address)
     info = np.zeros((N_QPS, dv.I_COLS), dtype=np.int64)
     info[:, dv.I_QPN] = QPNS
     info[:, dv.I_SQ_BBS] = SQ_BBS
     info[:, dv.I_NCQE] = NCQE
     info[:, dv.I_LOG_NCQE] = plan.log_cq_size
     state = device_zeros((N_QPS, dv.S_COLS), np.int64)
-    Q = (views["sq"], views["dbrec"], doorbell_view(doorbell.ctypes.data, N_QPS),
+    Q = (views["sq"], views["dbrec"], doorbell_view(doorbell_mem.address, N_QPS),
          device_zeros((N_QPS, L.STATUS_WORDS), np.uint32), views["cq"], views["cqdb"],
          device_zeros((N_QPS, 64), np.uint32), state, cuda.to_device(info),
          device_zeros((N_QPS, SQ_BBS), np.int64), device_zeros((N_QPS, 64), np.uint32))
