@@ -21,9 +21,12 @@ from gpuwrite.device import verbs as dv
 from gpuwrite.device.intrinsics import globaltimer_ns
 from gpuwrite.host.memory import mapped
 from gpuwrite.host.verbs import Context
-from gpuwrite.paths.kernels import QP_INFO_SHAPE, QP_STATE_SHAPE
 
 STEPS = ("reserve", "payload", "wqe", "doorbell", "completion")
+# Bound here as globals: cuda.shared.array needs shapes Numba sees as constants, and
+# a module attribute (dv.QP_STATE_SHAPE) inside the kernel is not one.
+QP_STATE_SHAPE = dv.QP_STATE_SHAPE
+QP_INFO_SHAPE = dv.QP_INFO_SHAPE
 
 
 @cuda.jit

@@ -120,18 +120,22 @@ def bswap32(x):
 
 
 @cuda.jit(device=True)
-def ring_run(claimed, ring, n):
-    """Where a run of ``n`` units goes in a ring of ``ring`` units after ``claimed`` were
-    claimed: (position, padding). Runs never wrap the end; skipped units are padding."""
-    pos = claimed % ring
-    pad = ring - pos if pos + n > ring else 0
-    return pos, pad
+def ring_pad(pos, ring, n):
+    """Units skipped before a run of ``n`` that would start at ``pos`` in a ring of
+    ``ring`` units: runs never wrap the end, so a run that does not fit starts at 0."""
+    return ring - pos if pos + n > ring else 0
+
+
+# Shapes of a posting block's shared-memory copy of its QP's state and description
+# (global tuples are compile-time constants, as cuda.shared.array needs).
+QP_STATE_SHAPE = (1, S_COLS)
+QP_INFO_SHAPE = (1, I_COLS)
 
 
 @cuda.jit(device=True)
 def qp_cached(Q, i, state_row, info_row):
     """QP ``i`` as a one-QP ``Q`` (use index 0) whose GPU-side state and description are
-    ``state_row`` and ``info_row``, shape (1, S_COLS) and (1, I_COLS).
+    ``state_row`` and ``info_row``, of shapes QP_STATE_SHAPE and QP_INFO_SHAPE.
 
     A posting block keeps them in shared memory (``qp_cache_load``, then
     ``qp_cache_store`` when it is done): the bookkeeping of every message then reads
@@ -193,7 +197,7 @@ def stage_reserve(Q, i, nbytes, timeout_ns):
         return E_TOO_LARGE, 0, 0
     res = state[i, S_STAGE_RES]
     pos = state[i, S_STAGE_POS]
-    pad = slots - pos if pos + need > slots else 0
+    pad = ring_pad(pos, slots, need)
     total = pad + need
     free = slots - (res - state[i, S_STAGE_FREED])
     if free < total:
@@ -220,21 +224,14 @@ def stage_reserve(Q, i, nbytes, timeout_ns):
 
 
 @cuda.jit(device=True)
-def stage_next_seq(Q, i):
-    """Takes the push sequence number the next staging header carries (one thread)."""
-    seq = Q[Q_STATE][i, S_PUSH_SEQ]
-    Q[Q_STATE][i, S_PUSH_SEQ] = seq + 1
-    return seq
-
-
-@cuda.jit(device=True)
 def stage_header(Q, i, first_word, nbytes, total_slots, wqe_index):
     """Writes the 16-byte staging header into the slots claimed at ``first_word`` (one
     thread); returns the payload's first word."""
     stage = Q[Q_STAGE][i]
     lead = stage_lead(nbytes, Q[Q_INFO][i, I_SLOT_BYTES])
     h = first_word + (lead >> 2)
-    seq = stage_next_seq(Q, i)
+    seq = Q[Q_STATE][i, S_PUSH_SEQ]
+    Q[Q_STATE][i, S_PUSH_SEQ] = seq + 1
     stage[h + _HDR_MAGIC] = _MAGIC | (seq & 0xFFFF)
     stage[h + _HDR_BYTES] = nbytes
     stage[h + _HDR_SLOTS] = total_slots
@@ -477,7 +474,8 @@ def bounce_reserve(Q, i, nwords, timeout_ns):
     if nwords > ring:
         return E_TOO_LARGE, 0
     res = state[i, S_BOUNCE_RES]
-    pos, pad = ring_run(res, ring, nwords)
+    pos = res % ring
+    pad = ring_pad(pos, ring, nwords)
     st = _poll_cq_until(Q, i, S_BOUNCE_FREE, res + pad + nwords - ring, timeout_ns, E_TIMEOUT_SQ)
     if st != OK:
         return st, 0

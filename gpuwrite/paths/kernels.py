@@ -34,10 +34,10 @@ R_STATUS, R_SENT, R_SYND = 0, 1, 2
 # Messages this large are announced to the NIC as soon as they are written rather than
 # at the end of their batch: the NIC's copy of one overlaps the GPU's writing of the next.
 RING_EACH_BYTES = 65536
-# Shapes of the block's shared-memory copy of its QP's state and description (global
-# tuples are compile-time constants, as cuda.shared.array needs).
-QP_STATE_SHAPE = (1, dv.S_COLS)
-QP_INFO_SHAPE = (1, dv.I_COLS)
+# Bound here as globals: cuda.shared.array needs shapes Numba sees as constants, and
+# a module attribute (dv.QP_STATE_SHAPE) inside the kernel is not one.
+QP_STATE_SHAPE = dv.QP_STATE_SHAPE
+QP_INFO_SHAPE = dv.QP_INFO_SHAPE
 
 
 @cuda.jit(device=True)

@@ -135,7 +135,7 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
 
     max_chunk = min(chunk_bytes, int(sizes.max()))
     if stage_slots is None:
-        stage_slots = max(64, 4 * -(-(max_chunk + L.STAGE_ALIGN_BYTES) // stage_slot_bytes))
+        stage_slots = max(64, 4 * L.stage_slots_needed(max_chunk, stage_slot_bytes))
     threads = block_threads or (4 if SIMULATOR else 128)
     own_ctx = context is None
     ctx = context or Context(policy=policy, link=link, workers=workers)
