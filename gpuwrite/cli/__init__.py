@@ -19,10 +19,6 @@ class UsageError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    # Numba reads NUMBA_ENABLE_CUDASIM once, when it is first imported; the command modules
-    # import the model (and so numba), so the GPU-or-simulator choice must come first.
-    import gpuwrite.cudaenv  # noqa: F401
-
     parser = argparse.ArgumentParser(
         prog="gpuwrite",
         description="Prototype and evaluate GPU-initiated DMA writes into RDMA NICs.",

@@ -2,7 +2,6 @@
 import os
 
 os.environ.setdefault("MPLBACKEND", "Agg")
-import gpuwrite.cudaenv  # noqa: E402,F401  (GPU or simulator, decided before numba is imported)
 
 import pytest  # noqa: E402
 
