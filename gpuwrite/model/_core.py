@@ -92,13 +92,10 @@ def _heap_pop(times, seqs, qps, size):
 
 
 @njit(cache=True)
-def run_core(mode, open_arrival, open_qp, n_qps, outstanding, issue_gap,
-             pre, ingress, post, wire, drain, credits_need, staging_need,
-             flight, tail, error_tail, credit_return_delay, credits_total, staging_capacity,
-             is_push, hold, stall_period, stall_duration, stall_offset,
-             qp_out, arrival, reserve, at_nic, credit_time, tx_start, tx_end, drain_end, done, dropped):
-    """Run every message through the stations; fill the per-message output arrays (ps)."""
-    n = pre.shape[0]
+def _issue_heap(mode, n, n_qps, outstanding, issue_gap):
+    """The heap of pending issues (time, message, QP) both schedulers start from: closed
+    loop, the first ``outstanding`` messages of every QP, ``issue_gap`` apart; open
+    arrivals, empty. Returns the heap's arrays, its size and the messages issued."""
     heap_cap = n_qps * outstanding + 1
     heap_t = np.empty(heap_cap, np.int64)
     heap_s = np.empty(heap_cap, np.int64)
@@ -106,10 +103,21 @@ def run_core(mode, open_arrival, open_qp, n_qps, outstanding, issue_gap,
     heap_size = 0
     issued = 0
     if mode == MODE_CLOSED:
-        first = min(n, n_qps * outstanding)
-        for k in range(first):
+        issued = min(n, n_qps * outstanding)
+        for k in range(issued):
             heap_size = _heap_push(heap_t, heap_s, heap_q, heap_size, k * issue_gap, k, k % n_qps)
-        issued = first
+    return heap_t, heap_s, heap_q, heap_size, issued
+
+
+@njit(cache=True)
+def run_core(mode, open_arrival, open_qp, n_qps, outstanding, issue_gap,
+             pre, ingress, post, wire, drain, credits_need, staging_need,
+             flight, tail, error_tail, credit_return_delay, credits_total, staging_capacity,
+             is_push, hold, stall_period, stall_duration, stall_offset,
+             qp_out, arrival, reserve, at_nic, credit_time, tx_start, tx_end, drain_end, done, dropped):
+    """Run every message through the stations; fill the per-message output arrays (ps)."""
+    n = pre.shape[0]
+    heap_t, heap_s, heap_q, heap_size, issued = _issue_heap(mode, n, n_qps, outstanding, issue_gap)
 
     last_reserve = 0
     staging_used = 0
@@ -231,17 +239,7 @@ def run_core_round_robin(mode, open_arrival, open_qp, n_qps, outstanding, issue_
     All events of one instant are applied before the scheduler decides.
     """
     n = pre.shape[0]
-    heap_cap = n_qps * outstanding + 1
-    heap_t = np.empty(heap_cap, np.int64)
-    heap_s = np.empty(heap_cap, np.int64)
-    heap_q = np.empty(heap_cap, np.int64)
-    heap_size = 0
-    issued = 0
-    if mode == MODE_CLOSED:
-        first = min(n, n_qps * outstanding)
-        for k in range(first):
-            heap_size = _heap_push(heap_t, heap_s, heap_q, heap_size, k * issue_gap, k, k % n_qps)
-        issued = first
+    heap_t, heap_s, heap_q, heap_size, issued = _issue_heap(mode, n, n_qps, outstanding, issue_gap)
 
     waiting_admission = np.empty(n, np.int64)     # arrived, FIFO for staging space
     admission_head = 0

@@ -101,14 +101,10 @@ class Reference:
                 yield self.handed_to_nic[j - 1]
             need = int(inputs.credits_need[j])
             if not inputs.hold and self.credits.level < need:
-                out["dropped"][j] = 1
-                for name in ("credit_time", "tx_start", "tx_end", "drain_end"):
-                    out[name][j] = -1
+                self.mark_dropped(j)
                 self.handed_to_nic[j].succeed()
                 self.pass_link_turn(j)
-                yield env.timeout(inputs.error_tail)
-                out["done"][j] = env.now
-                self.completed(qp)
+                yield from self.finish_dropped(j, qp)
                 return
             yield self.credits.get(need)
             out["credit_time"][j] = env.now
@@ -128,18 +124,26 @@ class Reference:
         out["done"][j] = env.now
         self.completed(qp)
 
+    def mark_dropped(self, j: int):
+        """Message ``j`` found no credits under drop: it never reaches the link."""
+        self.out["dropped"][j] = 1
+        for name in ("credit_time", "tx_start", "tx_end", "drain_end"):
+            self.out[name][j] = -1
+
+    def finish_dropped(self, j: int, qp: int):
+        """A dropped message completes with an error after ``error_tail``."""
+        yield self.env.timeout(self.inputs.error_tail)
+        self.out["done"][j] = self.env.now
+        self.completed(qp)
+
     def round_robin_tail(self, j: int, qp: int):
         """Round-robin scheduler: join the QP's queue, wait to be sent, then finish."""
         env, inputs, out = self.env, self.inputs, self.out
         if not inputs.hold:
             need = int(inputs.credits_need[j])
             if self.credits.level < need:
-                out["dropped"][j] = 1
-                for name in ("credit_time", "tx_start", "tx_end", "drain_end"):
-                    out[name][j] = -1
-                yield env.timeout(inputs.error_tail)
-                out["done"][j] = env.now
-                self.completed(qp)
+                self.mark_dropped(j)
+                yield from self.finish_dropped(j, qp)
                 return
             yield self.credits.get(need)
             out["credit_time"][j] = env.now
