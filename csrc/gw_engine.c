@@ -182,6 +182,7 @@ struct qp {
     uint16_t push_seq;
     struct desc *descs;           /* ring of sq_bbs descriptors */
     uint32_t desc_head, desc_tail;
+    uint32_t pull_next;           /* next descriptor pull_ahead looks at */
     _Atomic int reset_request;
 };
 
@@ -591,21 +592,63 @@ static uint32_t fetch_wqe(struct gw_engine *e, struct worker *w, struct qp *q, s
 
 /* ---- delivering bytes ---------------------------------------------------------------- */
 
-static int pull_device(struct gw_engine *e, struct worker *w, void *dst, uint64_t src,
-                       uint32_t len)
+/* The copy streams of nic_pull's stand-in: one per worker index (at most COPY_STREAMS),
+ * made once per process and CUDA context and kept for its life. Each engine (one per
+ * run) used to make its own and never destroy them, so a sweep of runs piled up streams. */
+enum { COPY_STREAMS = 16 };
+
+static struct {
+    pthread_mutex_t lock;
+    void *ctx;
+    void *streams[COPY_STREAMS];
+} copy_pool = {PTHREAD_MUTEX_INITIALIZER, NULL, {NULL}};
+
+static void *copy_stream(struct gw_engine *e, struct worker *w)
+{
+    if (w->stream)
+        return w->stream;
+    pthread_mutex_lock(&copy_pool.lock);
+    if (copy_pool.ctx != e->cfg.cuda_context) {
+        /* A new context (the old one's streams went with it). */
+        memset(copy_pool.streams, 0, sizeof(copy_pool.streams));
+        copy_pool.ctx = e->cfg.cuda_context;
+    }
+    void **slot = &copy_pool.streams[w->index % COPY_STREAMS];
+    if (!*slot && e->cuda.stream_create(slot, CU_STREAM_NON_BLOCKING) != 0)
+        *slot = NULL;
+    w->stream = *slot;
+    pthread_mutex_unlock(&copy_pool.lock);
+    return w->stream;
+}
+
+/* Queues a copy of GPU memory to the destination on the worker's copy stream; the bytes
+ * are there after pull_wait. */
+static int pull_start(struct gw_engine *e, struct worker *w, void *dst, uint64_t src,
+                      uint32_t len)
 {
     if (!e->have_cuda) {
         /* CUDA simulator: "GPU memory" is host memory. */
         memcpy(dst, (const void *)(uintptr_t)src, len);
         return 0;
     }
-    if (e->cuda.ctx_set_current(e->cfg.cuda_context) != 0)
+    if (e->cuda.ctx_set_current(e->cfg.cuda_context) != 0 || !copy_stream(e, w))
         return -1;
-    if (!w->stream && e->cuda.stream_create(&w->stream, CU_STREAM_NON_BLOCKING) != 0)
-        return -1;
-    if (e->cuda.memcpy_dtoh_async(dst, src, len, w->stream) != 0)
-        return -1;
+    return e->cuda.memcpy_dtoh_async(dst, src, len, w->stream) != 0 ? -1 : 0;
+}
+
+static int pull_wait(struct gw_engine *e, struct worker *w)
+{
+    if (!e->have_cuda || !w->stream)
+        return 0;
     return e->cuda.stream_sync(w->stream) != 0 ? -1 : 0;
+}
+
+static int pull_device(struct gw_engine *e, struct worker *w, void *dst, uint64_t src,
+                       uint32_t len)
+{
+    if (pull_start(e, w, dst, src, len) != 0)
+        return -1;
+    return pull_wait(e, w);
 }
 
 /* Large deliveries use non-temporal stores: the destination is not read for ownership
@@ -693,6 +736,50 @@ static int pull_whole(struct gw_engine *e, struct worker *w, struct desc *d)
     }
     d->pulled = 1;
     return 0;
+}
+
+/* With an unlimited link every fetched message goes out at once, so the pulls of up to
+ * PULL_AHEAD of a QP's fetched messages are queued together and waited for once: a NIC
+ * keeps many DMA reads in flight, and one stream synchronisation per message (several
+ * microseconds, serialised in the driver across workers) made the stand-in's small-
+ * message rate a measure of the CUDA driver rather than of the copy engine. */
+enum { PULL_AHEAD = 64 };
+
+static void pull_ahead(struct gw_engine *e, struct worker *w, struct qp *q)
+{
+    struct desc *queued[PULL_AHEAD];
+    uint32_t n = 0;
+    int failed = 0;
+    /* Descriptors before pull_next have been looked at: pulled, or nothing to pull. */
+    if ((int32_t)(q->pull_next - q->desc_head) < 0)
+        q->pull_next = q->desc_head;
+    for (; q->pull_next != q->desc_tail && n < PULL_AHEAD && !failed; q->pull_next++) {
+        struct desc *d = &q->descs[q->pull_next % q->sq_bbs];
+        if (d->status != DESC_OK || d->pulled || d->bytes_dropped)
+            continue;
+        uint32_t off = 0;
+        int device = 0;
+        for (uint32_t i = 0; i < d->nsge && !failed; i++) {
+            if (d->sge[i].kind == GW_MEM_DEVICE) {
+                device = 1;
+                failed = pull_start(e, w, d->dst + off, d->sge[i].addr, d->sge[i].length) != 0;
+            }
+            off += d->sge[i].length;
+        }
+        if (failed)
+            desc_fail(d, GW_SYND_LOCAL_PROT_ERR, GW_REASON_PULL_FAILED);
+        else if (device)
+            queued[n++] = d;
+    }
+    if (n == 0)
+        return;
+    int ok = pull_wait(e, w) == 0;
+    for (uint32_t k = 0; k < n; k++) {
+        if (ok)
+            queued[k]->pulled = 1;
+        else
+            desc_fail(queued[k], GW_SYND_LOCAL_PROT_ERR, GW_REASON_PULL_FAILED);
+    }
 }
 
 /* ---- per-QP service ------------------------------------------------------------------ */
@@ -833,6 +920,8 @@ static int retire(struct gw_engine *e, struct worker *w, struct qp *q, struct de
 static int progress(struct gw_engine *e, struct worker *w, struct qp *q, uint64_t now)
 {
     int did = 0;
+    if (!e->link.limited && q->state != GW_QPS_ERR)
+        pull_ahead(e, w, q);
     for (int guard = 0; guard < 64 && desc_count(q) > 0; guard++) {
         struct desc *d = &q->descs[q->desc_head % q->sq_bbs];
         if (d->status == DESC_OK && q->state == GW_QPS_ERR)
@@ -879,7 +968,7 @@ static void qp_reset_state(struct qp *q)
     q->ci_fetch = q->ci_done = q->last_pi = 0;
     q->stage_cursor = q->stage_freed = 0;
     q->push_seq = 0;
-    q->desc_head = q->desc_tail = 0;
+    q->desc_head = q->desc_tail = q->pull_next = 0;
 }
 
 static int worker_pass(struct worker *w)

@@ -4,8 +4,11 @@
 completion, and stamps ``%globaltimer`` between the steps the device verbs take. The
 medians say which step separates gpu_push from the doorbell ping-pong floor:
 
-  reserve    send-queue and staging-slot reservation, staging header (one thread)
-  payload    the block copies the payload into the staging region (then a barrier)
+  sq         send-queue space (one thread)
+  stage      staging-slot reservation (one thread)
+  header     the staging header (one thread)
+  payload    the payload into the staging region: thread 0 alone up to
+             ``dv.SOLO_COPY_BYTES``, else the block, then a barrier
   wqe        thread 0 writes the WQE into the send queue
   doorbell   doorbell record (system-scope release: waits for the writes above) and
              doorbell register
@@ -22,7 +25,7 @@ from gpuwrite.device.intrinsics import globaltimer_ns
 from gpuwrite.host.memory import mapped
 from gpuwrite.host.verbs import Context
 
-STEPS = ("reserve", "payload", "wqe", "doorbell", "completion")
+STEPS = ("sq", "stage", "header", "payload", "wqe", "doorbell", "completion")
 # Bound here as globals: cuda.shared.array needs shapes Numba sees as constants, and
 # a module attribute (dv.QP_STATE_SHAPE) inside the kernel is not one.
 QP_STATE_SHAPE = dv.QP_STATE_SHAPE
@@ -32,7 +35,8 @@ QP_INFO_SHAPE = dv.QP_INFO_SHAPE
 @cuda.jit
 def _push_steps(Q, src, nbytes, raddr, rkey, timeout_ns, stamps, status):
     # The same steps, in the same order, with the same shared-memory QP state as the
-    # send_messages kernel's gpu_push.
+    # send_messages kernel's gpu_push: thread 0 alone up to dv.SOLO_COPY_BYTES
+    # (kernels._post_solo), the block's copy and a barrier above.
     tid = cuda.threadIdx.x
     sh = cuda.shared.array(4, dtype=np.int64)
     sh_state = cuda.shared.array(QP_STATE_SHAPE, dtype=np.int64)
@@ -42,54 +46,68 @@ def _push_steps(Q, src, nbytes, raddr, rkey, timeout_ns, stamps, status):
         dv.qp_cache_load(Q, 0, sh_state, sh_info)
     cuda.syncthreads()
     q = dv.qp_cached(Q, 0, sh_state, sh_info)
+    solo = nbytes <= dv.SOLO_COPY_BYTES
+    nwords = (nbytes + 3) // 4
+    st = 0
     for k in range(stamps.shape[0]):
         if tid == 0:
             stamps[k, 0] = globaltimer_ns()
+            if solo:
+                words = dv.solo_load(src, 0, nwords)   # in flight during the bookkeeping
             st = dv.sq_reserve(q, 0, 1, timeout_ns)
+            stamps[k, 1] = globaltimer_ns()
             word = 0
             if st == 0:
                 st, first, slots = dv.stage_reserve(q, 0, nbytes, timeout_ns)
+                stamps[k, 2] = globaltimer_ns()
                 if st == 0:
                     word = dv.stage_header(q, 0, first, nbytes, slots, sh_state[0, dv.S_PI])
+            stamps[k, 3] = globaltimer_ns()
+            if solo and st == 0:
+                dv.solo_store(q[dv.Q_STAGE][0], word, nwords, words)
             sh[0] = st
             sh[1] = word
-            stamps[k, 1] = globaltimer_ns()
-        cuda.syncthreads()
-        st = sh[0]
-        word = sh[1]
-        cuda.syncthreads()
-        if st != 0:
-            break
-        dv.copy_words(q[dv.Q_STAGE][0], word, src, 0, nbytes // 4)
-        cuda.syncthreads()
+        if not solo:
+            cuda.syncthreads()
+            word = sh[1]
+            if sh[0] == 0:
+                dv.copy_words(q[dv.Q_STAGE][0], word, src, 0, nwords)
+            cuda.syncthreads()
         if tid == 0:
-            stamps[k, 2] = globaltimer_ns()
-            dv.wqe_rdma_write(q, 0, dv.stage_address(q, 0, word), sh_info[0, dv.I_STAGE_LKEY],
-                              nbytes, raddr, rkey, True, 0)
-            stamps[k, 3] = globaltimer_ns()
-            dv.ring_doorbell(q, 0)
-            stamps[k, 4] = globaltimer_ns()
-            sh[0] = dv.wait_done(q, 0, sh_state[0, dv.S_PI], timeout_ns)
-            stamps[k, 5] = globaltimer_ns()
+            st = sh[0]
+            if st == 0:
+                stamps[k, 4] = globaltimer_ns()
+                dv.wqe_rdma_write(q, 0, dv.stage_address(q, 0, sh[1]),
+                                  sh_info[0, dv.I_STAGE_LKEY], nbytes, raddr, rkey, True, 0)
+                stamps[k, 5] = globaltimer_ns()
+                dv.ring_doorbell(q, 0)
+                stamps[k, 6] = globaltimer_ns()
+                st = dv.wait_done(q, 0, sh_state[0, dv.S_PI], timeout_ns)
+                stamps[k, 7] = globaltimer_ns()
+            sh[2 + (k & 1)] = st
         cuda.syncthreads()
-        if sh[0] != 0:
+        if sh[2 + (k & 1)] != 0:
             break
     if tid == 0:
-        status[0] = sh[0]
+        status[0] = st
         dv.qp_cache_store(Q, 0, sh_state)
 
 
 def push_breakdown(iters: int = 2000, nbytes: int = 64, block_threads: int = 32) -> dict:
-    """Median nanoseconds of each step of a one-at-a-time gpu_push of ``nbytes``."""
+    """Median nanoseconds of each step of a one-at-a-time gpu_push of ``nbytes``; the
+    sum of sq, stage and header is also given as ``reserve``."""
     if SIMULATOR:
         raise RuntimeError("the latency breakdown times a real GPU; none was found")
     with Context() as ctx:
         pd = ctx.alloc_pd()
         dst = mapped((max(nbytes // 4, 16),), np.uint32)
         dst_mr = pd.reg_mr(dst, access=L.ACCESS_LOCAL_WRITE | L.ACCESS_REMOTE_WRITE)
-        qs = pd.create_queues(1, sq_bbs=256, ncqe=256, stage_slots=64, stage_slot_bytes=256)
+        slot_bytes = 256
+        qs = pd.create_queues(1, sq_bbs=256, ncqe=256,
+                              stage_slots=max(64, 4 * L.stage_slots_needed(nbytes, slot_bytes)),
+                              stage_slot_bytes=slot_bytes)
         src = cuda.to_device(np.arange(max(nbytes // 4, 1), dtype=np.uint32))
-        stamps = cuda.to_device(np.zeros((iters, 6), dtype=np.int64))
+        stamps = cuda.to_device(np.zeros((iters, len(STEPS) + 1), dtype=np.int64))
         status = cuda.to_device(np.zeros(1, dtype=np.int64))
         ctx.start()
         _push_steps[1, block_threads](qs.device_args, src, nbytes, dst_mr.address, dst_mr.rkey,
@@ -101,5 +119,7 @@ def push_breakdown(iters: int = 2000, nbytes: int = 64, block_threads: int = 32)
         ts = stamps.copy_to_host()[iters // 10:]
     steps = np.diff(ts, axis=1)
     out = {name: float(np.median(steps[:, j])) for j, name in enumerate(STEPS)}
-    out["total"] = float(np.median(ts[:, 5] - ts[:, 0]))
+    out["reserve"] = float(np.median(ts[:, 3] - ts[:, 0]))
+    out["total"] = float(np.median(ts[:, -1] - ts[:, 0]))
+    out["solo"] = nbytes <= dv.SOLO_COPY_BYTES
     return out
