@@ -7,8 +7,7 @@ medians say which step separates gpu_push from the doorbell ping-pong floor:
   sq         send-queue space (one thread)
   stage      staging-slot reservation (one thread)
   header     the staging header (one thread)
-  payload    the payload into the staging region: thread 0 alone up to
-             ``dv.SOLO_COPY_BYTES``, else the block, then a barrier
+  payload    the block copies the payload into the staging region (then a barrier)
   wqe        thread 0 writes the WQE into the send queue
   doorbell   doorbell record (system-scope release: waits for the writes above) and
              doorbell register
@@ -35,8 +34,7 @@ QP_INFO_SHAPE = dv.QP_INFO_SHAPE
 @cuda.jit
 def _push_steps(Q, src, nbytes, raddr, rkey, timeout_ns, stamps, status):
     # The same steps, in the same order, with the same shared-memory QP state as the
-    # send_messages kernel's gpu_push: thread 0 alone up to dv.SOLO_COPY_BYTES
-    # (kernels._post_solo), the block's copy and a barrier above.
+    # send_messages kernel's gpu_push.
     tid = cuda.threadIdx.x
     sh = cuda.shared.array(4, dtype=np.int64)
     sh_state = cuda.shared.array(QP_STATE_SHAPE, dtype=np.int64)
@@ -46,14 +44,9 @@ def _push_steps(Q, src, nbytes, raddr, rkey, timeout_ns, stamps, status):
         dv.qp_cache_load(Q, 0, sh_state, sh_info)
     cuda.syncthreads()
     q = dv.qp_cached(Q, 0, sh_state, sh_info)
-    solo = nbytes <= dv.SOLO_COPY_BYTES
-    nwords = (nbytes + 3) // 4
-    st = 0
     for k in range(stamps.shape[0]):
         if tid == 0:
             stamps[k, 0] = globaltimer_ns()
-            if solo:
-                words = dv.solo_load(src, 0, nwords)   # in flight during the bookkeeping
             st = dv.sq_reserve(q, 0, 1, timeout_ns)
             stamps[k, 1] = globaltimer_ns()
             word = 0
@@ -63,33 +56,30 @@ def _push_steps(Q, src, nbytes, raddr, rkey, timeout_ns, stamps, status):
                 if st == 0:
                     word = dv.stage_header(q, 0, first, nbytes, slots, sh_state[0, dv.S_PI])
             stamps[k, 3] = globaltimer_ns()
-            if solo and st == 0:
-                dv.solo_store(q[dv.Q_STAGE][0], word, nwords, words)
             sh[0] = st
             sh[1] = word
-        if not solo:
-            cuda.syncthreads()
-            word = sh[1]
-            if sh[0] == 0:
-                dv.copy_words(q[dv.Q_STAGE][0], word, src, 0, nwords)
-            cuda.syncthreads()
-        if tid == 0:
-            st = sh[0]
-            if st == 0:
-                stamps[k, 4] = globaltimer_ns()
-                dv.wqe_rdma_write(q, 0, dv.stage_address(q, 0, sh[1]),
-                                  sh_info[0, dv.I_STAGE_LKEY], nbytes, raddr, rkey, True, 0)
-                stamps[k, 5] = globaltimer_ns()
-                dv.ring_doorbell(q, 0)
-                stamps[k, 6] = globaltimer_ns()
-                st = dv.wait_done(q, 0, sh_state[0, dv.S_PI], timeout_ns)
-                stamps[k, 7] = globaltimer_ns()
-            sh[2 + (k & 1)] = st
         cuda.syncthreads()
-        if sh[2 + (k & 1)] != 0:
+        st = sh[0]
+        word = sh[1]
+        cuda.syncthreads()
+        if st != 0:
+            break
+        dv.copy_words(q[dv.Q_STAGE][0], word, src, 0, nbytes // 4)
+        cuda.syncthreads()
+        if tid == 0:
+            stamps[k, 4] = globaltimer_ns()
+            dv.wqe_rdma_write(q, 0, dv.stage_address(q, 0, word), sh_info[0, dv.I_STAGE_LKEY],
+                              nbytes, raddr, rkey, True, 0)
+            stamps[k, 5] = globaltimer_ns()
+            dv.ring_doorbell(q, 0)
+            stamps[k, 6] = globaltimer_ns()
+            sh[0] = dv.wait_done(q, 0, sh_state[0, dv.S_PI], timeout_ns)
+            stamps[k, 7] = globaltimer_ns()
+        cuda.syncthreads()
+        if sh[0] != 0:
             break
     if tid == 0:
-        status[0] = st
+        status[0] = sh[0]
         dv.qp_cache_store(Q, 0, sh_state)
 
 
@@ -121,5 +111,4 @@ def push_breakdown(iters: int = 2000, nbytes: int = 64, block_threads: int = 32)
     out = {name: float(np.median(steps[:, j])) for j, name in enumerate(STEPS)}
     out["reserve"] = float(np.median(ts[:, 3] - ts[:, 0]))
     out["total"] = float(np.median(ts[:, -1] - ts[:, 0]))
-    out["solo"] = nbytes <= dv.SOLO_COPY_BYTES
     return out

@@ -36,7 +36,7 @@ def main(args) -> int:
                         "x floor", "delivered"], rows))
     bd = out["latency_breakdown_ns"]
     console.print("gpu_push 64 B, step medians (ns): " +
-                  ", ".join(f"{k} {v:.0f}" for k, v in bd.items() if k != "solo"))
+                  ", ".join(f"{k} {v:.0f}" for k, v in bd.items()))
     rows = [[p, v["gbytes"], v["ratio_to_bulk_store"], f"{v['delivered']}/{v['messages']}"]
             for p, v in out["bandwidth_1MiB"].items()]
     console.print(table("1 MiB bandwidth", ["path", "GB/s", "x bulk store", "delivered"], rows))

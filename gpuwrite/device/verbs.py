@@ -1,18 +1,15 @@
 """Device verbs: what a kernel calls to push data through the NIC.
 
 A queue pair is driven by one thread block at a time. Bookkeeping verbs run on one
-thread (thread 0 by convention); payload copies are cooperative over the block, with
-``cuda.syncthreads()`` between the copy and the doorbell, or for small payloads done by
-thread 0 alone (no barrier: its own release store orders them, see ``SOLO_COPY_BYTES``). Every step that is visible on
+thread (thread 0 by convention); the payload copies are cooperative over the block, with
+``cuda.syncthreads()`` between the copy and the doorbell. Every step that is visible on
 the bus is one function here:
 
 * ``stage_reserve``   wait for staging-slot credits from the NIC, claim slots
 * ``stage_header``    write the staging-slot header in front of a pushed payload
-* ``copy_words``      block-cooperative copy of a payload (GPU memory -> staging/bounce);
-  ``solo_load``/``solo_store`` the same by one thread, for small payloads
+* ``copy_words``      block-cooperative copy of a payload (GPU memory -> staging/bounce)
 * ``wqe_rdma_write``  build an RDMA-write WQE (data segment) at the producer index
-* ``wqe_inline_payload`` (``_solo``) / ``wqe_inline_segments``  the same with the payload
-  inside the WQE
+* ``wqe_rdma_write_inline``  the same with the payload inside the WQE
 * ``ring_doorbell``   publish the doorbell record, then write the doorbell register
   (``flush_doorbell`` rings only if WQEs are pending; every wait does so first)
 * ``poll_cq`` / ``wait_done``  consume completions, wait for a WQE to complete
@@ -113,10 +110,6 @@ _CQE_INVALID = L.CQE_INVALID
 _CQE_REQ_ERR = L.CQE_REQ_ERR
 _QPS_ERR = L.QPS_ERR
 _POLL_NS = 64
-
-# Payloads up to this size are copied by the posting thread alone (``solo_load`` before
-# the reservation, ``solo_store`` after), with no barrier before the doorbell.
-SOLO_COPY_BYTES = 64
 
 
 @cuda.jit(device=True, inline=True)
@@ -261,54 +254,6 @@ def copy_words(dst, dst_word, src, src_word, nwords):
         k += cuda.blockDim.x
 
 
-@cuda.jit(device=True, inline=True)
-def _load8(src, w, j, last):
-    """Words w + j .. w + j + 7 of src; indices past ``last`` read word w + last."""
-    return (src[w + min(j, last)], src[w + min(j + 1, last)], src[w + min(j + 2, last)],
-            src[w + min(j + 3, last)], src[w + min(j + 4, last)], src[w + min(j + 5, last)],
-            src[w + min(j + 6, last)], src[w + min(j + 7, last)])
-
-
-@cuda.jit(device=True)
-def solo_load(src, src_word, nwords):
-    """Loads a payload of at most ``SOLO_COPY_BYTES`` into registers (one thread).
-
-    The posting thread calls this before it reserves space, so that the loads' latency
-    passes while it does its bookkeeping. Loaded after the reservation and stored word by
-    word, one thread's copy of 64 bytes took 864 ns on an H200, and 608 ns with eight
-    loads ahead of eight stores, against 320 ns for the block's copy and its barrier
-    (BENCHMARKS.md, session 3).
-    """
-    return _load8(src, src_word, 0, nwords - 1), _load8(src, src_word, 8, nwords - 1)
-
-
-@cuda.jit(device=True, inline=True)
-def _store8(dst, d, j, nwords, a):
-    if j < nwords:
-        dst[d + j] = a[0]
-    if j + 1 < nwords:
-        dst[d + j + 1] = a[1]
-    if j + 2 < nwords:
-        dst[d + j + 2] = a[2]
-    if j + 3 < nwords:
-        dst[d + j + 3] = a[3]
-    if j + 4 < nwords:
-        dst[d + j + 4] = a[4]
-    if j + 5 < nwords:
-        dst[d + j + 5] = a[5]
-    if j + 6 < nwords:
-        dst[d + j + 6] = a[6]
-    if j + 7 < nwords:
-        dst[d + j + 7] = a[7]
-
-
-@cuda.jit(device=True)
-def solo_store(dst, dst_word, nwords, words):
-    """Stores the ``nwords`` words ``solo_load`` loaded (one thread)."""
-    _store8(dst, dst_word, 0, nwords, words[0])
-    _store8(dst, dst_word, 8, nwords, words[1])
-
-
 @cuda.jit(device=True)
 def sq_reserve(Q, i, nbb, timeout_ns):
     """Waits until ``nbb`` basic blocks of send queue are free; returns a status."""
@@ -382,74 +327,36 @@ def inline_bbs(nbytes):
     return (ds * _DS + _BB_WORDS * 4 - 1) // (_BB_WORDS * 4)
 
 
-@cuda.jit(device=True, inline=True)
-def _sq_word(pi, mask, w):
-    """Index in the send queue of word ``w`` of the WQE at producer index ``pi``."""
-    return ((pi + w // _BB_WORDS) & mask) * _BB_WORDS + w % _BB_WORDS
-
-
 @cuda.jit(device=True)
-def wqe_inline_payload(Q, i, src, src_word, nbytes):
-    """Copies an inline RDMA-write WQE's payload into the send queue at the producer
-    index (block-cooperative); ``wqe_inline_segments`` then completes the WQE.
+def wqe_rdma_write_inline(Q, i, src, src_word, nbytes, raddr, rkey, signaled):
+    """Builds an inline RDMA-write WQE (block-cooperative); returns its WQE index.
 
-    The payload travels inside the WQE, as BlueFlame writes do. Payload words sit from
-    word ``_W_DATA + 1`` on, basic block by basic block around the ring.
+    The payload travels inside the WQE, as BlueFlame writes do. Every thread calls this;
+    thread 0 writes the segments and the others help copy the payload.
     """
-    pi = Q[Q_STATE][i, S_PI]
-    mask = Q[Q_INFO][i, I_SQ_BBS] - 1
-    sq = Q[Q_SQ][i]
-    k = cuda.threadIdx.x
-    while k < (nbytes + 3) // 4:
-        sq[_sq_word(pi, mask, _W_DATA + 1 + k)] = src[src_word + k]
-        k += cuda.blockDim.x
-
-
-@cuda.jit(device=True, inline=True)
-def _store8_wqe(sq, pi, mask, j, nwords, a):
-    w = _W_DATA + 1 + j
-    if j < nwords:
-        sq[_sq_word(pi, mask, w)] = a[0]
-    if j + 1 < nwords:
-        sq[_sq_word(pi, mask, w + 1)] = a[1]
-    if j + 2 < nwords:
-        sq[_sq_word(pi, mask, w + 2)] = a[2]
-    if j + 3 < nwords:
-        sq[_sq_word(pi, mask, w + 3)] = a[3]
-    if j + 4 < nwords:
-        sq[_sq_word(pi, mask, w + 4)] = a[4]
-    if j + 5 < nwords:
-        sq[_sq_word(pi, mask, w + 5)] = a[5]
-    if j + 6 < nwords:
-        sq[_sq_word(pi, mask, w + 6)] = a[6]
-    if j + 7 < nwords:
-        sq[_sq_word(pi, mask, w + 7)] = a[7]
-
-
-@cuda.jit(device=True)
-def wqe_inline_payload_solo(Q, i, nwords, words):
-    """``wqe_inline_payload`` by one thread, from the registers ``solo_load`` filled."""
-    pi = Q[Q_STATE][i, S_PI]
-    mask = Q[Q_INFO][i, I_SQ_BBS] - 1
-    sq = Q[Q_SQ][i]
-    _store8_wqe(sq, pi, mask, 0, nwords, words[0])
-    _store8_wqe(sq, pi, mask, 8, nwords, words[1])
-
-
-@cuda.jit(device=True)
-def wqe_inline_segments(Q, i, nbytes, raddr, rkey, signaled):
-    """Writes the control, remote-address and inline header of the inline WQE whose
-    payload ``wqe_inline_payload`` wrote, and commits it (one thread, after every lane
-    of the payload copy has read the producer index); returns its WQE index."""
-    pi = Q[Q_STATE][i, S_PI]
-    qpn = Q[Q_INFO][i, I_QPN]
+    state = Q[Q_STATE]
+    info = Q[Q_INFO]
+    pi = state[i, S_PI]
+    mask = info[i, I_SQ_BBS] - 1
     sq = Q[Q_SQ][i]
     ds = (_W_DATA * 4 + 4 + nbytes + _DS - 1) // _DS
-    base = (pi & (Q[Q_INFO][i, I_SQ_BBS] - 1)) * _BB_WORDS
-    _ctrl(sq, base, _OP_WRITE, pi, qpn, ds, signaled)
-    _raddr(sq, base, raddr, rkey)
-    sq[base + _W_DATA] = bswap32(nbytes | _INLINE_FLAG)
-    _commit_wqe(Q, i, pi, inline_bbs(nbytes), 0, _doorbell_value(pi, qpn, ds))
+    nbb = (ds * _DS + _BB_WORDS * 4 - 1) // (_BB_WORDS * 4)
+    nwords = (nbytes + 3) // 4
+    # Payload words sit from word _W_DATA + 1 on, BB by BB around the ring.
+    k = cuda.threadIdx.x
+    while k < nwords:
+        w = _W_DATA + 1 + k
+        sq[((pi + w // _BB_WORDS) & mask) * _BB_WORDS + w % _BB_WORDS] = src[src_word + k]
+        k += cuda.blockDim.x
+    if cuda.threadIdx.x == 0:
+        base = (pi & mask) * _BB_WORDS
+        _ctrl(sq, base, _OP_WRITE, pi, info[i, I_QPN], ds, signaled)
+        _raddr(sq, base, raddr, rkey)
+        sq[base + _W_DATA] = bswap32(nbytes | _INLINE_FLAG)
+    cuda.syncthreads()   # every thread has read the producer index before it moves
+    if cuda.threadIdx.x == 0:
+        _commit_wqe(Q, i, pi, nbb, 0, _doorbell_value(pi, info[i, I_QPN], ds))
+    cuda.syncthreads()
     return pi & 0xFFFF
 
 

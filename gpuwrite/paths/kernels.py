@@ -2,8 +2,7 @@
 
 One thread block drives one queue pair and sends that QP's messages in order. Thread 0
 does the bookkeeping (slots, WQEs, doorbells, completions) and publishes each step's
-outcome to the block through shared memory; all threads copy payloads, except those of
-at most ``dv.SOLO_COPY_BYTES``, which thread 0 posts alone (``_post_solo``).
+outcome to the block through shared memory; all threads copy payloads.
 
 Paths (the ``path`` argument):
   PUSH     gpu_push: payload written by the GPU into the NIC's staging region
@@ -54,54 +53,16 @@ def _reap(q, pend, i, t_done, head, tail):
     return head
 
 
-@cuda.jit(device=True)
-def _post_solo(q, path, src, src_word, n, raddr, rkey, signaled, timeout):
-    """Thread 0 alone posts a small message on a copying path: payload loaded into
-    registers first, then space, payload stores and WQE, with no block barrier between
-    the payload and the doorbell (``dv.SOLO_COPY_BYTES``)."""
-    state = q[dv.Q_STATE]
-    info = q[dv.Q_INFO]
-    nwords = (n + 3) // 4
-    words = dv.solo_load(src, src_word, nwords)
-    if path == INLINE:
-        st = dv.sq_reserve(q, 0, dv.inline_bbs(n), timeout)
-        if st == 0:
-            dv.wqe_inline_payload_solo(q, 0, nwords, words)
-            dv.wqe_inline_segments(q, 0, n, raddr, rkey, signaled)
-        return st
-    st = dv.sq_reserve(q, 0, 1, timeout)
-    if st != 0:
-        return st
-    if path == PUSH:
-        st, first, slots = dv.stage_reserve(q, 0, n, timeout)
-        if st != 0:
-            return st
-        word = dv.stage_header(q, 0, first, n, slots, state[0, dv.S_PI])
-        dv.solo_store(q[dv.Q_STAGE][0], word, nwords, words)
-        dv.wqe_rdma_write(q, 0, dv.stage_address(q, 0, word), info[0, dv.I_STAGE_LKEY],
-                          n, raddr, rkey, signaled, 0)
-    else:
-        st, word = dv.bounce_reserve(q, 0, nwords, timeout)
-        if st != 0:
-            return st
-        dv.solo_store(q[dv.Q_BOUNCE][0], word, nwords, words)
-        dv.wqe_rdma_write(q, 0, info[0, dv.I_BOUNCE_ADDR] + word * 4, info[0, dv.I_BOUNCE_LKEY],
-                          n, raddr, rkey, signaled, state[0, dv.S_BOUNCE_RES])
-    return 0
-
-
 @cuda.jit
 def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
     i = cuda.blockIdx.x
     tid = cuda.threadIdx.x
-    # sh[0], sh[1]: thread 0's reservation, handed to the block; sh[2 + (m & 1)]: the
-    # status after message m. Alternating slots let thread 0 publish message m + 1's
-    # status while a slow thread may still be reading message m's.
     sh = cuda.shared.array(4, dtype=int64)
     # The block owns QP i: its bookkeeping lives in shared memory while the kernel runs.
     sh_state = cuda.shared.array(QP_STATE_SHAPE, dtype=int64)
     sh_info = cuda.shared.array(QP_INFO_SHAPE, dtype=int64)
     if tid == 0:
+        sh[0] = 0
         dv.qp_cache_load(Q, i, sh_state, sh_info)
     cuda.syncthreads()
     q = dv.qp_cached(Q, i, sh_state, sh_info)
@@ -109,7 +70,6 @@ def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
     batch = params[P_BATCH]
     timeout = params[P_TIMEOUT_NS]
     chunk = params[P_CHUNK_BYTES]
-    rkey = params[P_RKEY]
     m0 = qp_first[i]
     m1 = qp_first[i + 1]
     state = q[dv.Q_STATE]
@@ -125,12 +85,6 @@ def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
         if tid == 0:
             t_post[m] = globaltimer_ns()
         end_of_batch = m - batch_first + 1 == batch or m == m1 - 1 or params[P_WAIT_EACH] != 0
-        if path != PULL and size <= dv.SOLO_COPY_BYTES and size <= chunk:
-            if tid == 0:
-                status = _post_solo(q, path, src, msgs[m, M_SRC_WORD], size,
-                                    params[P_DST_ADDR] + msgs[m, M_DST_OFF], rkey,
-                                    end_of_batch, timeout)
-            size = 0    # posted: the block skips the chunk loop
         off = 0
         while off < size and status == 0:
             n = size - off
@@ -142,6 +96,7 @@ def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
             signaled = (end_of_batch and last) or not last or path == STAGED
             src_word = msgs[m, M_SRC_WORD] + off // 4
             raddr = params[P_DST_ADDR] + msgs[m, M_DST_OFF] + off
+            rkey = params[P_RKEY]
             if tid == 0:
                 nbb = dv.inline_bbs(n) if path == INLINE else 1
                 st = dv.sq_reserve(q, 0, nbb, timeout)
@@ -181,10 +136,7 @@ def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
                     dv.wqe_rdma_write(q, 0, params[P_SRC_ADDR] + src_word * 4,
                                       params[P_SRC_LKEY], n, raddr, rkey, signaled, 0)
             else:
-                dv.wqe_inline_payload(q, 0, src, src_word, n)
-                cuda.syncthreads()   # every lane has read the producer index
-                if tid == 0:
-                    dv.wqe_inline_segments(q, 0, n, raddr, rkey, signaled)
+                dv.wqe_rdma_write_inline(q, 0, src, src_word, n, raddr, rkey, signaled)
             if tid == 0 and (not last or n >= RING_EACH_BYTES):
                 dv.flush_doorbell(q, 0)
             off += n
@@ -196,20 +148,18 @@ def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
             pend[i, slot, 2] = m + 1
             tail += 1
             if params[P_WAIT_EACH] != 0 or tail - head >= cap:
-                status = dv.wait_done(q, 0, state[0, dv.S_PI], timeout)
+                sh[0] = dv.wait_done(q, 0, state[0, dv.S_PI], timeout)
             else:
                 # One non-blocking poll per batch (one CQE per batch is produced), so that
                 # completion times are stamped when they happen, not when space runs out.
                 polled = dv.poll_cq(q, 0)
                 if polled < 0:
-                    status = polled
+                    sh[0] = polled
             head = _reap(q, pend, i, t_done, head, tail)
         if status == 0 and end_of_batch:
             batch_first = m + 1     # every thread: end_of_batch decides which WQEs signal
-        if tid == 0:
-            sh[2 + (m & 1)] = status
         cuda.syncthreads()
-        status = sh[2 + (m & 1)]
+        status = sh[0]
         m += 1
     if tid == 0:
         if status == 0:

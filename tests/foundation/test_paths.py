@@ -20,18 +20,6 @@ def test_every_path_delivers_every_byte(path):
     assert r.counters["bytes_delivered"] == int(np.sum(sizes))
 
 
-@pytest.mark.parametrize("path", ["gpu_push", "gpu_push_inline", "host_staged"])
-def test_small_payloads_posted_by_one_thread_arrive_whole(path):
-    """Payloads of up to SOLO_COPY_BYTES are loaded and stored by thread 0 alone, eight
-    words at a time: every word count from 1 to 16, and the first block-copied size."""
-    from gpuwrite.device.verbs import SOLO_COPY_BYTES
-    sizes = list(range(4, SOLO_COPY_BYTES + 8, 4))
-    r = runner.run(path, sizes, n_qps=2, batch=3, seed=13)
-    assert r.qp_errors == {}
-    assert r.delivered == r.messages == len(sizes)
-    assert r.counters["bytes_delivered"] == sum(sizes)
-
-
 @pytest.mark.parametrize("path", runner.PATHS)
 def test_completions_arrive_in_posting_order_per_qp(path):
     n = small(400, 24)
