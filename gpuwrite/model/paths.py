@@ -112,7 +112,7 @@ def path_timing(path: str, topology: topo.Topology, size_bytes: int, params: Par
         raise ParamError("size_bytes", size_bytes, "an integer >= 0")
     gpu_name, nic_name = params.endpoints(topology)
     to_nic = topology.route(gpu_name, nic_name)
-    gpu, nic = topology.node(gpu_name), topology.node(nic_name)
+    gpu = topology.node(gpu_name)
     issue = params.gpu.write_issue_ns
     processing = params.nic.processing_ns
     wqe = nicmod.WQE_BASIC_BLOCK_BYTES

@@ -130,8 +130,6 @@ def prepare(params: Params, workload: Workload, seed: int) -> Inputs:
                              f"nic.staging_buffer_bytes ({params.nic.staging_buffer_bytes}) on {params.path}")
         for key, value in paths.pcie_bytes(params.path, topology, size, params).items():
             pcie_per[key][k] = value
-    gpu_name, _ = params.endpoints(topology)
-    to_nic = topology.route(gpu_name, params.endpoints(topology)[1])
     tail = paths.path_timing(params.path, topology, int(unique[0]), params).stage_ns("tail")
     error_tail = tail - network.propagation_ns  # an error CQE: no acknowledgement to wait for
     receiver = params.receiver

@@ -1,6 +1,5 @@
 """A stalled receiver: `hold` loses nothing and resumes; `drop` counts exactly what it drops."""
 import numpy as np
-import pytest
 
 from gwtest import small
 from gpuwrite.host.verbs import Context, LinkConfig
