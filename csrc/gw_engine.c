@@ -172,6 +172,7 @@ struct qp {
     uint32_t stage_slots;
     uint32_t stage_slot_bytes;
     uint64_t stage_addr;
+    uint32_t flags;               /* GW_QP_F_* */
 
     uint32_t state;
     uint16_t ci_fetch;            /* next BB to fetch */
@@ -908,7 +909,8 @@ static int retire(struct gw_engine *e, struct worker *w, struct qp *q, struct de
             }
         }
         q->stage_freed += d->stage_slots;
-        store_rel32(&q->status->stage_freed, q->stage_freed);
+        if (!(q->flags & GW_QP_F_STAGE_CREDITS_IN_CQE))
+            store_rel32(&q->status->stage_freed, q->stage_freed);
     }
     q->ci_done = (uint16_t)(q->ci_done + d->nbb);
     q->desc_head++;
@@ -1145,6 +1147,7 @@ int gw_engine_add_qp(struct gw_engine *e, const struct gw_qp_desc *desc, char *e
     q->stage_slots = desc->stage_slots;
     q->stage_slot_bytes = desc->stage_slot_bytes;
     q->stage_addr = desc->stage_addr;
+    q->flags = desc->flags;
     q->descs = calloc(desc->sq_bbs, sizeof(struct desc));
     if (!q->descs) {
         e->nqps_total--;

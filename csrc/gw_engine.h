@@ -78,6 +78,13 @@ struct gw_qp_desc {
     uint32_t stage_slots;
     uint32_t stage_slot_bytes;
     uint64_t stage_addr;          /* address the GPU writes the staging region at */
+    uint32_t flags;               /* GW_QP_F_* */
+};
+
+enum {
+    /* Publish no staging credits in the status line: the GPU counts them from its
+     * completions, as it must with a real NIC, which has no such line. */
+    GW_QP_F_STAGE_CREDITS_IN_CQE = 1,
 };
 
 struct gw_engine *gw_engine_create(const struct gw_engine_config *config, char *err, size_t errlen);

@@ -73,8 +73,17 @@ S_COLS = 13
 
 # Columns of the read-only QP description (int64).
 I_QPN, I_SQ_BBS, I_NCQE, I_LOG_NCQE, I_SLOTS, I_SLOT_BYTES, I_STAGE_ADDR, I_STAGE_LKEY, \
-    I_BOUNCE_ADDR, I_BOUNCE_LKEY, I_BOUNCE_WORDS, I_SLOT_SHIFT, I_DB_MMIO = range(13)
-I_COLS = 13
+    I_BOUNCE_ADDR, I_BOUNCE_LKEY, I_BOUNCE_WORDS, I_SLOT_SHIFT, I_DB_MMIO, I_STAGE_CQE = range(14)
+I_COLS = 14
+# I_STAGE_CQE: nonzero where staging credits come back with completions rather than in
+# the NIC status line (a real NIC has no such line): every pushed WQE is then signaled,
+# with its staging cursor as its ``aux`` (``stage_aux``), and ``stage_reserve`` waits on
+# the CQ.
+
+# A WQE's ``aux`` (kept per WQE, handed back by its completion): the cursor its completion
+# frees, of the host bounce ring, or of the staging ring when AUX_STAGE is set.
+AUX_STAGE = 1 << 39
+AUX_CURSOR = AUX_STAGE - 1
 
 # Header-derived word offsets, bound as compile-time constants.
 _W_OPC = L.CTRL_W_OPMOD_IDX_OPCODE
@@ -182,7 +191,8 @@ def stage_lead(nbytes, slot_bytes):
 def stage_reserve(Q, i, nbytes, timeout_ns):
     """Claims staging slots for a payload of ``nbytes``; returns (status, first word, slots).
 
-    Waits (polling the NIC's returned-credit counter) until the slots are free. A run of
+    Waits until the slots are free: polling the NIC's returned-credit counter, or where
+    ``I_STAGE_CQE`` is set, consuming completions (see ``stage_aux``). A run of
     slots never wraps the ring's end: the slots skipped at the end count as padding and
     are returned with the message. Slot arithmetic uses shifts and compares only: this
     runs on one thread per message, where each 64-bit division costs ~100 ns.
@@ -200,7 +210,12 @@ def stage_reserve(Q, i, nbytes, timeout_ns):
     pad = ring_pad(pos, slots, need)
     total = pad + need
     free = slots - (res - state[i, S_STAGE_FREED])
-    if free < total:
+    if free < total and info[i, I_STAGE_CQE] != 0:
+        st = _poll_cq_until(Q, i, S_STAGE_FREED, res + total - slots, timeout_ns,
+                            E_TIMEOUT_STAGING)
+        if st != OK:
+            return st, 0, 0
+    elif free < total:
         flush_doorbell(Q, i)   # the NIC returns slots only for WQEs it has been told of
         start = globaltimer_ns()
         while True:
@@ -221,6 +236,15 @@ def stage_reserve(Q, i, nbytes, timeout_ns):
     end = first + need
     state[i, S_STAGE_POS] = 0 if end == slots else end
     return OK, first << (shift - 2), total
+
+
+@cuda.jit(device=True)
+def stage_aux(Q, i):
+    """The ``aux`` a pushed WQE carries, posted right after its ``stage_reserve``: where
+    ``I_STAGE_CQE`` is set, its completion returns the staging slots claimed so far."""
+    if Q[Q_INFO][i, I_STAGE_CQE] != 0:
+        return AUX_STAGE | Q[Q_STATE][i, S_STAGE_RES]
+    return 0
 
 
 @cuda.jit(device=True)
@@ -299,8 +323,8 @@ def wqe_rdma_write(Q, i, laddr, lkey, nbytes, raddr, rkey, signaled, aux):
     """Builds a one-BB RDMA-write WQE at the producer index (one thread); returns its
     WQE index.
 
-    ``aux`` is remembered for this WQE and handed back by completion (the bounce cursor
-    of host_staged). Call ``sq_reserve`` first; the WQE is not visible until the doorbell.
+    ``aux`` is remembered for this WQE and handed back by completion: the cursor of the
+    bounce or staging ring that its completion frees (``AUX_STAGE``). Call ``sq_reserve`` first; the WQE is not visible until the doorbell.
     """
     pi = Q[Q_STATE][i, S_PI]
     qpn = Q[Q_INFO][i, I_QPN]
@@ -416,9 +440,9 @@ def poll_cq(Q, i):
     done = state[i, S_DONE]
     end = counter + (aux >> 40)
     state[i, S_DONE] = done + ((end - done) & 0xFFFF)
-    free_to = aux & 0xFFFFFFFFFF
-    if free_to > state[i, S_BOUNCE_FREE]:
-        state[i, S_BOUNCE_FREE] = free_to
+    freed = S_STAGE_FREED if aux & AUX_STAGE else S_BOUNCE_FREE
+    if (aux & AUX_CURSOR) > state[i, freed]:
+        state[i, freed] = aux & AUX_CURSOR
     state[i, S_LAST_CQE] = counter
     state[i, S_CQ_CI] = ci + 1
     err = (op_own >> 4) == _CQE_REQ_ERR

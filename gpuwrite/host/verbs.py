@@ -247,6 +247,13 @@ class ProtectionDomain:
         self.close()
 
 
+# How the GPU learns that staging slots are free again: "status", a credit counter the
+# emulated NIC publishes in each QP's status line; "completions", from the completions of
+# pushed WQEs (every one then signaled), as a real NIC requires; the engine then
+# publishes no counter, so nothing else can stand in for them.
+STAGE_CREDITS = ("status", "completions")
+
+
 class QueueSet:
     """``n_qps`` queue pairs, each with its own CQ, staging ring and host bounce ring.
 
@@ -257,8 +264,11 @@ class QueueSet:
     """
 
     def __init__(self, pd: ProtectionDomain, n_qps: int, sq_bbs: int = 256, ncqe: int = 256,
-                 stage_slots: int = 256, stage_slot_bytes: int = 256, bounce_bytes: int = 64 * 1024):
+                 stage_slots: int = 256, stage_slot_bytes: int = 256, bounce_bytes: int = 64 * 1024,
+                 stage_credits: str = "status"):
         ctx = pd.context
+        if stage_credits not in STAGE_CREDITS:
+            raise ValueError(f"stage_credits={stage_credits!r}: allowed {', '.join(STAGE_CREDITS)}")
         if not 1 <= n_qps <= ctx.max_qps:
             raise ValueError(f"n_qps={n_qps}: allowed 1 to max_qps={ctx.max_qps}")
         _pow2("sq_bbs", sq_bbs, 16, 32768)
@@ -306,6 +316,8 @@ class QueueSet:
         info[:, dv.I_BOUNCE_ADDR] = self.bounce.address + np.arange(n) * self.bounce.host[0].nbytes
         info[:, dv.I_BOUNCE_LKEY] = self.bounce_mr.lkey
         info[:, dv.I_BOUNCE_WORDS] = self.bounce_words
+        info[:, dv.I_STAGE_CQE] = int(stage_credits == "completions")
+        self.stage_credits = stage_credits
         self.info_host = info
         self.info = cuda.to_device(info)
         self.state = device_zeros((n, dv.S_COLS), np.int64)
@@ -329,6 +341,8 @@ class QueueSet:
             qp.stage_slots = stage_slots
             qp.stage_slot_bytes = stage_slot_bytes
             qp.stage_addr = int(info[i, dv.I_STAGE_ADDR])
+            if stage_credits == "completions":
+                qp.flags = lib.GW_QP_F_STAGE_CREDITS_IN_CQE
             _check(lib.gw_engine_add_qp(ctx._engine, qp, err, _ERRLEN), err)
         ctx._keep.append(self)
 

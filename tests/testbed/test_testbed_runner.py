@@ -2,12 +2,10 @@
 import numpy as np
 import pytest
 
-from gpuwrite import layouts as L
 from gpuwrite.backends import availability
 from gpuwrite.backends.testbed import EXIT_UNAVAILABLE, probe
 from gpuwrite.backends.testbed import runner as tr
 from gpuwrite.backends.testbed.bootstrap import TcpBootstrap
-from gpuwrite.paths import kernels as K
 
 
 def test_both_ranks_build_the_same_workload():
@@ -21,20 +19,12 @@ def test_both_ranks_build_the_same_workload():
         tr.workload("gpu_push_inline", [512], 1, 1)
 
 
-def test_staging_rounds_never_claim_more_than_one_ring():
-    sizes = [64, 4096, 1024, 256] * 25
-    msgs, qp_of, _ = tr.workload("gpu_push", sizes, 3, 1)
-    slots, slot_bytes = 64, 256
-    rounds = tr.staging_rounds(msgs, qp_of, 3, slots, slot_bytes, 65536)
-    assert np.array_equal(np.concatenate(rounds), np.arange(len(msgs)))   # every message, in order
-    need = lambda n: -(-(n + L.STAGE_HDR_BYTES) // slot_bytes)  # noqa: E731
-    for chosen in rounds:
-        for qp in range(3):
-            mine = chosen[qp_of[chosen] == qp]
-            assert sum(2 * need(int(s)) - 1 for s in msgs[mine, K.M_SIZE]) <= slots
-    assert len(rounds) > 1
-    with pytest.raises(ValueError, match="raise stage_slots"):
-        tr.staging_rounds(msgs, qp_of, 3, 16, 256, 65536)
+def test_staging_check_refuses_a_wqe_larger_than_the_ring():
+    msgs, _, _ = tr.workload("gpu_push", [64, 4096, 1024], 1, 1)
+    tr.check_staging_fits(msgs, 17, 256, 65536)       # 4096 B + header: 17 slots of 256
+    with pytest.raises(ValueError, match="needs 17 staging slots of 256 bytes; the ring has 16"):
+        tr.check_staging_fits(msgs, 16, 256, 65536)
+    tr.check_staging_fits(msgs, 16, 256, 2048)        # chunks of 2 KiB fit
 
 
 @pytest.mark.skipif(probe().ok, reason="this machine can run testbed mode")

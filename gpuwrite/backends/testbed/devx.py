@@ -309,6 +309,7 @@ class TestbedQueueSet:
         info[:, dv.I_SLOT_BYTES] = stage_slot_bytes
         info[:, dv.I_SLOT_SHIFT] = stage_slot_bytes.bit_length() - 1
         info[:, dv.I_DB_MMIO] = 1     # a real doorbell register: fenced after the record
+        info[:, dv.I_STAGE_CQE] = 1   # a real NIC returns staging credits only as completions
         info[:, dv.I_STAGE_ADDR] = np.arange(n_qps) * stage_bytes    # zero-based DM MR
         info[:, dv.I_STAGE_LKEY] = self.stage_mr.lkey if self.stage_mr else 0
         info[:, dv.I_BOUNCE_ADDR] = self.bounce.address + np.arange(n_qps) * self.bounce_words * 4
@@ -387,15 +388,6 @@ class TestbedQueueSet:
 
     def gpu_state(self) -> np.ndarray:
         return self.state.copy_to_host()
-
-    def return_staging(self) -> None:
-        """Gives every staging slot claimed so far back to the GPU (call between kernel
-        launches, once every WQE has completed): a real NIC does not publish the returned
-        staging credits the device verbs wait for."""
-        state = self.state.copy_to_host()
-        status = self.status.copy_to_host()
-        status[:, L.STATUS_W_STAGE_FREED] = (state[:, dv.S_STAGE_RES] & 0xFFFFFFFF).astype(np.uint32)
-        self.status.copy_to_device(status)
 
     def close(self) -> None:
         for obj in reversed(self.qps + self.cqs):

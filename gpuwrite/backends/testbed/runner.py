@@ -30,8 +30,8 @@ PATHS = tuple(K.PATH_IDS)
 
 TESTBED_NOTES = {
     "gpu_push": "testbed: staging region = on-NIC device memory (ibv_alloc_dm) mapped into the "
-                "GPU; staging credits are handed back by the host between kernel launches (a "
-                "real NIC does not publish them), so a launch carries one staging ring per QP",
+                "GPU; the kernel counts staging credits from its completions (every pushed WQE "
+                "is signaled)",
     "gpu_push_inline": "testbed: the payload travels inside the WQE; WQE ring in {rings}",
     "nic_pull": "testbed: the NIC DMA-reads GPU memory registered through {registration}",
     "host_staged": "testbed: the GPU copies to a pinned host bounce ring; the NIC reads host memory",
@@ -66,28 +66,15 @@ def workload(path: str, sizes_bytes, n_qps: int, seed: int):
     return msgs, qp_of, payload
 
 
-def staging_rounds(msgs, qp_of, n_qps, slots: int, slot_bytes: int, chunk_bytes: int) -> list[np.ndarray]:
-    """Splits the messages into kernel launches in which no QP claims more than one
-    staging ring (each message's slots, plus a run's worst-case wrap padding)."""
-    need = lambda nbytes: L.stage_slots_needed(nbytes, slot_bytes)  # noqa: E731
-    if need(min(chunk_bytes, int(msgs[:, K.M_SIZE].max()))) * 2 > slots:
-        raise ValueError(f"a {chunk_bytes}-byte chunk needs more than half of the {slots} staging "
-                         f"slots of {slot_bytes} bytes: raise stage_slots or lower chunk_bytes")
-    rounds, current, used = [], [], np.zeros(n_qps, dtype=np.int64)
-    for m, (size, qp) in enumerate(zip(msgs[:, K.M_SIZE], qp_of)):
-        size = int(size)
-        chunks = [chunk_bytes] * (size // chunk_bytes) + ([size % chunk_bytes] if size % chunk_bytes else [])
-        cost = sum(2 * need(c) - 1 for c in chunks)     # each chunk's slots and worst padding
-        if cost > slots:
-            raise ValueError(f"a {size}-byte message needs up to {cost} staging slots of {slot_bytes} "
-                             f"bytes in one launch; the ring has {slots}: raise stage_slots")
-        if used[qp] + cost > slots and current:
-            rounds.append(np.array(current))
-            current, used = [], np.zeros(n_qps, dtype=np.int64)
-        current.append(m)
-        used[qp] += cost
-    rounds.append(np.array(current))
-    return rounds
+def check_staging_fits(msgs, slots: int, slot_bytes: int, chunk_bytes: int) -> None:
+    """Raises unless every gpu_push WQE (a message, or a chunk of a longer one) fits the
+    staging ring: its slots are claimed at once, and come back with its completion."""
+    largest = min(chunk_bytes, int(msgs[:, K.M_SIZE].max()))
+    need = L.stage_slots_needed(largest, slot_bytes)
+    if need > slots:
+        raise ValueError(f"a {largest}-byte gpu_push WQE needs {need} staging slots of "
+                         f"{slot_bytes} bytes; the ring has {slots}: raise stage_slots or "
+                         "lower chunk_bytes")
 
 
 def _gpu_source(payload: np.ndarray, nic, access: int):
@@ -177,30 +164,18 @@ def run(path: str, sizes_bytes, bootstrap: Bootstrap, *, device: str | None = No
             if path == "gpu_push":
                 if qs.stage_mr is None:
                     raise ValueError(qs.stage_note)
-                rounds = staging_rounds(msgs, qp_of, n_qps, stage_slots, stage_slot_bytes, chunk_bytes)
-            else:
-                rounds = [np.arange(n)]
-            d_params = cuda.to_device(params)
-            for chosen in rounds:
-                sub_first = np.searchsorted(qp_of[chosen], np.arange(n_qps + 1)).astype(np.int64)
-                d_tp = cuda.to_device(np.zeros(len(chosen), dtype=np.int64))
-                d_td = cuda.to_device(np.zeros(len(chosen), dtype=np.int64))
-                d_res = cuda.to_device(np.zeros((n_qps, 3), dtype=np.int64))
-                pend = cuda.to_device(np.zeros((n_qps, max(4, sq_bbs // 2), 3), dtype=np.int64))
-                K.send_messages[n_qps, block_threads](qs.device_args, cuda.to_device(msgs[chosen]),
-                                                      cuda.to_device(sub_first), src, d_params,
-                                                      d_tp, d_td, d_res, pend)
-                cuda.synchronize()
-                t_post[chosen], t_done[chosen] = d_tp.copy_to_host(), d_td.copy_to_host()
-                round_res = d_res.copy_to_host()
-                res[:, K.R_SENT] += round_res[:, K.R_SENT]
-                failed = round_res[:, K.R_STATUS] != 0
-                res[failed, K.R_STATUS] = round_res[failed, K.R_STATUS]
-                res[failed, K.R_SYND] = round_res[failed, K.R_SYND]
-                if failed.any():
-                    break
-                if path == "gpu_push":
-                    qs.return_staging()
+                check_staging_fits(msgs, stage_slots, stage_slot_bytes, chunk_bytes)
+            qp_first = np.searchsorted(qp_of, np.arange(n_qps + 1)).astype(np.int64)
+            d_tp = cuda.to_device(np.zeros(n, dtype=np.int64))
+            d_td = cuda.to_device(np.zeros(n, dtype=np.int64))
+            d_res = cuda.to_device(np.zeros((n_qps, 3), dtype=np.int64))
+            pend = cuda.to_device(np.zeros((n_qps, max(4, sq_bbs // 2), 3), dtype=np.int64))
+            K.send_messages[n_qps, block_threads](qs.device_args, cuda.to_device(msgs),
+                                                  cuda.to_device(qp_first), src,
+                                                  cuda.to_device(params), d_tp, d_td, d_res, pend)
+            cuda.synchronize()
+            t_post, t_done = d_tp.copy_to_host(), d_td.copy_to_host()
+            res = d_res.copy_to_host()
         bootstrap.allgather("sent")         # rank 0's kernel is done: rank 1 may look
         arrived = [bool(np.array_equal(dst[a:a + w], payload[a:a + w]))
                    for a, w in zip(msgs[:, K.M_SRC_WORD], msgs[:, K.M_SIZE] // 4)]
@@ -222,5 +197,5 @@ def run(path: str, sizes_bytes, bootstrap: Bootstrap, *, device: str | None = No
             throughput_gbps=float(nbytes * 8 / span) if span > 0 else 0.0,
             world=f"testbed: {device} port {port} ({nic.link_layer}) to {peer.host}; {world()}",
             emulation=note, qp_errors=qp_errors,
-            counters={"ring_memory": qs.ring_memory, "kernel_launches": len(rounds)},
+            counters={"ring_memory": qs.ring_memory},
             latencies_ns=lat)
