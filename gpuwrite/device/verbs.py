@@ -69,16 +69,17 @@ S_LAST_CQE = 9      # wqe_counter of the last completion
 S_DB_WORD = 10      # first 8 bytes of the last WQE's control segment (doorbell value)
 S_DB_PI = 11        # producer index at the last doorbell
 S_STAGE_POS = 12    # where the next staging run starts, in slots (S_STAGE_RES mod slots)
-S_COLS = 13
+S_STAGE_SIG = 13    # S_STAGE_RES when the last signaled pushed WQE was posted (I_STAGE_CQE)
+S_COLS = 14
 
 # Columns of the read-only QP description (int64).
 I_QPN, I_SQ_BBS, I_NCQE, I_LOG_NCQE, I_SLOTS, I_SLOT_BYTES, I_STAGE_ADDR, I_STAGE_LKEY, \
     I_BOUNCE_ADDR, I_BOUNCE_LKEY, I_BOUNCE_WORDS, I_SLOT_SHIFT, I_DB_MMIO, I_STAGE_CQE = range(14)
 I_COLS = 14
 # I_STAGE_CQE: nonzero where staging credits come back with completions rather than in
-# the NIC status line (a real NIC has no such line): every pushed WQE is then signaled,
-# with its staging cursor as its ``aux`` (``stage_aux``), and ``stage_reserve`` waits on
-# the CQ.
+# the NIC status line (a real NIC has no such line): pushed WQEs carry their staging
+# cursor as ``aux`` (``stage_aux``), enough of them are signaled (``stage_signal``), and
+# ``stage_reserve`` waits on the CQ.
 
 # A WQE's ``aux`` (kept per WQE, handed back by its completion): the cursor its completion
 # frees, of the host bounce ring, or of the staging ring when AUX_STAGE is set.
@@ -203,7 +204,9 @@ def stage_reserve(Q, i, nbytes, timeout_ns):
     slot_bytes = info[i, I_SLOT_BYTES]
     shift = info[i, I_SLOT_SHIFT]
     need = (stage_lead(nbytes, slot_bytes) + nbytes + _HDR_WORDS * 4 + slot_bytes - 1) >> shift
-    if need > slots:
+    # With credits from completions, up to a quarter of the ring may be claimed by WQEs
+    # that ask for none (``stage_signal``): a run may take the other three quarters.
+    if need > slots or (info[i, I_STAGE_CQE] != 0 and need > slots - (slots >> 2)):
         return E_TOO_LARGE, 0, 0
     res = state[i, S_STAGE_RES]
     pos = state[i, S_STAGE_POS]
@@ -218,6 +221,7 @@ def stage_reserve(Q, i, nbytes, timeout_ns):
     elif free < total:
         flush_doorbell(Q, i)   # the NIC returns slots only for WQEs it has been told of
         start = globaltimer_ns()
+        polls = 0
         while True:
             freed = ld_acquire_sys_u32(Q[Q_STATUS][i], _ST_FREED)
             # The NIC's counter is 32 bits; extend it against our 64-bit copy.
@@ -226,7 +230,10 @@ def stage_reserve(Q, i, nbytes, timeout_ns):
             state[i, S_STAGE_FREED] = seen
             if slots - (res - seen) >= total:
                 break
-            if qp_in_error(Q, i):
+            # Every host read is a PCIe round trip that shares the link with the payload
+            # writes: the QP state is read on every eighth poll only.
+            polls += 1
+            if (polls & 7) == 0 and qp_in_error(Q, i):
                 return E_QP_ERROR, 0, 0
             if globaltimer_ns() - start > timeout_ns:
                 return E_TIMEOUT_STAGING, 0, 0
@@ -236,6 +243,22 @@ def stage_reserve(Q, i, nbytes, timeout_ns):
     end = first + need
     state[i, S_STAGE_POS] = 0 if end == slots else end
     return OK, first << (shift - 2), total
+
+
+@cuda.jit(device=True)
+def stage_signal(Q, i, signaled):
+    """Whether the pushed WQE posted after this ``stage_reserve`` asks for a completion:
+    ``signaled``, or, where staging credits come back with completions (``I_STAGE_CQE``),
+    once a quarter of the ring has been claimed since the last signaled one. Unsignaled
+    WQEs then never hold more than a quarter of the ring, so a wait for slots is always
+    answered by a completion already asked for (one thread)."""
+    state = Q[Q_STATE]
+    if Q[Q_INFO][i, I_STAGE_CQE] == 0:
+        return signaled
+    if not signaled and state[i, S_STAGE_RES] - state[i, S_STAGE_SIG] < Q[Q_INFO][i, I_SLOTS] >> 2:
+        return False
+    state[i, S_STAGE_SIG] = state[i, S_STAGE_RES]
+    return True
 
 
 @cuda.jit(device=True)

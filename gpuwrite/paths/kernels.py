@@ -91,11 +91,10 @@ def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
             if path != INLINE and n > chunk:
                 n = chunk
             last = off + n >= size
-            # Chunks of a split message, every host_staged WQE, and every gpu_push WQE
-            # whose staging credits come back with completions are signaled: their
-            # completions free the SQ, bounce and staging space later WQEs wait for.
-            signaled = (end_of_batch and last) or not last or path == STAGED or \
-                (path == PUSH and info[0, dv.I_STAGE_CQE] != 0)
+            # Chunks of a split message, and every host_staged WQE, are signaled: their
+            # completions free bounce space and SQ space that later chunks wait for
+            # (gpu_push adds its own, dv.stage_signal, where staging credits need them).
+            signaled = (end_of_batch and last) or not last or path == STAGED
             src_word = msgs[m, M_SRC_WORD] + off // 4
             raddr = params[P_DST_ADDR] + msgs[m, M_DST_OFF] + off
             rkey = params[P_RKEY]
@@ -125,8 +124,8 @@ def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
                 cuda.syncthreads()
                 if tid == 0:
                     dv.wqe_rdma_write(q, 0, dv.stage_address(q, 0, word),
-                                      info[0, dv.I_STAGE_LKEY], n, raddr, rkey, signaled,
-                                      dv.stage_aux(q, 0))
+                                      info[0, dv.I_STAGE_LKEY], n, raddr, rkey,
+                                      dv.stage_signal(q, 0, signaled), dv.stage_aux(q, 0))
             elif path == STAGED:
                 dv.copy_words(q[dv.Q_BOUNCE][0], word, src, src_word, (n + 3) // 4)
                 cuda.syncthreads()

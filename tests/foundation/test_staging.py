@@ -118,17 +118,26 @@ def test_engine_publishes_staging_credits_only_in_status_mode(nic, credits):
 
 
 def test_gpu_push_with_staging_credits_from_completions_delivers_every_byte():
-    """A ring of 8 slots makes every QP wait for credits many times; the engine publishes
-    none, so each wait is answered by the completions of earlier pushes (every pushed WQE
-    is signaled: one CQE each)."""
+    """A small ring makes every QP wait for credits many times; the engine publishes none,
+    so each wait is answered by the completion of an earlier push."""
     from gpuwrite.paths import runner
-    sizes = runner.default_sizes("gpu_push", 36, seed=4)
-    sizes = np.minimum(sizes, 1024)
-    r = runner.run("gpu_push", sizes, n_qps=2, batch=4, stage_slots=8, stage_slot_bytes=SLOT,
+    sizes = np.minimum(runner.default_sizes("gpu_push", 36, seed=4), 1024)
+    r = runner.run("gpu_push", sizes, n_qps=2, batch=4, stage_slots=16, stage_slot_bytes=SLOT,
                    stage_credits="completions")
     assert r.qp_errors == {}
     assert r.delivered == r.messages == len(sizes)
-    assert r.counters["cqes"] == len(sizes)
+
+
+def test_pushed_wqes_ask_for_completions_often_enough_for_the_ring():
+    """Batches of 12 one-slot messages on a 16-slot ring: a completion every 12 messages
+    would leave the GPU waiting for credits nobody returns, so stage_signal asks for one
+    once a quarter of the ring (4 slots) is claimed; never for every message."""
+    from gpuwrite.paths import runner
+    n = 36
+    r = runner.run("gpu_push", [64] * n, n_qps=2, batch=12, stage_slots=16, stage_slot_bytes=SLOT,
+                   stage_credits="completions")
+    assert r.delivered == n and r.qp_errors == {}
+    assert n // 12 < r.counters["cqes"] < n
 
 
 def test_stage_credits_must_be_named():

@@ -19,12 +19,13 @@ def test_both_ranks_build_the_same_workload():
         tr.workload("gpu_push_inline", [512], 1, 1)
 
 
-def test_staging_check_refuses_a_wqe_larger_than_the_ring():
+def test_staging_check_refuses_a_wqe_larger_than_three_quarters_of_the_ring():
     msgs, _, _ = tr.workload("gpu_push", [64, 4096, 1024], 1, 1)
-    tr.check_staging_fits(msgs, 17, 256, 65536)       # 4096 B + header: 17 slots of 256
-    with pytest.raises(ValueError, match="needs 17 staging slots of 256 bytes; the ring has 16"):
-        tr.check_staging_fits(msgs, 16, 256, 65536)
-    tr.check_staging_fits(msgs, 16, 256, 2048)        # chunks of 2 KiB fit
+    tr.check_staging_fits(msgs, 24, 256, 65536)       # 4096 B + header: 17 slots of 256
+    with pytest.raises(ValueError, match="needs 17 staging slots of 256 bytes; a ring of 21 "
+                                         "lends one WQE at most 16"):
+        tr.check_staging_fits(msgs, 21, 256, 65536)
+    tr.check_staging_fits(msgs, 16, 256, 2048)        # chunks of 2 KiB (9 slots) fit
 
 
 @pytest.mark.skipif(probe().ok, reason="this machine can run testbed mode")
