@@ -156,6 +156,7 @@ struct desc {
     uint32_t bytes_done;          /* sent or dropped so far */
     uint32_t bytes_dropped;
     uint32_t stage_slots;
+    uint64_t db_ns;               /* when the doorbell that covered this WQE was seen */
     uint8_t *dst;
     const uint8_t *inline_src;
     struct sge sge[MAX_SGE];
@@ -178,6 +179,7 @@ struct qp {
     uint16_t ci_fetch;            /* next BB to fetch */
     uint16_t ci_done;             /* BBs completed (ring space the GPU may reuse) */
     uint16_t last_pi;
+    uint64_t db_ns;               /* when the last doorbell-record advance was seen */
     uint32_t stage_cursor;        /* staging slots consumed by fetched messages */
     uint32_t stage_freed;         /* staging slots returned to the GPU */
     uint16_t push_seq;
@@ -362,11 +364,12 @@ static int write_cqe(struct worker *w, struct qp *q, const struct desc *d)
     uint8_t *slot = cq->cqes + (size_t)(cq->pi & (cq->ncqe - 1)) * GW_CQE_SIZE;
     uint8_t owner = (uint8_t)((cq->pi / cq->ncqe) & 1);
     uint8_t opcode;
+    uint64_t now = gw_now_ns();
     memset(slot, 0, 60);
     if (d->status == DESC_OK) {
         struct gw_cqe64 *cqe = (struct gw_cqe64 *)slot;
         cqe->byte_cnt = be32_make(d->bytes_total);
-        cqe->timestamp = be64_make(gw_now_ns());
+        cqe->timestamp = be64_make(now);
         cqe->sop_drop_qpn = be32_make(q->qpn & 0xffffff);
         opcode = GW_CQE_REQ;
     } else {
@@ -388,6 +391,10 @@ static int write_cqe(struct worker *w, struct qp *q, const struct desc *d)
     store_rel32(slot + 60, word);
     cq->pi++;
     count(&w->c.cqes, 1);
+    if (d->db_ns) {
+        count(&w->c.turnaround_ns, now - d->db_ns);
+        count(&w->c.turnarounds, 1);
+    }
     return 1;
 }
 
@@ -825,6 +832,7 @@ static uint32_t fetch_new(struct gw_engine *e, struct worker *w, struct qp *q, u
     if (pi != q->last_pi) {
         count(&w->c.doorbells, 1);
         q->last_pi = pi;
+        q->db_ns = gw_now_ns();
     }
     uint32_t outstanding = (uint16_t)(pi - q->ci_done);
     if (outstanding > q->sq_bbs) {
@@ -861,6 +869,7 @@ static uint32_t fetch_new(struct gw_engine *e, struct worker *w, struct qp *q, u
         struct desc *d = &q->descs[q->desc_tail % q->sq_bbs];
         uint32_t posted = (uint16_t)(pi - q->ci_fetch);
         uint32_t nbb = fetch_wqe(e, w, q, d, posted);
+        d->db_ns = q->db_ns;
         if (d->status == DESC_OK && q->state == GW_QPS_ERR)
             desc_fail(d, GW_SYND_WR_FLUSH_ERR, GW_REASON_FLUSHED);
         else if (d->status == DESC_OK && d->pushed && e->cfg.policy == GW_POLICY_DROP)

@@ -58,6 +58,8 @@ struct gw_counters {
     uint64_t link_busy_ns;        /* serialisation time of all packets sent */
     uint64_t credits_available;   /* link credits the sender holds now */
     uint64_t rx_occupied_blocks;  /* receiver buffer blocks in use now */
+    uint64_t turnaround_ns;       /* summed over completions: doorbell seen to CQE written */
+    uint64_t turnarounds;         /* completions in turnaround_ns */
 };
 
 struct gw_cq_desc {

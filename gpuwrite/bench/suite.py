@@ -3,7 +3,8 @@
 Targets (issue: foundation), each a ratio against something measured in the same run:
   * gpu_push 64-byte latency, post to completion seen by the kernel <= 1.10 x floor,
     where the floor is a bare GPU-to-host doorbell ping-pong through mapped memory;
-  * gpu_push bandwidth for >= 1 MiB messages >= 0.90 x bulk GPU-store-to-host bandwidth;
+  * gpu_push bandwidth for >= 1 MiB messages >= 0.90 x bulk GPU-store-to-host bandwidth
+    (the median of three runs);
   * >= 20 million 64-byte messages per second, many blocks posting, doorbells batched;
   * nic_pull and host_staged measured beside gpu_push.
 """
@@ -21,6 +22,7 @@ from gpuwrite.paths import runner
 TARGET_LATENCY_RATIO = 1.10
 TARGET_BANDWIDTH_RATIO = 0.90
 TARGET_RATE_MPPS = 20.0
+BANDWIDTH_REPEATS = 3
 
 
 @cuda.jit
@@ -110,15 +112,24 @@ def run_suite(quick: bool = False, progress=None) -> dict:
     bw = {}
     mib = 1 << 20
     n_big = 256 if quick else 1024
-    for path in ("gpu_push", "nic_pull", "host_staged"):
-        step(f"{path}: 1 MiB bandwidth")
-        # 128 QPs (one block each) keep enough stores in flight to fill PCIe; each QP's
-        # staging ring holds four 1 MiB messages; 12 engine threads deliver in parallel.
-        r = runner.run(path, [mib] * n_big, n_qps=128, batch=4, chunk_bytes=mib,
-                       stage_slots=4 * (mib // 4096 + 1), stage_slot_bytes=4096,
-                       block_threads=512, workers=12)
-        gbytes = r.throughput_gbps / 8
-        bw[path] = {"gbytes": gbytes, "delivered": r.delivered, "messages": r.messages,
+    # Runs of one configuration differ by up to 0.1x on an H200 (BENCHMARKS.md): each
+    # path is run BANDWIDTH_REPEATS times, in turn with the others, and judged by the
+    # median; every run is reported.
+    repeats = 1 if quick else BANDWIDTH_REPEATS
+    runs: dict[str, list] = {p: [] for p in ("gpu_push", "nic_pull", "host_staged")}
+    for k in range(repeats):
+        for path in runs:
+            step(f"{path}: 1 MiB bandwidth ({k + 1} of {repeats})")
+            # 128 QPs (one block each) keep enough stores in flight to fill PCIe; each
+            # QP's staging ring holds four 1 MiB messages; 12 engine threads deliver.
+            r = runner.run(path, [mib] * n_big, n_qps=128, batch=4, chunk_bytes=mib,
+                           stage_slots=4 * (mib // 4096 + 1), stage_slot_bytes=4096,
+                           block_threads=512, workers=12)
+            runs[path].append((r.throughput_gbps / 8, r.delivered, r.messages))
+    for path, rs in runs.items():
+        gbytes = float(np.median([g for g, _, _ in rs]))
+        bw[path] = {"gbytes": gbytes, "runs_gbytes": [g for g, _, _ in rs],
+                    "delivered": min(d for _, d, _ in rs), "messages": rs[0][2],
                     "ratio_to_bulk_store": gbytes / out["bulk_store_gbytes"]}
     out["bandwidth_1MiB"] = bw
 

@@ -120,6 +120,13 @@ _CQE_INVALID = L.CQE_INVALID
 _CQE_REQ_ERR = L.CQE_REQ_ERR
 _QPS_ERR = L.QPS_ERR
 _POLL_NS = 64
+# Waits for ring space (staging slots, bounce ring) pause up to this long between polls.
+# Each poll is a PCIe read of host memory that shares the link with the payload writes:
+# with two reads per poll of the staging credits, 1 MiB gpu_push from 128 QPs reached
+# 0.80 to 0.82x of bulk stores on an H200; with one, 0.82 to 0.95x (BENCHMARKS.md,
+# session 3). Pausing longer as a wait goes on reads less again; space for a large
+# message frees slowly anyway.
+_SPACE_POLL_MAX_NS = 2048
 
 
 @cuda.jit(device=True, inline=True)
@@ -215,13 +222,14 @@ def stage_reserve(Q, i, nbytes, timeout_ns):
     free = slots - (res - state[i, S_STAGE_FREED])
     if free < total and info[i, I_STAGE_CQE] != 0:
         st = _poll_cq_until(Q, i, S_STAGE_FREED, res + total - slots, timeout_ns,
-                            E_TIMEOUT_STAGING)
+                            E_TIMEOUT_STAGING, _SPACE_POLL_MAX_NS)
         if st != OK:
             return st, 0, 0
     elif free < total:
         flush_doorbell(Q, i)   # the NIC returns slots only for WQEs it has been told of
         start = globaltimer_ns()
         polls = 0
+        pause = _POLL_NS
         while True:
             freed = ld_acquire_sys_u32(Q[Q_STATUS][i], _ST_FREED)
             # The NIC's counter is 32 bits; extend it against our 64-bit copy.
@@ -237,7 +245,8 @@ def stage_reserve(Q, i, nbytes, timeout_ns):
                 return E_QP_ERROR, 0, 0
             if globaltimer_ns() - start > timeout_ns:
                 return E_TIMEOUT_STAGING, 0, 0
-            backoff(_POLL_NS)
+            backoff(pause)
+            pause = min(2 * pause, _SPACE_POLL_MAX_NS)
     state[i, S_STAGE_RES] = res + total
     first = 0 if pad else pos
     end = first + need
@@ -305,7 +314,7 @@ def copy_words(dst, dst_word, src, src_word, nwords):
 def sq_reserve(Q, i, nbb, timeout_ns):
     """Waits until ``nbb`` basic blocks of send queue are free; returns a status."""
     target = Q[Q_STATE][i, S_PI] + nbb - Q[Q_INFO][i, I_SQ_BBS]
-    return _poll_cq_until(Q, i, S_DONE, target, timeout_ns, E_TIMEOUT_SQ)
+    return _poll_cq_until(Q, i, S_DONE, target, timeout_ns, E_TIMEOUT_SQ, _POLL_NS)
 
 
 @cuda.jit(device=True)
@@ -482,17 +491,19 @@ def poll_cq(Q, i):
 
 
 @cuda.jit(device=True)
-def _poll_cq_until(Q, i, column, target, timeout_ns, timeout_error):
+def _poll_cq_until(Q, i, column, target, timeout_ns, timeout_error, pause_max_ns):
     """Consumes completions until QP state ``column`` reaches ``target``.
 
     WQEs written but not yet announced are announced first: their completions may be
-    what the wait needs. Returns OK, an error completion's code, or ``timeout_error``.
+    what the wait needs. Between empty polls the thread pauses, from ``_POLL_NS`` doubling
+    up to ``pause_max_ns``. Returns OK, an error completion's code, or ``timeout_error``.
     """
     state = Q[Q_STATE]
     if state[i, column] >= target:
         return OK
     flush_doorbell(Q, i)
     start = globaltimer_ns()
+    pause = _POLL_NS
     while state[i, column] < target:
         st = poll_cq(Q, i)
         if st < 0:
@@ -500,14 +511,15 @@ def _poll_cq_until(Q, i, column, target, timeout_ns, timeout_error):
         if st == 0:
             if globaltimer_ns() - start > timeout_ns:
                 return timeout_error
-            backoff(_POLL_NS)
+            backoff(pause)
+            pause = min(2 * pause, pause_max_ns)
     return OK
 
 
 @cuda.jit(device=True)
 def wait_done(Q, i, target_pi, timeout_ns):
     """Waits until every WQE before producer index ``target_pi`` has completed."""
-    return _poll_cq_until(Q, i, S_DONE, target_pi, timeout_ns, E_TIMEOUT_CQE)
+    return _poll_cq_until(Q, i, S_DONE, target_pi, timeout_ns, E_TIMEOUT_CQE, _POLL_NS)
 
 
 @cuda.jit(device=True)
@@ -523,7 +535,8 @@ def bounce_reserve(Q, i, nwords, timeout_ns):
     res = state[i, S_BOUNCE_RES]
     pos = res % ring
     pad = ring_pad(pos, ring, nwords)
-    st = _poll_cq_until(Q, i, S_BOUNCE_FREE, res + pad + nwords - ring, timeout_ns, E_TIMEOUT_SQ)
+    st = _poll_cq_until(Q, i, S_BOUNCE_FREE, res + pad + nwords - ring, timeout_ns, E_TIMEOUT_SQ,
+                        _SPACE_POLL_MAX_NS)
     if st != OK:
         return st, 0
     state[i, S_BOUNCE_RES] = res + pad + nwords

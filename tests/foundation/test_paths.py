@@ -18,6 +18,9 @@ def test_every_path_delivers_every_byte(path):
     assert r.errors == 0 and r.dropped == 0
     assert r.counters["msgs_delivered"] >= n         # chunked messages are several WQEs
     assert r.counters["bytes_delivered"] == int(np.sum(sizes))
+    # every completion has the engine's turnaround (doorbell seen to CQE written) counted
+    assert r.counters["turnarounds"] == r.counters["cqes"] > 0
+    assert r.counters["turnaround_ns"] > 0
 
 
 @pytest.mark.parametrize("path", runner.PATHS)
