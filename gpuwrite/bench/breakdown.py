@@ -85,7 +85,8 @@ def _push_steps(Q, src, nbytes, raddr, rkey, timeout_ns, stamps, status):
         dv.qp_cache_store(Q, 0, sh_state)
 
 
-def push_breakdown(iters: int = 2000, nbytes: int = 64, block_threads: int = 32) -> dict:
+def push_breakdown(iters: int = 2000, nbytes: int = 64, block_threads: int = 32,
+                   poll_delay_ns: int = 0) -> dict:
     """Median nanoseconds of each step of a one-at-a-time gpu_push of ``nbytes``; the
     sum of sq, stage and header is also given as ``reserve``."""
     if SIMULATOR:
@@ -97,7 +98,7 @@ def push_breakdown(iters: int = 2000, nbytes: int = 64, block_threads: int = 32)
         slot_bytes = 256
         qs = pd.create_queues(1, sq_bbs=256, ncqe=256,
                               stage_slots=max(64, 4 * L.stage_slots_needed(nbytes, slot_bytes)),
-                              stage_slot_bytes=slot_bytes)
+                              stage_slot_bytes=slot_bytes, poll_delay_ns=poll_delay_ns)
         src = cuda.to_device(np.arange(max(nbytes // 4, 1), dtype=np.uint32))
         stamps = cuda.to_device(np.zeros((iters, len(STEPS) + 1), dtype=np.int64))
         status = cuda.to_device(np.zeros(1, dtype=np.int64))

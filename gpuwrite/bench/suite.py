@@ -2,7 +2,9 @@
 
 Targets (issue: foundation), each a ratio against something measured in the same run:
   * gpu_push 64-byte latency, post to completion seen by the kernel <= 1.10 x floor,
-    where the floor is a bare GPU-to-host doorbell ping-pong through mapped memory;
+    where the floor is a bare GPU-to-host doorbell ping-pong through mapped memory
+    (judged twice: against the floor as the calibration measures it, polling at once,
+    and against the same ping-pong with the poll delay the paths use);
   * gpu_push bandwidth for >= 1 MiB messages >= 0.90 x bulk GPU-store-to-host bandwidth
     (the median of three runs);
   * >= 20 million 64-byte messages per second, many blocks posting, doorbells batched;
@@ -23,15 +25,19 @@ TARGET_LATENCY_RATIO = 1.10
 TARGET_BANDWIDTH_RATIO = 0.90
 TARGET_RATE_MPPS = 20.0
 BANDWIDTH_REPEATS = 3
+# Pauses before the first poll tried on the floor (ns); the best is used by the paths.
+POLL_DELAYS_NS = (100, 200, 300, 400, 600)
 
 
 @cuda.jit
-def _pingpong(ping, pong, iters, out_ns, timeout_ns):
+def _pingpong(ping, pong, iters, out_ns, timeout_ns, poll_delay_ns):
     if cuda.threadIdx.x != 0 or cuda.blockIdx.x != 0:
         return
     for k in range(iters):
         t0 = globaltimer_ns()
         st_release_sys_u32(ping, 0, k + 1)
+        while globaltimer_ns() - t0 < poll_delay_ns:
+            pass
         while ld_acquire_sys_u32(pong, 0) != k + 1:
             if globaltimer_ns() - t0 > timeout_ns:
                 out_ns[k] = -1
@@ -50,14 +56,15 @@ def _bulk_store(dst, reps):
             k += stride
 
 
-def floor_pingpong_us(iters: int) -> float:
-    """Median round trip of a bare doorbell ping-pong between GPU and a host C thread."""
+def floor_pingpong_us(iters: int, poll_delay_ns: int = 0) -> float:
+    """Median round trip of a bare doorbell ping-pong between GPU and a host C thread;
+    ``poll_delay_ns`` after its store, the GPU starts polling for the answer."""
     ping = mapped((16,), np.uint32)
     pong = mapped((16,), np.uint32)
     out = cuda.to_device(np.zeros(iters, dtype=np.int64))
     responder = lib.gw_pong_start(ffi.cast("void *", ping.address), ffi.cast("void *", pong.address))
     try:
-        _pingpong[1, 32](ping.kernel, pong.kernel, iters, out, 2_000_000_000)
+        _pingpong[1, 32](ping.kernel, pong.kernel, iters, out, 2_000_000_000, poll_delay_ns)
         cuda.synchronize()
     finally:
         lib.gw_pong_stop(responder)
@@ -94,20 +101,33 @@ def run_suite(quick: bool = False, progress=None) -> dict:
     step("floor: doorbell ping-pong")
     floor_pingpong_us(100)
     out["floor_pingpong_us"] = floor_pingpong_us(lat_n)
+    # The floor as the calibration measures it polls right after its store. A read that
+    # leaves at once reaches host memory before the answer and wastes a round trip, so
+    # the same ping-pong is also measured with a pause before the first poll; the best
+    # pause is the poll delay the paths use, and that floor the like-for-like reference.
+    by_delay = {d: floor_pingpong_us(lat_n, d) for d in POLL_DELAYS_NS}
+    best = min(by_delay, key=by_delay.get)
+    out["floor_by_poll_delay_us"] = {str(d): v for d, v in by_delay.items()}
+    out["poll_delay_ns"] = best
+    out["floor_tuned_us"] = by_delay[best]
     step("ceiling: bulk GPU stores to host")
     out["bulk_store_gbytes"] = bulk_store_gbytes(64 << 20 if quick else 256 << 20)
 
     lat = {}
     for path in runner.PATHS:
         step(f"{path}: 64-byte latency")
-        runner.run(path, [64] * 50, n_qps=1, wait_each=True, block_threads=32)
-        r = runner.run(path, [64] * lat_n, n_qps=1, wait_each=True, block_threads=32)
+        kw = dict(n_qps=1, wait_each=True, block_threads=32, poll_delay_ns=best)
+        runner.run(path, [64] * 50, **kw)
+        r = runner.run(path, [64] * lat_n, **kw)
         lat[path] = {"p50_us": r.latency_p50_us, "p99_us": r.latency_p99_us,
                      "delivered": r.delivered, "messages": r.messages,
-                     "ratio_to_floor": r.latency_p50_us / out["floor_pingpong_us"]}
+                     "ratio_to_floor": r.latency_p50_us / out["floor_pingpong_us"],
+                     "ratio_to_tuned_floor": r.latency_p50_us / out["floor_tuned_us"]}
+    r = runner.run("gpu_push", [64] * lat_n, n_qps=1, wait_each=True, block_threads=32)
+    out["gpu_push_64B_without_poll_delay_us"] = r.latency_p50_us
     out["latency_64B"] = lat
     step("gpu_push: 64-byte latency, step by step")
-    out["latency_breakdown_ns"] = push_breakdown(lat_n)
+    out["latency_breakdown_ns"] = push_breakdown(lat_n, poll_delay_ns=best)
 
     bw = {}
     mib = 1 << 20
@@ -146,6 +166,8 @@ def run_suite(quick: bool = False, progress=None) -> dict:
     out["rate_64B"] = rate
     out["verdict"] = {
         "latency": lat["gpu_push"]["ratio_to_floor"] <= TARGET_LATENCY_RATIO,
+        # the same target against the floor that uses the same poll delay
+        "latency_like_for_like": lat["gpu_push"]["ratio_to_tuned_floor"] <= TARGET_LATENCY_RATIO,
         "bandwidth": bw["gpu_push"]["ratio_to_bulk_store"] >= TARGET_BANDWIDTH_RATIO,
         "rate": rate["gpu_push"]["mpps"] >= TARGET_RATE_MPPS,
     }

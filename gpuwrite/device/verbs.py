@@ -74,8 +74,15 @@ S_COLS = 14
 
 # Columns of the read-only QP description (int64).
 I_QPN, I_SQ_BBS, I_NCQE, I_LOG_NCQE, I_SLOTS, I_SLOT_BYTES, I_STAGE_ADDR, I_STAGE_LKEY, \
-    I_BOUNCE_ADDR, I_BOUNCE_LKEY, I_BOUNCE_WORDS, I_SLOT_SHIFT, I_DB_MMIO, I_STAGE_CQE = range(14)
-I_COLS = 14
+    I_BOUNCE_ADDR, I_BOUNCE_LKEY, I_BOUNCE_WORDS, I_SLOT_SHIFT, I_DB_MMIO, I_STAGE_CQE, \
+    I_POLL_DELAY_NS = range(15)
+I_COLS = 15
+# I_POLL_DELAY_NS: how long a completion wait lets pass before its first poll. A host
+# read issued right after the doorbell reaches host memory behind the doorbell's write,
+# before the NIC has answered it, and costs a whole PCIe round trip for nothing: on an
+# H200 a 200 ns pause took the ping-pong floor from 3.07 to 1.98 us and a 64-byte
+# gpu_push from 4.22 to 3.14 us (BENCHMARKS.md, session 3). ``gpuwrite bench`` finds the
+# best value for the machine it runs on.
 # I_STAGE_CQE: nonzero where staging credits come back with completions rather than in
 # the NIC status line (a real NIC has no such line): pushed WQEs carry their staging
 # cursor as ``aux`` (``stage_aux``), enough of them are signaled (``stage_signal``), and
@@ -495,7 +502,8 @@ def _poll_cq_until(Q, i, column, target, timeout_ns, timeout_error, pause_max_ns
     """Consumes completions until QP state ``column`` reaches ``target``.
 
     WQEs written but not yet announced are announced first: their completions may be
-    what the wait needs. Between empty polls the thread pauses, from ``_POLL_NS`` doubling
+    what the wait needs. The first poll waits ``I_POLL_DELAY_NS``; between empty polls
+    the thread pauses, from ``_POLL_NS`` doubling
     up to ``pause_max_ns``. Returns OK, an error completion's code, or ``timeout_error``.
     """
     state = Q[Q_STATE]
@@ -503,6 +511,9 @@ def _poll_cq_until(Q, i, column, target, timeout_ns, timeout_error, pause_max_ns
         return OK
     flush_doorbell(Q, i)
     start = globaltimer_ns()
+    delay = Q[Q_INFO][i, I_POLL_DELAY_NS]
+    while globaltimer_ns() - start < delay:
+        pass
     pause = _POLL_NS
     while state[i, column] < target:
         st = poll_cq(Q, i)

@@ -265,10 +265,13 @@ class QueueSet:
 
     def __init__(self, pd: ProtectionDomain, n_qps: int, sq_bbs: int = 256, ncqe: int = 256,
                  stage_slots: int = 256, stage_slot_bytes: int = 256, bounce_bytes: int = 64 * 1024,
-                 stage_credits: str = "status"):
+                 stage_credits: str = "status", poll_delay_ns: int = 0):
         ctx = pd.context
         if stage_credits not in STAGE_CREDITS:
             raise ValueError(f"stage_credits={stage_credits!r}: allowed {', '.join(STAGE_CREDITS)}")
+        if not 0 <= poll_delay_ns <= 100_000:
+            raise ValueError(f"poll_delay_ns={poll_delay_ns}: allowed 0 to 100000 (a pause "
+                             "before a completion wait's first poll, device verbs I_POLL_DELAY_NS)")
         if not 1 <= n_qps <= ctx.max_qps:
             raise ValueError(f"n_qps={n_qps}: allowed 1 to max_qps={ctx.max_qps}")
         _pow2("sq_bbs", sq_bbs, 16, 32768)
@@ -317,6 +320,7 @@ class QueueSet:
         info[:, dv.I_BOUNCE_LKEY] = self.bounce_mr.lkey
         info[:, dv.I_BOUNCE_WORDS] = self.bounce_words
         info[:, dv.I_STAGE_CQE] = int(stage_credits == "completions")
+        info[:, dv.I_POLL_DELAY_NS] = poll_delay_ns
         self.stage_credits = stage_credits
         self.info_host = info
         self.info = cuda.to_device(info)

@@ -116,11 +116,14 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
         chunk_bytes: int = 65536, sq_bbs: int = 256, stage_slots: int | None = None,
         stage_slot_bytes: int = 256, block_threads: int | None = None, timeout_s: float = 5.0,
         workers: int = 1, seed: int = 7, stall_receiver_s: float = 0.0,
-        stage_credits: str = "status", context: Context | None = None) -> PathResult:
+        stage_credits: str = "status", poll_delay_ns: int = 0,
+        context: Context | None = None) -> PathResult:
     """Sends ``sizes_bytes`` messages (spread round-robin over ``n_qps`` QPs) on ``path``.
 
     ``stage_credits="completions"`` makes gpu_push count its staging credits from
-    completions, as it must on a real NIC (``gpuwrite.host.verbs.STAGE_CREDITS``).
+    completions, as it must on a real NIC (``gpuwrite.host.verbs.STAGE_CREDITS``);
+    ``poll_delay_ns`` is the pause before a completion wait's first poll
+    (``gpuwrite.device.verbs.I_POLL_DELAY_NS``).
     """
     sizes = _validate(path, sizes_bytes, n_qps, batch, chunk_bytes, sq_bbs)
     rng = np.random.default_rng(seed)
@@ -153,7 +156,7 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
         qs = pd.create_queues(n_qps, sq_bbs=sq_bbs, ncqe=max(sq_bbs, 256), stage_slots=stage_slots,
                               stage_slot_bytes=stage_slot_bytes,
                               bounce_bytes=max(4 * max_chunk, 65536),
-                              stage_credits=stage_credits)
+                              stage_credits=stage_credits, poll_delay_ns=poll_delay_ns)
         params = np.zeros(K.P_COLS, dtype=np.int64)
         params[K.P_PATH] = K.PATH_IDS[path]
         params[K.P_BATCH] = batch

@@ -158,7 +158,7 @@ kernels = {
     "send_messages": (K.send_messages, (Q, i64[:, ::1], i64[::1], u32[::1], i64[::1], i64[::1],
                                         i64[::1], i64[:, ::1], i64[:, :, ::1])),
     "push_steps": (B._push_steps, (Q, u32[::1], i64, i64, i64, i64, i64[:, ::1], i64[::1])),
-    "pingpong": (S._pingpong, (u32[::1], u32[::1], i64, i64[::1], i64)),
+    "pingpong": (S._pingpong, (u32[::1], u32[::1], i64, i64[::1], i64, i64)),
     "bulk_store": (S._bulk_store, (u32[::1], i64)),
 }
 for name, (kernel, sig) in kernels.items():

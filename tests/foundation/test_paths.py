@@ -63,3 +63,14 @@ def test_engine_delivers_a_prefix_in_order(nic):
             assert c.ok
             seen.append(c.wqe_counter)
     assert seen == list(range(40))
+
+
+def test_a_poll_delay_changes_when_completions_are_polled_not_what_arrives():
+    r = runner.run("gpu_push", [64, 256, 4096], n_qps=1, wait_each=True, poll_delay_ns=2000)
+    assert r.delivered == r.messages == 3 and r.qp_errors == {}
+    assert np.all(r.latencies_ns >= 2000)     # every wait let the pause pass first
+
+
+def test_poll_delay_is_checked():
+    with pytest.raises(ValueError, match="poll_delay_ns=-1: allowed 0 to 100000"):
+        runner.run("gpu_push", [64], poll_delay_ns=-1)
