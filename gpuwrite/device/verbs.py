@@ -129,11 +129,10 @@ _CQE_REQ_ERR = L.CQE_REQ_ERR
 _QPS_ERR = L.QPS_ERR
 _POLL_NS = 64
 # Waits for ring space (staging slots, bounce ring) pause up to this long between polls.
-# Each poll is a PCIe read of host memory that shares the link with the payload writes:
-# with two reads per poll of the staging credits, 1 MiB gpu_push from 128 QPs reached
-# 0.80 to 0.82x of bulk stores on an H200; with one, 0.82 to 0.95x (BENCHMARKS.md,
-# session 3). Pausing longer as a wait goes on reads less again; space for a large
-# message frees slowly anyway.
+# Each poll is a PCIe read of host memory that shares the link with the payload writes,
+# and polling harder does not help: on an H200, 64-byte gpu_push from 256 QPs ran at 72 M
+# msg/s with two host reads per credit poll, 97 M/s with one, and 51 M/s with one and no
+# pause (BENCHMARKS.md, session 3). Space for a large message frees slowly anyway.
 _SPACE_POLL_MAX_NS = 2048
 
 
