@@ -110,6 +110,23 @@ def _issue_heap(mode, n, n_qps, outstanding, issue_gap):
 
 
 @njit(cache=True)
+def _transmit(j, start, drain_free, wire, flight, drain, tail, stall_period, stall_duration,
+              stall_offset, tx_start, tx_end, drain_end, done):
+    """Message ``j`` on the link from ``start``: serialisation, flight, the receiver's
+    drain (which may stall) and the completion's tail. Returns when the link and the
+    receiver are free again: (link_free, drain_free). Both schedulers' cores call it."""
+    tx_start[j] = start
+    link_free = start + wire[j]
+    tx_end[j] = link_free
+    received = link_free + flight
+    begin = received if received > drain_free else drain_free
+    drain_free = stall_finish_ps(begin, drain[j], stall_period, stall_duration, stall_offset)
+    drain_end[j] = drain_free
+    done[j] = received + tail
+    return link_free, drain_free
+
+
+@njit(cache=True)
 def run_core(mode, open_arrival, open_qp, n_qps, outstanding, issue_gap,
              pre, ingress, post, wire, drain, credits_need, staging_need,
              flight, tail, error_tail, credit_return_delay, credits_total, staging_capacity,
@@ -204,15 +221,10 @@ def run_core(mode, open_arrival, open_qp, n_qps, outstanding, issue_gap,
             last_credit = t
             credit_time[j] = t
 
-        start = t if t > link_free else link_free
-        tx_start[j] = start
-        link_free = start + wire[j]
-        tx_end[j] = link_free
-        received = link_free + flight
-        start = received if received > drain_free else drain_free
-        drain_free = stall_finish_ps(start, drain[j], stall_period, stall_duration, stall_offset)
-        drain_end[j] = drain_free
-        done[j] = received + tail
+        link_free, drain_free = _transmit(j, t if t > link_free else link_free, drain_free,
+                                          wire, flight, drain, tail, stall_period,
+                                          stall_duration, stall_offset,
+                                          tx_start, tx_end, drain_end, done)
         # every completion offers its QP's next issue; the n earliest offers are the
         # messages (popping in time order), whatever order completions were computed in
         if mode == MODE_CLOSED:
@@ -370,14 +382,9 @@ def run_core_round_robin(mode, open_arrival, open_qp, n_qps, outstanding, issue_
                     queue_tail[q] = -1
                 waiting -= 1
                 last_served = q
-                tx_start[h] = now
-                link_free = now + wire[h]
-                tx_end[h] = link_free
-                received = link_free + flight
-                start = received if received > drain_free else drain_free
-                drain_free = stall_finish_ps(start, drain[h], stall_period, stall_duration, stall_offset)
-                drain_end[h] = drain_free
-                done[h] = received + tail
+                link_free, drain_free = _transmit(h, now, drain_free, wire, flight, drain, tail,
+                                                  stall_period, stall_duration, stall_offset,
+                                                  tx_start, tx_end, drain_end, done)
                 sent[sent_count] = h
                 sent_count += 1
                 finished += 1
