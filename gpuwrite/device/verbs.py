@@ -363,7 +363,8 @@ def wqe_rdma_write(Q, i, laddr, lkey, nbytes, raddr, rkey, signaled, aux):
     WQE index.
 
     ``aux`` is remembered for this WQE and handed back by completion: the cursor of the
-    bounce or staging ring that its completion frees (``AUX_STAGE``). Call ``sq_reserve`` first; the WQE is not visible until the doorbell.
+    bounce or staging ring that its completion frees (``AUX_STAGE``). Call
+    ``sq_reserve`` first; the WQE is not visible until the doorbell.
     """
     pi = Q[Q_STATE][i, S_PI]
     qpn = Q[Q_INFO][i, I_QPN]
@@ -503,8 +504,7 @@ def _poll_cq_until(Q, i, column, target, timeout_ns, timeout_error, pause_max_ns
 
     WQEs written but not yet announced are announced first: their completions may be
     what the wait needs. The first poll waits ``I_POLL_DELAY_NS``; between empty polls
-    the thread pauses, from ``_POLL_NS`` doubling
-    up to ``pause_max_ns``. Returns OK, an error completion's code, or ``timeout_error``.
+    the thread pauses, from ``_POLL_NS`` doubling up to ``pause_max_ns``. Returns OK, an error completion's code, or ``timeout_error``.
     """
     state = Q[Q_STATE]
     if state[i, column] >= target:

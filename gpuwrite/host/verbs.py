@@ -249,8 +249,8 @@ class ProtectionDomain:
 
 # How the GPU learns that staging slots are free again: "status", a credit counter the
 # emulated NIC publishes in each QP's status line; "completions", from the completions of
-# pushed WQEs (every one then signaled), as a real NIC requires; the engine then
-# publishes no counter, so nothing else can stand in for them.
+# pushed WQEs (``dv.stage_signal`` asks for enough of them), as a real NIC requires; the
+# engine then publishes no counter, so nothing else can stand in for them.
 STAGE_CREDITS = ("status", "completions")
 
 
