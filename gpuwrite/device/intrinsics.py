@@ -20,7 +20,7 @@ from gpuwrite.cudaenv import SIMULATOR, cuda
 
 __all__ = [
     "ld_acquire_sys_u32", "st_release_sys_u32", "st_relaxed_sys_u32", "st_relaxed_sys_u64", "fence_sys",
-    "globaltimer_ns", "backoff",
+    "globaltimer_ns", "backoff", "ld_v4_u32", "st_v4_u32", "address_of", "bswap32",
 ]
 
 if SIMULATOR:
@@ -51,6 +51,27 @@ if SIMULATOR:
     def backoff(ns):
         """Pause a polling thread: lets the simulator's other threads run."""
         time.sleep(0)
+
+    def ld_v4_u32(arr, index):
+        """Four consecutive 32-bit words from arr[index] (16-byte aligned), one load."""
+        return (arr[index], arr[index + 1], arr[index + 2], arr[index + 3])
+
+    def st_v4_u32(arr, index, a, b, c, d):
+        """Stores four 32-bit words at arr[index] (16-byte aligned) in one store."""
+        for k, v in enumerate((a, b, c, d)):
+            arr[index + k] = int(v) & 0xFFFFFFFF
+
+    def bswap32(x):
+        """The low 32 bits of ``x`` byte-swapped (device words are little-endian, mlx5
+        fields big-endian)."""
+        x = int(x) & 0xFFFFFFFF
+        return ((x & 0xFF) << 24) | ((x & 0xFF00) << 8) | ((x >> 8) & 0xFF00) | (x >> 24)
+
+    def address_of(arr, index):
+        """The address of arr[index]."""
+        import numpy as np
+        a = np.asarray(arr)
+        return a.ctypes.data + index * a.itemsize
 
 else:
     from llvmlite import ir
@@ -123,13 +144,83 @@ else:
 
     @intrinsic
     def globaltimer_ns(typingctx):
-        """Nanoseconds on a clock shared by all SMs (%globaltimer)."""
-        sig = types.uint64()
+        """Nanoseconds on a clock shared by all SMs (%globaltimer), as an int64: timeouts
+        compare it with int64 values, and a uint64 would turn those compares into
+        floating point."""
+        sig = types.int64()
 
         def codegen(context, builder, sig, args):
             fnty = ir.FunctionType(ir.IntType(64), [])
             asm = ir.InlineAsm(fnty, "mov.u64 $0, %globaltimer;", "=l", side_effect=True)
             return builder.call(asm, [])
+
+        return sig, codegen
+
+    def _vector_pointer(context, builder, sig, args):
+        """arr[index] as a pointer to four 32-bit words (the caller ensures 16-byte alignment)."""
+        ptr = _element_pointer(context, builder, sig, args)
+        return builder.bitcast(ptr, ir.PointerType(ir.VectorType(ir.IntType(32), 4)))
+
+    @intrinsic
+    def ld_v4_u32(typingctx, arr, index):
+        """Four consecutive 32-bit words from arr[index] (16-byte aligned), one load.
+
+        An ordinary LLVM load of a 4-word vector (``ld.global.v4.u32``): the compiler
+        may issue it early and overlap its latency with other work."""
+        rt = types.UniTuple(types.uint32, 4)
+
+        def codegen(context, builder, sig, args):
+            vec = builder.load(_vector_pointer(context, builder, sig, args), align=16)
+            return context.make_tuple(builder, rt, [builder.extract_element(vec, ir.Constant(
+                ir.IntType(32), k)) for k in range(4)])
+
+        return rt(arr, index), codegen
+
+    @intrinsic
+    def st_v4_u32(typingctx, arr, index, a, b, c, d):
+        """Stores four 32-bit words at arr[index] (16-byte aligned) in one store.
+
+        An ordinary LLVM store of a 4-word vector (``st.global.v4.u32``), weak like any
+        plain store: a later release store orders it. One bus write where four word
+        stores from one thread would be four. Being ordinary, it lets the compiler keep
+        values in registers across it and schedule the loads of unrelated memory (the
+        QP state in shared memory) ahead of it; inline assembly would not, as LLVM must
+        assume it touches any memory."""
+        sig = types.void(arr, index, a, b, c, d)
+
+        def codegen(context, builder, sig, args):
+            vec = ir.Constant(ir.VectorType(ir.IntType(32), 4), None)
+            for k in range(4):
+                word = context.cast(builder, args[2 + k], sig.args[2 + k], types.uint32)
+                vec = builder.insert_element(vec, word, ir.Constant(ir.IntType(32), k))
+            builder.store(vec, _vector_pointer(context, builder, sig, args), align=16)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
+    def bswap32(typingctx, x):
+        """The low 32 bits of ``x`` byte-swapped, as an int64 (one PRMT instruction; the
+        shift-and-mask form it replaces was about ten per field, on one thread)."""
+        if not isinstance(x, types.Integer):
+            return None
+        sig = types.int64(x)
+
+        def codegen(context, builder, sig, args):
+            i32 = ir.IntType(32)
+            word = builder.trunc(args[0], i32) if args[0].type.width > 32 else \
+                builder.zext(args[0], i32) if args[0].type.width < 32 else args[0]
+            return builder.zext(builder.bswap(word), ir.IntType(64))
+
+        return sig, codegen
+
+    @intrinsic
+    def address_of(typingctx, arr, index):
+        """The address of arr[index]."""
+        sig = types.uint64(arr, index)
+
+        def codegen(context, builder, sig, args):
+            return builder.ptrtoint(_element_pointer(context, builder, sig, args), ir.IntType(64))
 
         return sig, codegen
 

@@ -20,6 +20,8 @@ nanoseconds and return a negative error code naming what they waited for.
 """
 from __future__ import annotations
 
+from numba import uint32
+
 from gpuwrite import layouts as L
 from gpuwrite.cudaenv import cuda
 from gpuwrite.device.intrinsics import (
@@ -30,6 +32,10 @@ from gpuwrite.device.intrinsics import (
     st_relaxed_sys_u32,
     st_relaxed_sys_u64,
     st_release_sys_u32,
+    st_v4_u32,
+    ld_v4_u32,
+    address_of,
+    bswap32,
 )
 
 # Error codes returned by device verbs (0 is success).
@@ -70,7 +76,9 @@ S_DB_WORD = 10      # first 8 bytes of the last WQE's control segment (doorbell 
 S_DB_PI = 11        # producer index at the last doorbell
 S_STAGE_POS = 12    # where the next staging run starts, in slots (S_STAGE_RES mod slots)
 S_STAGE_SIG = 13    # S_STAGE_RES when the last signaled pushed WQE was posted (I_STAGE_CQE)
-S_COLS = 14
+S_LAST_PI = 14      # producer index of the last WQE written
+S_LAST_AUX = 15     # its bookkeeping word (as kept in Q_WQE_AUX), for poll_cq's common case
+S_COLS = 16
 
 # Columns of the read-only QP description (int64).
 I_QPN, I_SQ_BBS, I_NCQE, I_LOG_NCQE, I_SLOTS, I_SLOT_BYTES, I_STAGE_ADDR, I_STAGE_LKEY, \
@@ -128,6 +136,11 @@ _CQE_INVALID = L.CQE_INVALID
 _CQE_REQ_ERR = L.CQE_REQ_ERR
 _QPS_ERR = L.QPS_ERR
 _POLL_NS = 64
+# A completion wait polls this many times back to back before it starts pausing. One poll
+# is a PCIe read round trip (about 1.1 us), which already paces a single thread, and a
+# 64 ns nanosleep sleeps 128 ns on an H200: pausing from the first empty poll added about
+# 0.1 us to a 64-byte round trip (BENCHMARKS.md, session 4).
+_EAGER_POLLS = 4
 # Waits for ring space (staging slots, bounce ring) pause up to this long between polls.
 # Each poll is a PCIe read of host memory that shares the link with the payload writes,
 # and polling harder does not help: on an H200, 64-byte gpu_push from 256 QPs ran at 72 M
@@ -136,11 +149,19 @@ _POLL_NS = 64
 _SPACE_POLL_MAX_NS = 2048
 
 
-@cuda.jit(device=True, inline=True)
-def bswap32(x):
-    """Byte-swap a 32-bit value (device words are little-endian, mlx5 fields big)."""
-    x = x & 0xFFFFFFFF
-    return ((x & 0xFF) << 24) | ((x & 0xFF00) << 8) | ((x >> 8) & 0xFF00) | (x >> 24)
+# The vector stores below write whole segments and the staging header as 16-byte
+# words in the order the header declares them; check that order once, here.
+if (_W_OPC, _W_QPN_DS, _W_FLAGS, _W_IMM, _W_RADDR, _W_DATA) != (0, 1, 2, 3, 4, 8) or \
+        (_HDR_MAGIC, _HDR_BYTES, _HDR_SLOTS, _HDR_INDEX, _HDR_WORDS) != (0, 1, 2, 3, 4):
+    raise ImportError("gw_layouts.h changed the word order of the WQE control, remote-address "
+                      "or data segment or of the staging header; the device verbs' 16-byte "
+                      "stores (_ctrl, _raddr, wqe_rdma_write, stage_header) need updating")
+
+# Payloads of at most this many bytes, whose size is a multiple of 16 and whose source is
+# 16-byte aligned, can be pushed by one thread alone (``push_small``).
+SMALL_PUSH_BYTES = 256
+if SMALL_PUSH_BYTES >= _ALIGN_MIN:
+    raise ImportError("push_small assumes its payloads take no alignment lead")
 
 
 @cuda.jit(device=True)
@@ -206,54 +227,34 @@ def stage_lead(nbytes, slot_bytes):
 def stage_reserve(Q, i, nbytes, timeout_ns):
     """Claims staging slots for a payload of ``nbytes``; returns (status, first word, slots).
 
-    Waits until the slots are free: polling the NIC's returned-credit counter, or where
-    ``I_STAGE_CQE`` is set, consuming completions (see ``stage_aux``). A run of
-    slots never wraps the ring's end: the slots skipped at the end count as padding and
-    are returned with the message. Slot arithmetic uses shifts and compares only: this
-    runs on one thread per message, where each 64-bit division costs ~100 ns.
+    Waits until the slots are free (``_stage_wait``). A run of slots never wraps the
+    ring's end: the slots skipped at the end count as padding and are returned with the
+    message. This runs on one thread per message, so it is written for latency: slot
+    arithmetic uses shifts and compares (a 64-bit division costs ~100 ns), and every value
+    is read before the one branch the common case takes (a branch on a value just loaded
+    waits for it, and a chain of them cost ~190 ns on an H200, BENCHMARKS.md, session 4).
     """
     state = Q[Q_STATE]
     info = Q[Q_INFO]
     slots = info[i, I_SLOTS]
     slot_bytes = info[i, I_SLOT_BYTES]
     shift = info[i, I_SLOT_SHIFT]
+    cqe_credits = info[i, I_STAGE_CQE] != 0
+    res = state[i, S_STAGE_RES]
+    pos = state[i, S_STAGE_POS]
+    freed = state[i, S_STAGE_FREED]
     need = (stage_lead(nbytes, slot_bytes) + nbytes + _HDR_WORDS * 4 + slot_bytes - 1) >> shift
     # With credits from completions, up to a quarter of the ring may be claimed by WQEs
     # that ask for none (``stage_signal``): a run may take the other three quarters.
-    if need > slots or (info[i, I_STAGE_CQE] != 0 and need > slots - (slots >> 2)):
-        return E_TOO_LARGE, 0, 0
-    res = state[i, S_STAGE_RES]
-    pos = state[i, S_STAGE_POS]
+    limit = slots - (slots >> 2) if cqe_credits else slots
     pad = ring_pad(pos, slots, need)
     total = pad + need
-    free = slots - (res - state[i, S_STAGE_FREED])
-    if free < total and info[i, I_STAGE_CQE] != 0:
-        st = _poll_cq_until(Q, i, S_STAGE_FREED, res + total - slots, timeout_ns,
-                            E_TIMEOUT_STAGING, _SPACE_POLL_MAX_NS)
+    if (need > limit) | (slots - (res - freed) < total):
+        if need > limit:
+            return E_TOO_LARGE, 0, 0
+        st = _stage_wait(Q, i, res + total - slots, cqe_credits, timeout_ns)
         if st != OK:
             return st, 0, 0
-    elif free < total:
-        flush_doorbell(Q, i)   # the NIC returns slots only for WQEs it has been told of
-        start = globaltimer_ns()
-        polls = 0
-        pause = _POLL_NS
-        while True:
-            freed = ld_acquire_sys_u32(Q[Q_STATUS][i], _ST_FREED)
-            # The NIC's counter is 32 bits; extend it against our 64-bit copy.
-            seen = state[i, S_STAGE_FREED]
-            seen = seen + ((freed - seen) & 0xFFFFFFFF)
-            state[i, S_STAGE_FREED] = seen
-            if slots - (res - seen) >= total:
-                break
-            # Every host read is a PCIe round trip that shares the link with the payload
-            # writes: the QP state is read on every eighth poll only.
-            polls += 1
-            if (polls & 7) == 0 and qp_in_error(Q, i):
-                return E_QP_ERROR, 0, 0
-            if globaltimer_ns() - start > timeout_ns:
-                return E_TIMEOUT_STAGING, 0, 0
-            backoff(pause)
-            pause = min(2 * pause, _SPACE_POLL_MAX_NS)
     state[i, S_STAGE_RES] = res + total
     first = 0 if pad else pos
     end = first + need
@@ -262,28 +263,60 @@ def stage_reserve(Q, i, nbytes, timeout_ns):
 
 
 @cuda.jit(device=True)
+def _stage_wait(Q, i, target, cqe_credits, timeout_ns):
+    """Waits until the NIC has returned staging slots up to ``target`` (S_STAGE_FREED):
+    consuming completions (``I_STAGE_CQE``, see ``stage_aux``) or polling the credit
+    counter in the NIC's status line."""
+    if cqe_credits:
+        return _poll_cq_until(Q, i, S_STAGE_FREED, target, timeout_ns, E_TIMEOUT_STAGING,
+                              _SPACE_POLL_MAX_NS)
+    state = Q[Q_STATE]
+    flush_doorbell(Q, i)   # the NIC returns slots only for WQEs it has been told of
+    start = globaltimer_ns()
+    polls = 0
+    pause = _POLL_NS
+    while True:
+        freed = ld_acquire_sys_u32(Q[Q_STATUS][i], _ST_FREED)
+        # The NIC's counter is 32 bits; extend it against our 64-bit copy.
+        seen = state[i, S_STAGE_FREED]
+        seen = seen + ((freed - seen) & 0xFFFFFFFF)
+        state[i, S_STAGE_FREED] = seen
+        if seen >= target:
+            return OK
+        # Every host read is a PCIe round trip that shares the link with the payload
+        # writes: the QP state is read on every eighth poll only.
+        polls += 1
+        if (polls & 7) == 0 and qp_in_error(Q, i):
+            return E_QP_ERROR
+        if globaltimer_ns() - start > timeout_ns:
+            return E_TIMEOUT_STAGING
+        backoff(pause)
+        pause = min(2 * pause, _SPACE_POLL_MAX_NS)
+
+
+@cuda.jit(device=True)
 def stage_signal(Q, i, signaled):
     """Whether the pushed WQE posted after this ``stage_reserve`` asks for a completion:
     ``signaled``, or, where staging credits come back with completions (``I_STAGE_CQE``),
     once a quarter of the ring has been claimed since the last signaled one. Unsignaled
     WQEs then never hold more than a quarter of the ring, so a wait for slots is always
-    answered by a completion already asked for (one thread)."""
+    answered by a completion already asked for (one thread; no branch, see
+    ``stage_reserve``)."""
     state = Q[Q_STATE]
-    if Q[Q_INFO][i, I_STAGE_CQE] == 0:
-        return signaled
-    if not signaled and state[i, S_STAGE_RES] - state[i, S_STAGE_SIG] < Q[Q_INFO][i, I_SLOTS] >> 2:
-        return False
-    state[i, S_STAGE_SIG] = state[i, S_STAGE_RES]
-    return True
+    res = state[i, S_STAGE_RES]
+    last = state[i, S_STAGE_SIG]
+    cqe_credits = Q[Q_INFO][i, I_STAGE_CQE] != 0
+    ask = cqe_credits & (signaled | (res - last >= Q[Q_INFO][i, I_SLOTS] >> 2))
+    state[i, S_STAGE_SIG] = res if ask else last
+    return signaled | ask
 
 
 @cuda.jit(device=True)
 def stage_aux(Q, i):
     """The ``aux`` a pushed WQE carries, posted right after its ``stage_reserve``: where
     ``I_STAGE_CQE`` is set, its completion returns the staging slots claimed so far."""
-    if Q[Q_INFO][i, I_STAGE_CQE] != 0:
-        return AUX_STAGE | Q[Q_STATE][i, S_STAGE_RES]
-    return 0
+    res = Q[Q_STATE][i, S_STAGE_RES]
+    return (AUX_STAGE | res) if Q[Q_INFO][i, I_STAGE_CQE] != 0 else 0
 
 
 @cuda.jit(device=True)
@@ -295,10 +328,9 @@ def stage_header(Q, i, first_word, nbytes, total_slots, wqe_index):
     h = first_word + (lead >> 2)
     seq = Q[Q_STATE][i, S_PUSH_SEQ]
     Q[Q_STATE][i, S_PUSH_SEQ] = seq + 1
-    stage[h + _HDR_MAGIC] = _MAGIC | (seq & 0xFFFF)
-    stage[h + _HDR_BYTES] = nbytes
-    stage[h + _HDR_SLOTS] = total_slots
-    stage[h + _HDR_INDEX] = (wqe_index & 0xFFFF) | ((_F_ALIGNED if lead else 0) << 16)
+    # One 16-byte store (words in gw_stage_hdr order, checked at import).
+    st_v4_u32(stage, h, _MAGIC | (seq & 0xFFFF), nbytes, total_slots,
+              (wqe_index & 0xFFFF) | ((_F_ALIGNED if lead else 0) << 16))
     return h + _HDR_WORDS
 
 
@@ -318,6 +350,74 @@ def copy_words(dst, dst_word, src, src_word, nwords):
 
 
 @cuda.jit(device=True)
+def push_small_ok(src, src_word, nbytes):
+    """Whether ``push_small`` can send this payload (the same answer on every thread)."""
+    return 0 < nbytes <= SMALL_PUSH_BYTES and (nbytes & 15) == 0 and \
+        (address_of(src, src_word) & 15) == 0
+
+
+@cuda.jit(device=True)
+def _load16(src, word, present):
+    """16 bytes of payload, or zeros where ``present`` is false (nothing is read)."""
+    if present:
+        return ld_v4_u32(src, word)
+    z = uint32(0)
+    return (z, z, z, z)
+
+
+@cuda.jit(device=True)
+def _store16(dst, word, x, present):
+    if present:
+        st_v4_u32(dst, word, x[0], x[1], x[2], x[3])
+
+
+@cuda.jit(device=True)
+def push_small(Q, i, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns):
+    """Posts a pushed RDMA write of a small payload from one thread; returns a status.
+
+    For payloads that ``push_small_ok`` accepts. The same steps as the block path
+    (``sq_reserve``, ``stage_reserve``, ``stage_header``, the payload, ``wqe_rdma_write``),
+    but one thread moves the payload with 16-byte loads and stores and no block barrier:
+    the first 64 bytes are loaded before the bookkeeping, so their latency hides behind
+    it. The doorbell is the caller's (``ring_doorbell``, or ``flush_doorbell`` after a
+    batch), and it orders these stores before the NIC can see the WQE.
+    """
+    chunks = nbytes >> 4
+    a = _load16(src, src_word, True)
+    b = _load16(src, src_word + 4, chunks > 1)
+    c = _load16(src, src_word + 8, chunks > 2)
+    d = _load16(src, src_word + 12, chunks > 3)
+    st = sq_reserve(Q, i, 1, timeout_ns)
+    if st != OK:
+        return st
+    st, first, slots = stage_reserve(Q, i, nbytes, timeout_ns)
+    if st != OK:
+        return st
+    stage = Q[Q_STAGE][i]
+    word = stage_header(Q, i, first, nbytes, slots, Q[Q_STATE][i, S_PI])
+    # The WQE before the payload: its fields are ready while the payload loads may still
+    # be in flight. The NIC sees neither before the doorbell.
+    wqe_rdma_write(Q, i, stage_address(Q, i, word), Q[Q_INFO][i, I_STAGE_LKEY], nbytes,
+                   raddr, rkey, stage_signal(Q, i, signaled), stage_aux(Q, i))
+    _store16(stage, word, a, True)
+    _store16(stage, word + 4, b, chunks > 1)
+    _store16(stage, word + 8, c, chunks > 2)
+    _store16(stage, word + 12, d, chunks > 3)
+    k = 4
+    while k < chunks:   # beyond 64 bytes: 64 bytes at a time, loads before stores
+        a = _load16(src, src_word + 4 * k, True)
+        b = _load16(src, src_word + 4 * k + 4, k + 1 < chunks)
+        c = _load16(src, src_word + 4 * k + 8, k + 2 < chunks)
+        d = _load16(src, src_word + 4 * k + 12, k + 3 < chunks)
+        _store16(stage, word + 4 * k, a, True)
+        _store16(stage, word + 4 * k + 4, b, k + 1 < chunks)
+        _store16(stage, word + 4 * k + 8, c, k + 2 < chunks)
+        _store16(stage, word + 4 * k + 12, d, k + 3 < chunks)
+        k += 4
+    return OK
+
+
+@cuda.jit(device=True)
 def sq_reserve(Q, i, nbb, timeout_ns):
     """Waits until ``nbb`` basic blocks of send queue are free; returns a status."""
     target = Q[Q_STATE][i, S_PI] + nbb - Q[Q_INFO][i, I_SQ_BBS]
@@ -326,19 +426,15 @@ def sq_reserve(Q, i, nbb, timeout_ns):
 
 @cuda.jit(device=True)
 def _ctrl(sq, base, opcode, wqe_index, qpn, ds, signaled):
-    """Writes a control segment."""
-    sq[base + _W_OPC] = bswap32((wqe_index & 0xFFFF) << 8 | opcode)
-    sq[base + _W_QPN_DS] = bswap32(qpn << 8 | ds)
-    sq[base + _W_FLAGS] = (_CQ_UPDATE << _FM_SHIFT) if signaled else 0
-    sq[base + _W_IMM] = 0
+    """Writes a control segment (one 16-byte store)."""
+    st_v4_u32(sq, base, bswap32((wqe_index & 0xFFFF) << 8 | opcode), bswap32(qpn << 8 | ds),
+              (_CQ_UPDATE << _FM_SHIFT) if signaled else 0, 0)
 
 
 @cuda.jit(device=True)
 def _raddr(sq, base, raddr, rkey):
-    sq[base + _W_RADDR] = bswap32(raddr >> 32)
-    sq[base + _W_RADDR + 1] = bswap32(raddr)
-    sq[base + _W_RADDR + 2] = bswap32(rkey)
-    sq[base + _W_RADDR + 3] = 0
+    """Writes a remote-address segment (one 16-byte store)."""
+    st_v4_u32(sq, base + _W_RADDR, bswap32(raddr >> 32), bswap32(raddr), bswap32(rkey), 0)
 
 
 @cuda.jit(device=True)
@@ -353,6 +449,8 @@ def _commit_wqe(Q, i, pi, nbb, aux, first_words):
     """Records a written WQE: its completion bookkeeping and the doorbell value."""
     mask = Q[Q_INFO][i, I_SQ_BBS] - 1
     Q[Q_WQE_AUX][i, pi & mask] = nbb << 40 | aux
+    Q[Q_STATE][i, S_LAST_PI] = pi
+    Q[Q_STATE][i, S_LAST_AUX] = nbb << 40 | aux
     Q[Q_STATE][i, S_DB_WORD] = first_words
     Q[Q_STATE][i, S_PI] = pi + nbb
 
@@ -370,16 +468,14 @@ def wqe_rdma_write(Q, i, laddr, lkey, nbytes, raddr, rkey, signaled, aux):
     qpn = Q[Q_INFO][i, I_QPN]
     sq = Q[Q_SQ][i]
     base = (pi & (Q[Q_INFO][i, I_SQ_BBS] - 1)) * _BB_WORDS
-    # Straight-line stores: a loop over the words with a branch per field measured 10x
-    # slower on an H200 (BENCHMARKS.md, run 14).
+    # Four 16-byte stores, one per segment and one for the padding: the 16 word stores
+    # they replace were 16 bus writes from one thread (a loop over the words with a branch
+    # per field measured 10x slower still on an H200, BENCHMARKS.md, run 14).
     _ctrl(sq, base, _OP_WRITE, pi, qpn, 3, signaled)
     _raddr(sq, base, raddr, rkey)
-    sq[base + _W_DATA] = bswap32(nbytes)
-    sq[base + _W_DATA + 1] = bswap32(lkey)
-    sq[base + _W_DATA + 2] = bswap32(laddr >> 32)
-    sq[base + _W_DATA + 3] = bswap32(laddr)
-    for k in range(_W_DATA + 4, _BB_WORDS):
-        sq[base + k] = 0
+    st_v4_u32(sq, base + _W_DATA, bswap32(nbytes), bswap32(lkey), bswap32(laddr >> 32),
+              bswap32(laddr))
+    st_v4_u32(sq, base + _W_DATA + 4, 0, 0, 0, 0)
     _commit_wqe(Q, i, pi, 1, aux, _doorbell_value(pi, qpn, 3))
     return pi & 0xFFFF
 
@@ -475,8 +571,13 @@ def poll_cq(Q, i):
     if (op_own >> 4) == _CQE_INVALID or (op_own & 1) != ((ci >> info[i, I_LOG_NCQE]) & 1):
         return 0
     counter = ((tail & 0xFF) << 8) | ((tail >> 8) & 0xFF)
-    mask = info[i, I_SQ_BBS] - 1
-    aux = Q[Q_WQE_AUX][i, counter & mask]
+    # The completion of the last WQE written (every completion of a one-at-a-time
+    # sender) finds its bookkeeping in the QP state, not in Q_WQE_AUX: a posting block
+    # keeps the state in shared memory, and a global load here is on the latency path.
+    if counter == (state[i, S_LAST_PI] & 0xFFFF):
+        aux = state[i, S_LAST_AUX]
+    else:
+        aux = Q[Q_WQE_AUX][i, counter & (info[i, I_SQ_BBS] - 1)]
     done = state[i, S_DONE]
     end = counter + (aux >> 40)
     state[i, S_DONE] = done + ((end - done) & 0xFFFF)
@@ -504,7 +605,8 @@ def _poll_cq_until(Q, i, column, target, timeout_ns, timeout_error, pause_max_ns
 
     WQEs written but not yet announced are announced first: their completions may be
     what the wait needs. The first poll waits ``I_POLL_DELAY_NS``; between empty polls
-    the thread pauses, from ``_POLL_NS`` doubling up to ``pause_max_ns``. Returns OK, an error completion's code, or ``timeout_error``.
+    the thread pauses (after ``_EAGER_POLLS`` polls), from ``_POLL_NS`` doubling up to
+    ``pause_max_ns``. Returns OK, an error completion's code, or ``timeout_error``.
     """
     state = Q[Q_STATE]
     if state[i, column] >= target:
@@ -515,6 +617,7 @@ def _poll_cq_until(Q, i, column, target, timeout_ns, timeout_error, pause_max_ns
     while globaltimer_ns() - start < delay:
         pass
     pause = _POLL_NS
+    polls = 0
     while state[i, column] < target:
         st = poll_cq(Q, i)
         if st < 0:
@@ -522,8 +625,10 @@ def _poll_cq_until(Q, i, column, target, timeout_ns, timeout_error, pause_max_ns
         if st == 0:
             if globaltimer_ns() - start > timeout_ns:
                 return timeout_error
-            backoff(pause)
-            pause = min(2 * pause, pause_max_ns)
+            polls += 1
+            if polls > _EAGER_POLLS:
+                backoff(pause)
+                pause = min(2 * pause, pause_max_ns)
     return OK
 
 

@@ -57,12 +57,15 @@ def _reap(q, pend, i, t_done, head, tail):
 def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
     i = cuda.blockIdx.x
     tid = cuda.threadIdx.x
+    # sh[0], sh[1]: thread 0's reservation outcome (status, word), read by the block between
+    # two barriers. sh[2 + (m & 1)]: message m's status, published at the end of its
+    # iteration; alternating slots let thread 0 publish message m + 1's before every thread
+    # has read message m's (small pushes take no barrier in between).
     sh = cuda.shared.array(4, dtype=int64)
     # The block owns QP i: its bookkeeping lives in shared memory while the kernel runs.
     sh_state = cuda.shared.array(QP_STATE_SHAPE, dtype=int64)
     sh_info = cuda.shared.array(QP_INFO_SHAPE, dtype=int64)
     if tid == 0:
-        sh[0] = 0
         dv.qp_cache_load(Q, i, sh_state, sh_info)
     cuda.syncthreads()
     q = dv.qp_cached(Q, i, sh_state, sh_info)
@@ -98,6 +101,16 @@ def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
             src_word = msgs[m, M_SRC_WORD] + off // 4
             raddr = params[P_DST_ADDR] + msgs[m, M_DST_OFF] + off
             rkey = params[P_RKEY]
+            if path == PUSH and dv.push_small_ok(src, src_word, n):
+                # One thread posts it, with 16-byte stores and no block barrier: a barrier
+                # after stores to host memory costs 0.2 to 0.5 us on an H200 (run 13).
+                if tid == 0:
+                    status = dv.push_small(q, 0, src, src_word, n, raddr, rkey, signaled,
+                                           timeout)
+                    if status == 0 and not last:
+                        dv.flush_doorbell(q, 0)
+                off += n
+                continue
             if tid == 0:
                 nbb = dv.inline_bbs(n) if path == INLINE else 1
                 st = dv.sq_reserve(q, 0, nbb, timeout)
@@ -150,18 +163,20 @@ def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
             pend[i, slot, 2] = m + 1
             tail += 1
             if params[P_WAIT_EACH] != 0 or tail - head >= cap:
-                sh[0] = dv.wait_done(q, 0, state[0, dv.S_PI], timeout)
+                status = dv.wait_done(q, 0, state[0, dv.S_PI], timeout)
             else:
                 # One non-blocking poll per batch (one CQE per batch is produced), so that
                 # completion times are stamped when they happen, not when space runs out.
                 polled = dv.poll_cq(q, 0)
                 if polled < 0:
-                    sh[0] = polled
+                    status = polled
             head = _reap(q, pend, i, t_done, head, tail)
         if status == 0 and end_of_batch:
             batch_first = m + 1     # every thread: end_of_batch decides which WQEs signal
+        if tid == 0:
+            sh[2 + (m & 1)] = status
         cuda.syncthreads()
-        status = sh[0]
+        status = sh[2 + (m & 1)]
         m += 1
     if tid == 0:
         if status == 0:

@@ -169,6 +169,21 @@ for name, (kernel, sig) in kernels.items():
                            "bulk_store", "True"]
 
 
+def test_ptx_of_a_small_push_is_vector_stores_and_no_barrier():
+    """push_small writes header, payload and WQE with 16-byte stores, and no block barrier."""
+    ptx = _compile_sm90(r"""
+from gpuwrite.device import verbs as dv
+def post(Q, src, out):
+    out[0] = dv.push_small(Q, 0, src, 0, 64, 4096, 7, True, 1000000)
+ptx, _ = cuda.compile_ptx(post, (Q, u32[::1], types.int64[::1]), cc=(9, 0))
+print(ptx)
+""")
+    assert "bar.sync" not in ptx and "barrier" not in ptx
+    # header 1, payload 4, WQE 4 (16-byte stores); the payload read as 16-byte loads
+    assert ptx.count("st.global.v4.u32") >= 9
+    assert ptx.count("ld.global.v4.u32") >= 4
+
+
 def test_ptx_polls_with_acquire_inside_the_loop_and_rings_with_release():
     """Compile the device verbs for sm_90 (no GPU needed) and read the PTX."""
     code = r"""

@@ -3,6 +3,8 @@ import numpy as np
 import pytest
 
 from gwtest import ACCESS_RW, small
+from gpuwrite.cudaenv import cuda
+from gpuwrite.device import verbs as dv
 from gpuwrite.host.wqe import HostPoster, rdma_write
 from gpuwrite.paths import runner
 
@@ -74,3 +76,33 @@ def test_a_poll_delay_changes_when_completions_are_polled_not_what_arrives():
 def test_poll_delay_is_checked():
     with pytest.raises(ValueError, match="poll_delay_ns=-1: allowed 0 to 100000"):
         runner.run("gpu_push", [64], poll_delay_ns=-1)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_small_pushes_and_block_pushes_interleave_in_order(batch):
+    """Payloads that one thread pushes alone (multiples of 16 bytes up to 256, 16-byte
+    aligned source) and those the block copies (others), mixed on the same QPs."""
+    # After a 20- or 260-byte message the next source word is no longer 16-byte aligned,
+    # so a 64-byte message goes either way depending on what came before it.
+    sizes = [64, 20, 64, 48, 256, 260, 16, 80, 272, 112, 4, 64] * small(8, 2)
+    r = runner.run("gpu_push", sizes, n_qps=2, batch=batch, block_threads=8, seed=5)
+    assert r.qp_errors == {}
+    assert r.delivered == r.messages == len(sizes)
+    assert r.counters["bytes_delivered"] == sum(sizes)
+    assert r.errors == 0 and r.dropped == 0
+
+
+@cuda.jit
+def _small_ok(src, cases, out):
+    if cuda.threadIdx.x == 0:
+        for k in range(cases.shape[0]):
+            out[k] = dv.push_small_ok(src, cases[k, 0], cases[k, 1])
+
+
+def test_which_payloads_one_thread_pushes():
+    src = cuda.to_device(np.zeros(256, dtype=np.uint32))   # allocations are 256-byte aligned
+    cases = np.array([[0, 64], [4, 64], [8, 16], [0, 256], [0, 272], [0, 60], [2, 64],
+                      [1, 16], [0, 0]], dtype=np.int64)
+    out = cuda.to_device(np.zeros(len(cases), dtype=np.int64))
+    _small_ok[1, 1](src, cuda.to_device(cases), out)
+    assert out.copy_to_host().tolist() == [1, 1, 1, 1, 0, 0, 0, 0, 0]
