@@ -538,14 +538,10 @@ def ring_doorbell(Q, i):
     the register word, so there the fence (about 0.5 us) is skipped.
     """
     pi = Q[Q_STATE][i, S_PI]
-    # Read before the release, which the compiler may not move loads above: after it,
-    # each would delay the caller's first completion poll.
-    mmio = Q[Q_INFO][i, I_DB_MMIO] != 0
-    word = Q[Q_STATE][i, S_DB_WORD]
     st_release_sys_u32(Q[Q_DBREC][i], _DB_SEND, bswap32(pi & 0xFFFF))
-    if mmio:
+    if Q[Q_INFO][i, I_DB_MMIO] != 0:
         fence_sys()
-    st_relaxed_sys_u64(Q[Q_UAR], i, word)
+    st_relaxed_sys_u64(Q[Q_UAR], i, Q[Q_STATE][i, S_DB_WORD])
     Q[Q_STATE][i, S_DB_PI] = pi
 
 

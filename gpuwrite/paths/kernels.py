@@ -82,33 +82,12 @@ def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
     tail = 0
     batch_first = m0
     status = 0
-    wait_each = params[P_WAIT_EACH] != 0
-    dst_addr = params[P_DST_ADDR]
-    rkey = params[P_RKEY]
-    src_addr = params[P_SRC_ADDR]
-    src_lkey = params[P_SRC_LKEY]
-    # Each message's row of the table is read one message ahead, so that it is in
-    # registers when its t_post is stamped: latencies count the verbs, not the loads of
-    # the benchmark's own table (a global-memory load each, about 0.1 us).
-    next_size = 0
-    next_src = 0
-    next_dst = 0
-    if m0 < m1:
-        next_size = msgs[m0, M_SIZE]
-        next_src = msgs[m0, M_SRC_WORD]
-        next_dst = msgs[m0, M_DST_OFF]
     m = m0
     while m < m1 and status == 0:
-        size = next_size
-        src_word0 = next_src
-        dst_off = next_dst
-        if m + 1 < m1:
-            next_size = msgs[m + 1, M_SIZE]
-            next_src = msgs[m + 1, M_SRC_WORD]
-            next_dst = msgs[m + 1, M_DST_OFF]
+        size = msgs[m, M_SIZE]
         if tid == 0:
             t_post[m] = globaltimer_ns()
-        end_of_batch = m - batch_first + 1 == batch or m == m1 - 1 or wait_each
+        end_of_batch = m - batch_first + 1 == batch or m == m1 - 1 or params[P_WAIT_EACH] != 0
         off = 0
         while off < size and status == 0:
             n = size - off
@@ -119,8 +98,9 @@ def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
             # completions free bounce space and SQ space that later chunks wait for
             # (gpu_push adds its own, dv.stage_signal, where staging credits need them).
             signaled = (end_of_batch and last) or not last or path == STAGED
-            src_word = src_word0 + (off >> 2)
-            raddr = dst_addr + dst_off + off
+            src_word = msgs[m, M_SRC_WORD] + off // 4
+            raddr = params[P_DST_ADDR] + msgs[m, M_DST_OFF] + off
+            rkey = params[P_RKEY]
             if path == PUSH and dv.push_small_ok(src, src_word, n):
                 # One thread posts it, with 16-byte stores and no block barrier: a barrier
                 # after stores to host memory costs 0.2 to 0.5 us on an H200 (run 13).
@@ -168,8 +148,8 @@ def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
                                       state[0, dv.S_BOUNCE_RES])
             elif path == PULL:
                 if tid == 0:
-                    dv.wqe_rdma_write(q, 0, src_addr + src_word * 4, src_lkey, n, raddr, rkey,
-                                      signaled, 0)
+                    dv.wqe_rdma_write(q, 0, params[P_SRC_ADDR] + src_word * 4,
+                                      params[P_SRC_LKEY], n, raddr, rkey, signaled, 0)
             else:
                 dv.wqe_rdma_write_inline(q, 0, src, src_word, n, raddr, rkey, signaled)
             if tid == 0 and (not last or n >= RING_EACH_BYTES):
@@ -177,22 +157,19 @@ def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
             off += n
         if status == 0 and end_of_batch and tid == 0:
             dv.flush_doorbell(q, 0)
-            pi = state[0, dv.S_PI]
-            # The wait (or poll) right after the doorbell, this batch's record after it:
-            # stores between the doorbell and the first poll would delay that poll.
-            if wait_each or tail + 1 - head >= cap:
-                status = dv.wait_done(q, 0, pi, timeout)
+            slot = tail & (cap - 1)
+            pend[i, slot, 0] = state[0, dv.S_PI]
+            pend[i, slot, 1] = batch_first
+            pend[i, slot, 2] = m + 1
+            tail += 1
+            if params[P_WAIT_EACH] != 0 or tail - head >= cap:
+                status = dv.wait_done(q, 0, state[0, dv.S_PI], timeout)
             else:
                 # One non-blocking poll per batch (one CQE per batch is produced), so that
                 # completion times are stamped when they happen, not when space runs out.
                 polled = dv.poll_cq(q, 0)
                 if polled < 0:
                     status = polled
-            slot = tail & (cap - 1)
-            pend[i, slot, 0] = pi
-            pend[i, slot, 1] = batch_first
-            pend[i, slot, 2] = m + 1
-            tail += 1
             head = _reap(q, pend, i, t_done, head, tail)
         if status == 0 and end_of_batch:
             batch_first = m + 1     # every thread: end_of_batch decides which WQEs signal
