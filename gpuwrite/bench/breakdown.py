@@ -50,10 +50,7 @@ def _push_steps(Q, src, nbytes, raddr, rkey, timeout_ns, stamps, status):
     st = 0
     for k in range(stamps.shape[0]):
         stamps[k, 0] = globaltimer_ns()
-        a = dv._load16(src, 0, True)
-        b = dv._load16(src, 4, True)
-        c = dv._load16(src, 8, True)
-        d = dv._load16(src, 12, True)
+        payload = dv._load64(src, 0, 4)
         st = dv.sq_reserve(q, 0, 1, timeout_ns)
         stamps[k, 1] = globaltimer_ns()
         if st != 0:
@@ -68,10 +65,7 @@ def _push_steps(Q, src, nbytes, raddr, rkey, timeout_ns, stamps, status):
         dv.wqe_rdma_write(q, 0, dv.stage_address(q, 0, word), sh_info[0, dv.I_STAGE_LKEY],
                           nbytes, raddr, rkey, dv.stage_signal(q, 0, True), dv.stage_aux(q, 0))
         stamps[k, 4] = globaltimer_ns()
-        dv._store16(stage, word, a, True)
-        dv._store16(stage, word + 4, b, True)
-        dv._store16(stage, word + 8, c, True)
-        dv._store16(stage, word + 12, d, True)
+        dv._store64(stage, word, payload, 4)
         stamps[k, 5] = globaltimer_ns()
         dv.ring_doorbell(q, 0)
         stamps[k, 6] = globaltimer_ns()

@@ -24,6 +24,7 @@ __all__ = [
 ]
 
 if SIMULATOR:
+    import numpy as np
 
     def ld_acquire_sys_u32(arr, index):
         """Load arr[index] with system-scope acquire: later accesses stay after it."""
@@ -69,7 +70,6 @@ if SIMULATOR:
 
     def address_of(arr, index):
         """The address of arr[index]."""
-        import numpy as np
         a = np.asarray(arr)
         return a.ctypes.data + index * a.itemsize
 

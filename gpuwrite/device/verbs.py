@@ -2,12 +2,14 @@
 
 A queue pair is driven by one thread block at a time. Bookkeeping verbs run on one
 thread (thread 0 by convention); the payload copies are cooperative over the block, with
-``cuda.syncthreads()`` between the copy and the doorbell. Every step that is visible on
-the bus is one function here:
+``cuda.syncthreads()`` between the copy and the doorbell, except that ``push_small``
+posts a small payload from one thread alone. Every step that is visible on the bus is
+one function here:
 
 * ``stage_reserve``   wait for staging-slot credits from the NIC, claim slots
 * ``stage_header``    write the staging-slot header in front of a pushed payload
 * ``copy_words``      block-cooperative copy of a payload (GPU memory -> staging/bounce)
+* ``push_small``      all of a pushed write of at most SMALL_PUSH_BYTES, on one thread
 * ``wqe_rdma_write``  build an RDMA-write WQE (data segment) at the producer index
 * ``wqe_rdma_write_inline``  the same with the payload inside the WQE
 * ``ring_doorbell``   publish the doorbell record, then write the doorbell register
@@ -372,6 +374,24 @@ def _store16(dst, word, x, present):
 
 
 @cuda.jit(device=True)
+def _load64(src, word, chunks):
+    """Up to 64 bytes of payload as four 16-byte words: the first ``chunks`` (>= 1) are
+    read, the rest are zeros. The four loads are independent, so they are in flight
+    together."""
+    return (_load16(src, word, True), _load16(src, word + 4, chunks > 1),
+            _load16(src, word + 8, chunks > 2), _load16(src, word + 12, chunks > 3))
+
+
+@cuda.jit(device=True)
+def _store64(dst, word, x, chunks):
+    """Stores the first ``chunks`` (>= 1) 16-byte words of ``x`` (from ``_load64``)."""
+    _store16(dst, word, x[0], True)
+    _store16(dst, word + 4, x[1], chunks > 1)
+    _store16(dst, word + 8, x[2], chunks > 2)
+    _store16(dst, word + 12, x[3], chunks > 3)
+
+
+@cuda.jit(device=True)
 def push_small(Q, i, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns):
     """Posts a pushed RDMA write of a small payload from one thread; returns a status.
 
@@ -383,10 +403,7 @@ def push_small(Q, i, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns):
     batch), and it orders these stores before the NIC can see the WQE.
     """
     chunks = nbytes >> 4
-    a = _load16(src, src_word, True)
-    b = _load16(src, src_word + 4, chunks > 1)
-    c = _load16(src, src_word + 8, chunks > 2)
-    d = _load16(src, src_word + 12, chunks > 3)
+    first64 = _load64(src, src_word, chunks)
     st = sq_reserve(Q, i, 1, timeout_ns)
     if st != OK:
         return st
@@ -399,20 +416,10 @@ def push_small(Q, i, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns):
     # be in flight. The NIC sees neither before the doorbell.
     wqe_rdma_write(Q, i, stage_address(Q, i, word), Q[Q_INFO][i, I_STAGE_LKEY], nbytes,
                    raddr, rkey, stage_signal(Q, i, signaled), stage_aux(Q, i))
-    _store16(stage, word, a, True)
-    _store16(stage, word + 4, b, chunks > 1)
-    _store16(stage, word + 8, c, chunks > 2)
-    _store16(stage, word + 12, d, chunks > 3)
+    _store64(stage, word, first64, chunks)
     k = 4
     while k < chunks:   # beyond 64 bytes: 64 bytes at a time, loads before stores
-        a = _load16(src, src_word + 4 * k, True)
-        b = _load16(src, src_word + 4 * k + 4, k + 1 < chunks)
-        c = _load16(src, src_word + 4 * k + 8, k + 2 < chunks)
-        d = _load16(src, src_word + 4 * k + 12, k + 3 < chunks)
-        _store16(stage, word + 4 * k, a, True)
-        _store16(stage, word + 4 * k + 4, b, k + 1 < chunks)
-        _store16(stage, word + 4 * k + 8, c, k + 2 < chunks)
-        _store16(stage, word + 4 * k + 12, d, k + 3 < chunks)
+        _store64(stage, word + 4 * k, _load64(src, src_word + 4 * k, chunks - k), chunks - k)
         k += 4
     return OK
 

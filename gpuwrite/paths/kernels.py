@@ -2,7 +2,8 @@
 
 One thread block drives one queue pair and sends that QP's messages in order. Thread 0
 does the bookkeeping (slots, WQEs, doorbells, completions) and publishes each step's
-outcome to the block through shared memory; all threads copy payloads.
+outcome to the block through shared memory; all threads copy payloads, except the small
+pushes thread 0 posts alone (``dv.push_small``).
 
 Paths (the ``path`` argument):
   PUSH     gpu_push: payload written by the GPU into the NIC's staging region
