@@ -26,6 +26,22 @@ TARGET_BANDWIDTH_RATIO = 0.90
 TARGET_RATE_MPPS = 20.0
 BANDWIDTH_REPEATS = 3
 LATENCY_REPEATS = 3
+# How each path sends its 1 MiB messages: 128 QPs (one block each) keep enough stores in
+# flight to fill PCIe; 12 engine threads deliver. The paths that copy through NIC or
+# bounce memory post a message as WQEs of BW_CHUNK_BYTES, with room for BW_CHUNKS_IN_FLIGHT
+# of them per QP (34 MiB of staging over 128 QPs, in the host's 300 MiB L3); nic_pull
+# posts one WQE per message, as a NIC reading GPU memory needs no staging. Posting whole
+# 1 MiB WQEs through a 4 MiB ring per QP (512 MiB, past the L3) reached 0.72 to 0.87x
+# and varied between runs; 64 KiB WQEs reached 0.99x in every run (BENCHMARKS.md, run 41).
+BW_CHUNK_BYTES = 64 << 10
+BW_CHUNKS_IN_FLIGHT = 4
+_BW_COMMON = dict(n_qps=128, batch=4, block_threads=512, workers=12)
+BANDWIDTH_RUN = {
+    "gpu_push": dict(_BW_COMMON, chunk_bytes=BW_CHUNK_BYTES, stage_slot_bytes=4096,
+                     stage_slots=BW_CHUNKS_IN_FLIGHT * (BW_CHUNK_BYTES // 4096 + 1)),
+    "host_staged": dict(_BW_COMMON, chunk_bytes=BW_CHUNK_BYTES),
+    "nic_pull": dict(_BW_COMMON, chunk_bytes=1 << 20),
+}
 # Pauses before the first poll (ns) with which the floor and gpu_push are also measured.
 POLL_DELAYS_NS = (100, 200, 300, 400, 600)
 
@@ -155,16 +171,13 @@ def run_suite(quick: bool = False, progress=None) -> dict:
     for k in range(repeats):
         for path in runs:
             step(f"{path}: 1 MiB bandwidth ({k + 1} of {repeats})")
-            # 128 QPs (one block each) keep enough stores in flight to fill PCIe; each
-            # QP's staging ring holds four 1 MiB messages; 12 engine threads deliver.
-            r = runner.run(path, [mib] * n_big, n_qps=128, batch=4, chunk_bytes=mib,
-                           stage_slots=4 * (mib // 4096 + 1), stage_slot_bytes=4096,
-                           block_threads=512, workers=12)
+            r = runner.run(path, [mib] * n_big, **BANDWIDTH_RUN[path])
             runs[path].append((r.throughput_gbps / 8, r.delivered, r.messages))
     for path, rs in runs.items():
         gbytes = float(np.median([g for g, _, _ in rs]))
         bw[path] = {"gbytes": gbytes, "runs_gbytes": [g for g, _, _ in rs],
                     "delivered": min(d for _, d, _ in rs), "messages": rs[0][2],
+                    "wqe_bytes": BANDWIDTH_RUN[path]["chunk_bytes"],
                     "ratio_to_bulk_store": gbytes / out["bulk_store_gbytes"]}
     out["bandwidth_1MiB"] = bw
 

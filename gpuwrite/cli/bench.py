@@ -42,9 +42,11 @@ def main(args) -> int:
     console.print("gpu_push 64 B, step medians (ns): " +
                   ", ".join(f"{k} {v:.0f}" for k, v in bd.items()))
     rows = [[p, v["gbytes"], v["ratio_to_bulk_store"], ", ".join(f"{g:.1f}" for g in v["runs_gbytes"]),
-             f"{v['delivered']}/{v['messages']}"] for p, v in out["bandwidth_1MiB"].items()]
-    console.print(table("1 MiB bandwidth (median of the runs)",
-                        ["path", "GB/s", "x bulk store", "runs GB/s", "delivered"], rows))
+             f"{v['wqe_bytes'] >> 10} KiB", f"{v['delivered']}/{v['messages']}"]
+            for p, v in out["bandwidth_1MiB"].items()]
+    console.print(table("1 MiB messages: bandwidth (median of the runs)",
+                        ["path", "GB/s", "x bulk store", "runs GB/s", "bytes per WQE", "delivered"],
+                        rows))
     rows = [[p, v["mpps"], f"{v['delivered']}/{v['messages']}"] for p, v in out["rate_64B"].items()]
     console.print(table("64-byte message rate", ["path", "M msg/s", "delivered"], rows))
     for k, ok in out["verdict"].items():
