@@ -14,6 +14,9 @@ def register(sub) -> None:
     p.add_argument("--batch", type=int, default=4, help="WQEs per doorbell (default 4)")
     p.add_argument("--paths", default="gpu_push,gpu_push_inline,nic_pull,host_staged",
                    help="comma-separated paths")
+    p.add_argument("--sizes", default=None,
+                   help="comma-separated message sizes in bytes to mix, any length (default "
+                        "64 B to 64 KiB; up to 448 B for gpu_push_inline)")
     p.add_argument("--policy", default="hold", choices=["hold", "drop"])
     p.add_argument("--seed", type=int, default=1)
     add_json_flag(p)
@@ -29,6 +32,12 @@ def main(args) -> int:
         if p not in runner.PATHS:
             raise UsageError(f"path {p!r} is not one of {', '.join(runner.PATHS)}")
     n = args.messages or (400 if SIMULATOR else 2000)
+    choices = None
+    if args.sizes:
+        try:
+            choices = [int(v) for v in args.sizes.split(",") if v.strip()]
+        except ValueError:
+            raise UsageError(f"--sizes={args.sizes!r}: comma-separated whole numbers of bytes")
     if n < 1 or args.qps < 1:
         raise UsageError(f"--messages={n} and --qps={args.qps} must both be at least 1")
     results = []
@@ -42,7 +51,7 @@ def main(args) -> int:
         for p in paths:
             progress.update(task, description=f"{p}: {n} messages")
             try:
-                r = runner.run(p, runner.default_sizes(p, n, args.seed), n_qps=args.qps,
+                r = runner.run(p, runner.default_sizes(p, n, args.seed, choices), n_qps=args.qps,
                                batch=args.batch, policy=args.policy, seed=args.seed)
             except ValueError as exc:
                 raise UsageError(str(exc)) from exc

@@ -17,6 +17,7 @@ from gpuwrite.device import verbs as dv
 from gpuwrite.host.memory import mapped
 from gpuwrite.host.verbs import Context, LinkConfig
 from gpuwrite.paths import kernels as K
+from gpuwrite.paths import workload
 
 PATHS = tuple(K.PATH_IDS)
 
@@ -60,11 +61,13 @@ DEMO_SIZES = (64, 256, 1024, 4096, 16384, 65536)
 INLINE_SIZES = (16, 64, 128, 256, 448)
 
 
-def default_sizes(path: str, n: int, seed: int = 1) -> np.ndarray:
-    """A mixed-size workload: inline paths get sizes that fit a WQE."""
+def default_sizes(path: str, n: int, seed: int = 1, choices=None) -> np.ndarray:
+    """A mixed-size workload drawn from ``choices`` (by default ``DEMO_SIZES``, and
+    ``INLINE_SIZES`` for inline paths, which must fit a WQE)."""
     rng = np.random.default_rng(seed)
-    sizes = INLINE_SIZES if path == "gpu_push_inline" else DEMO_SIZES
-    return rng.choice(np.asarray(sizes, dtype=np.int64), size=n)
+    if choices is None:
+        choices = INLINE_SIZES if path == "gpu_push_inline" else DEMO_SIZES
+    return rng.choice(np.asarray(choices, dtype=np.int64), size=n)
 
 
 def decode_qp_errors(result: np.ndarray, qpns, vendor: bool = False) -> dict:
@@ -88,27 +91,13 @@ def decode_qp_errors(result: np.ndarray, qpns, vendor: bool = False) -> dict:
     return errors
 
 
-def _validate(path, sizes, n_qps, batch, chunk_bytes, sq_bbs):
-    if path not in K.PATH_IDS:
-        raise ValueError(f"path={path!r}: allowed {', '.join(PATHS)}")
-    sizes = np.asarray(sizes, dtype=np.int64)
-    if sizes.ndim != 1 or len(sizes) == 0:
-        raise ValueError("sizes_bytes must be a non-empty list of message sizes")
-    bad = sizes[(sizes <= 0) | (sizes % 4 != 0)]
-    if len(bad):
-        raise ValueError(f"message size {int(bad[0])} bytes: sizes must be positive multiples "
-                         "of 4 (the device verbs copy 32-bit words)")
-    if path == "gpu_push_inline" and sizes.max() > L.MAX_INLINE_BYTES:
-        raise ValueError(f"message size {int(sizes.max())} bytes is too large for an inline "
-                         f"WQE: at most {L.MAX_INLINE_BYTES}")
-    if n_qps < 1:
-        raise ValueError(f"n_qps={n_qps}: must be at least 1")
+def _validate_run(batch, chunk_bytes, sq_bbs):
     if not 1 <= batch <= sq_bbs // (2 * L.MAX_WQE_BBS):
         raise ValueError(f"batch={batch}: allowed 1 to {sq_bbs // (2 * L.MAX_WQE_BBS)} "
                          f"(sq_bbs={sq_bbs} / 16, so a signaled WQE is always in flight)")
     if chunk_bytes % 4 or chunk_bytes < 64:
-        raise ValueError(f"chunk_bytes={chunk_bytes}: a multiple of 4, at least 64")
-    return sizes
+        raise ValueError(f"chunk_bytes={chunk_bytes}: a multiple of 4 (chunks start on a "
+                         "source word), at least 64")
 
 
 def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
@@ -125,20 +114,11 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
     ``poll_delay_ns`` is the pause before a completion wait's first poll
     (``gpuwrite.device.verbs.I_POLL_DELAY_NS``).
     """
-    sizes = _validate(path, sizes_bytes, n_qps, batch, chunk_bytes, sq_bbs)
-    rng = np.random.default_rng(seed)
+    wl = workload.build(path, sizes_bytes, n_qps, seed)
+    _validate_run(batch, chunk_bytes, sq_bbs)
+    sizes, msgs, src_host = wl.sizes, wl.msgs, wl.payload
     n = len(sizes)
-    qp_of = np.arange(n) % n_qps
-    order = np.argsort(qp_of, kind="stable")
-    sizes = sizes[order]
-    qp_of = qp_of[order]
-    qp_first = np.searchsorted(qp_of, np.arange(n_qps + 1)).astype(np.int64)
-    words = sizes // 4
-    src_word = np.concatenate([[0], np.cumsum(words)[:-1]]).astype(np.int64)
-    total_words = int(words.sum())
-    src_host = rng.integers(0, 2**32, size=total_words, dtype=np.uint32)
-    dst_off = src_word * 4   # each message has its own destination range
-    msgs = np.stack([sizes, src_word, dst_off], axis=1).astype(np.int64)
+    qp_first = wl.qp_first(n_qps)
 
     max_chunk = min(chunk_bytes, int(sizes.max()))
     if stage_slots is None:
@@ -150,8 +130,8 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
         pd = ctx.alloc_pd()
         src_dev = cuda.to_device(src_host)
         src_mr = pd.reg_mr(src_dev, access=L.ACCESS_LOCAL_WRITE)
-        dst = mapped((total_words,), np.uint32)
-        dst.host[:] = 0xDEADBEEF
+        dst = mapped((len(src_host),), np.uint32)
+        dst.host[:] = wl.destination()
         dst_mr = pd.reg_mr(dst, access=L.ACCESS_LOCAL_WRITE | L.ACCESS_REMOTE_WRITE)
         qs = pd.create_queues(n_qps, sq_bbs=sq_bbs, ncqe=max(sq_bbs, 256), stage_slots=stage_slots,
                               stage_slot_bytes=stage_slot_bytes,
@@ -197,11 +177,9 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
         res = result.copy_to_host()
         got = dst.host.copy()
         qp_errors = decode_qp_errors(res, qs.qpns)
-        delivered_mask = np.zeros(n, dtype=bool)
-        for m in range(n):
-            a, b = src_word[m], src_word[m] + words[m]
-            delivered_mask[m] = td[m] > 0 and np.array_equal(got[a:b], src_host[a:b])
         completed = td > 0
+        arrived = wl.arrived(got)
+        delivered_mask = completed & arrived
         lat = (td[completed] - tp[completed]).astype(np.int64)
         span = (td[completed].max() - tp.min()) if completed.any() else 0
         nbytes = int(sizes[delivered_mask].sum())
@@ -214,11 +192,10 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
             throughput_gbps=float(nbytes * 8 / span) if span > 0 else 0.0,
             world="simulator" if SIMULATOR else "gpu", emulation=EMULATION_NOTES[path],
             qp_errors=qp_errors, counters=counters, latencies_ns=lat)
-        # Bytes outside every message's range must be untouched: none exist by
-        # construction (messages tile dst), so check that failed ones left the canary.
+        # Messages tile dst, so no byte lies outside every message's range: a message
+        # that never completed must have left its range whole or untouched.
         for m in np.nonzero(~completed)[0]:
-            a, b = src_word[m], src_word[m] + words[m]
-            if not np.all(got[a:b] == 0xDEADBEEF) and not np.array_equal(got[a:b], src_host[a:b]):
+            if not arrived[m] and not wl.untouched(got, m):
                 out.qp_errors.setdefault("partial", []).append(int(m))
         return out
     finally:

@@ -69,10 +69,11 @@ def test_bad_vary_entries_are_named(tmp_path, vary, expected):
         assert fragment in str(info.value)
 
 
-def test_emulated_sizes_must_be_whole_words(tmp_path):
-    text = '[[sweep]]\nname = "e"\nbackend = "emulated"\n[sweep.vary]\nsize_bytes = [64, 66]\n'
-    with pytest.raises(SpecError, match=r"size_bytes=66 .*multiple of 4"):
-        load_spec(write(tmp_path, text))
+def test_emulated_sizes_are_positive_byte_counts(tmp_path):
+    text = '[[sweep]]\nname = "e"\nbackend = "emulated"\n[sweep.vary]\nsize_bytes = [{}]\n'
+    load_spec(write(tmp_path, text.format("64, 66, 1")))
+    with pytest.raises(SpecError, match=r"size_bytes=0 .*an integer >= 1"):
+        load_spec(write(tmp_path, text.format("64, 0")))
 
 
 def test_file_level_errors(tmp_path):

@@ -1,26 +1,15 @@
 """The testbed runner's pure parts, and its refusal to pretend on a machine without a NIC."""
-import numpy as np
 import pytest
 
 from gpuwrite.backends import availability
 from gpuwrite.backends.testbed import EXIT_UNAVAILABLE, probe
 from gpuwrite.backends.testbed import runner as tr
 from gpuwrite.backends.testbed.bootstrap import TcpBootstrap
-
-
-def test_both_ranks_build_the_same_workload():
-    a = tr.workload("gpu_push", [64, 256, 4096, 64, 128], 2, seed=3)
-    b = tr.workload("gpu_push", [64, 256, 4096, 64, 128], 2, seed=3)
-    for x, y in zip(a, b):
-        assert np.array_equal(x, y)
-    msgs, qp_of, payload = a
-    assert list(qp_of) == [0, 0, 0, 1, 1] and len(payload) == (64 + 256 + 4096 + 64 + 128) // 4
-    with pytest.raises(ValueError, match="too large for an inline WQE"):
-        tr.workload("gpu_push_inline", [512], 1, 1)
+from gpuwrite.paths import workload
 
 
 def test_staging_check_refuses_a_wqe_larger_than_three_quarters_of_the_ring():
-    msgs, _, _ = tr.workload("gpu_push", [64, 4096, 1024], 1, 1)
+    msgs = workload.build("gpu_push", [64, 4096, 1024], 1, 1).msgs
     tr.check_staging_fits(msgs, 24, 256, 65536)       # 4096 B + header: 17 slots of 256
     with pytest.raises(ValueError, match="needs 17 staging slots of 256 bytes; a ring of 21 "
                                          "lends one WQE at most 16"):

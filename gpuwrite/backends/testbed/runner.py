@@ -24,6 +24,7 @@ from gpuwrite.backends.testbed import qp_attrs as qa
 from gpuwrite.backends.testbed.bootstrap import Bootstrap, PeerRecord
 from gpuwrite.cudaenv import cuda, world
 from gpuwrite.paths import kernels as K
+from gpuwrite.paths import workload
 from gpuwrite.paths.runner import PathResult, decode_qp_errors
 
 PATHS = tuple(K.PATH_IDS)
@@ -44,26 +45,6 @@ class TestbedUnavailable(RuntimeError):
     def __init__(self, availability: Availability):
         super().__init__(availability.reason)
         self.reason = availability.reason
-
-
-def workload(path: str, sizes_bytes, n_qps: int, seed: int):
-    """The messages, in QP order, and their payload: identical on both ranks."""
-    if path not in PATHS:
-        raise ValueError(f"path={path!r}: allowed {', '.join(PATHS)}")
-    sizes = np.asarray(sizes_bytes, dtype=np.int64)
-    if sizes.ndim != 1 or not len(sizes) or ((sizes <= 0) | (sizes % 4 != 0)).any():
-        raise ValueError("sizes_bytes: a non-empty list of positive multiples of 4")
-    if path == "gpu_push_inline" and sizes.max() > L.MAX_INLINE_BYTES:
-        raise ValueError(f"message size {int(sizes.max())} bytes is too large for an inline WQE: "
-                         f"at most {L.MAX_INLINE_BYTES}")
-    qp_of = np.arange(len(sizes)) % n_qps
-    order = np.argsort(qp_of, kind="stable")
-    sizes, qp_of = sizes[order], qp_of[order]
-    words = sizes // 4
-    src_word = np.concatenate([[0], np.cumsum(words)[:-1]]).astype(np.int64)
-    payload = np.random.default_rng(seed).integers(0, 2**32, size=int(words.sum()), dtype=np.uint32)
-    msgs = np.stack([sizes, src_word, src_word * 4], axis=1).astype(np.int64)
-    return msgs, qp_of, payload
 
 
 def check_staging_fits(msgs, slots: int, slot_bytes: int, chunk_bytes: int) -> None:
@@ -112,7 +93,8 @@ def run(path: str, sizes_bytes, bootstrap: Bootstrap, *, device: str | None = No
     if not availability.ok:
         raise TestbedUnavailable(availability)
     device = device or next(d for d in availability.devices if d.startswith("mlx5"))
-    msgs, qp_of, payload = workload(path, sizes_bytes, n_qps, seed)
+    wl = workload.build(path, sizes_bytes, n_qps, seed)   # identical on both ranks
+    msgs, payload = wl.msgs, wl.payload
     n = len(msgs)
 
     from gpuwrite.backends.testbed.devx import TestbedNic, TestbedQueueSet
@@ -126,7 +108,7 @@ def run(path: str, sizes_bytes, bootstrap: Bootstrap, *, device: str | None = No
         rw = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
         from pyverbs.mr import MR
 
-        dst = np.full(len(payload), 0xDEADBEEF, dtype=np.uint32)
+        dst = wl.destination()
         dst_mr = MR(nic.pd, dst.nbytes, rw, address=dst.ctypes.data)
         src, src_mr, src_addr, registration = _gpu_source(payload, nic, e.IBV_ACCESS_LOCAL_WRITE)
         mine = PeerRecord(rank=bootstrap.rank, host=socket.gethostname(), lid=nic.lid, gid=nic.gid,
@@ -166,7 +148,7 @@ def run(path: str, sizes_bytes, bootstrap: Bootstrap, *, device: str | None = No
                 if qs.stage_mr is None:
                     raise ValueError(qs.stage_note)
                 check_staging_fits(msgs, stage_slots, stage_slot_bytes, chunk_bytes)
-            qp_first = np.searchsorted(qp_of, np.arange(n_qps + 1)).astype(np.int64)
+            qp_first = wl.qp_first(n_qps)
             d_tp = cuda.to_device(np.zeros(n, dtype=np.int64))
             d_td = cuda.to_device(np.zeros(n, dtype=np.int64))
             d_res = cuda.to_device(np.zeros((n_qps, 3), dtype=np.int64))
@@ -178,9 +160,7 @@ def run(path: str, sizes_bytes, bootstrap: Bootstrap, *, device: str | None = No
             t_post, t_done = d_tp.copy_to_host(), d_td.copy_to_host()
             res = d_res.copy_to_host()
         bootstrap.allgather("sent")         # rank 0's kernel is done: rank 1 may look
-        arrived = [bool(np.array_equal(dst[a:a + w], payload[a:a + w]))
-                   for a, w in zip(msgs[:, K.M_SRC_WORD], msgs[:, K.M_SIZE] // 4)]
-        checked = bootstrap.allgather(arrived)[1]
+        checked = bootstrap.allgather([bool(a) for a in wl.arrived(dst)])[1]
         if bootstrap.rank != 0:
             return None
         completed = t_done > 0
