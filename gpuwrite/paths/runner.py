@@ -106,13 +106,14 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
         stage_slot_bytes: int = 256, block_threads: int | None = None, timeout_s: float = 5.0,
         workers: int = 1, seed: int = 7, stall_receiver_s: float = 0.0,
         stage_credits: str = "status", poll_delay_ns: int = 0,
-        context: Context | None = None) -> PathResult:
+        bounce_bytes: int | None = None, context: Context | None = None) -> PathResult:
     """Sends ``sizes_bytes`` messages (spread round-robin over ``n_qps`` QPs) on ``path``.
 
     ``stage_credits="completions"`` makes gpu_push count its staging credits from
     completions, as it must on a real NIC (``gpuwrite.host.verbs.STAGE_CREDITS``);
     ``poll_delay_ns`` is the pause before a completion wait's first poll
-    (``gpuwrite.device.verbs.I_POLL_DELAY_NS``).
+    (``gpuwrite.device.verbs.I_POLL_DELAY_NS``). host_staged's bounce ring holds
+    ``bounce_bytes`` per QP (default: four of the largest WQE's payload, at least 64 KiB).
     """
     wl = workload.build(path, sizes_bytes, n_qps, seed)
     _validate_run(batch, chunk_bytes, sq_bbs)
@@ -135,7 +136,7 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
         dst_mr = pd.reg_mr(dst, access=L.ACCESS_LOCAL_WRITE | L.ACCESS_REMOTE_WRITE)
         qs = pd.create_queues(n_qps, sq_bbs=sq_bbs, ncqe=max(sq_bbs, 256), stage_slots=stage_slots,
                               stage_slot_bytes=stage_slot_bytes,
-                              bounce_bytes=max(4 * max_chunk, 65536),
+                              bounce_bytes=bounce_bytes or max(4 * max_chunk, 65536),
                               stage_credits=stage_credits, poll_delay_ns=poll_delay_ns)
         params = np.zeros(K.P_COLS, dtype=np.int64)
         params[K.P_PATH] = K.PATH_IDS[path]
