@@ -32,8 +32,9 @@ LATENCY_REPEATS = 3
 # of them per QP (68 MiB of staging over 128 QPs, in the host's 300 MiB L3), so that an
 # engine thread that falls behind for a while does not stall the GPU; nic_pull posts one
 # WQE per message, as a NIC reading GPU memory needs no staging. Whole 1 MiB WQEs through
-# a 4 MiB ring per QP (512 MiB, past the L3) reached 0.72 to 0.87x and varied between
-# runs; 64 KiB WQEs reached 0.94 to 0.99x (BENCHMARKS.md, session 5).
+# a 4 MiB ring per QP (512 MiB, past the L3) reached 0.72 to 0.87x. 64 KiB WQEs reached
+# 0.94 to 0.99x in probes; inside the bench, 0.85 to 0.99x with four in flight and 0.98 to
+# 0.99x with eight (BENCHMARKS.md, session 5).
 BW_CHUNK_BYTES = 64 << 10
 BW_CHUNKS_IN_FLIGHT = 8
 _BW_COMMON = dict(n_qps=128, batch=4, block_threads=512, workers=12)
