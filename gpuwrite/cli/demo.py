@@ -33,10 +33,12 @@ def main(args) -> int:
             raise UsageError(f"path {p!r} is not one of {', '.join(runner.PATHS)}")
     n = args.messages or (400 if SIMULATOR else 2000)
     choices = None
-    if args.sizes:
+    if args.sizes is not None:
         try:
             choices = [int(v) for v in args.sizes.split(",") if v.strip()]
         except ValueError:
+            choices = []
+        if not choices:
             raise UsageError(f"--sizes={args.sizes!r}: comma-separated whole numbers of bytes")
     if n < 1 or args.qps < 1:
         raise UsageError(f"--messages={n} and --qps={args.qps} must both be at least 1")

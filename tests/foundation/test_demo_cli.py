@@ -30,6 +30,8 @@ def test_demo_mixes_the_sizes_asked_for(capsys):
 def test_demo_names_bad_input(capsys):
     assert main(["demo", "--sizes", "64,x"]) == 2
     assert "--sizes='64,x'" in capsys.readouterr().err
+    assert main(["demo", "--sizes", ","]) == 2
+    assert "--sizes=',': comma-separated whole numbers of bytes" in capsys.readouterr().err
     assert main(["demo", "--messages", "2", "--paths", "gpu_push", "--sizes", "0"]) == 2
     assert "message size 0 bytes" in capsys.readouterr().err
     assert main(["demo", "--paths", "gpu_pull"]) == 2
