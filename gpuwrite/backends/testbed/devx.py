@@ -41,7 +41,12 @@ DBREC_BYTES = 8
 
 
 class TestbedError(RuntimeError):
-    """Building or connecting queues on the NIC failed; the message says what and why."""
+    """Building or connecting queues on the NIC failed; the message says what and why.
+    ``errno``: the failed call's, where it set one."""
+
+    def __init__(self, message: str, errno: int | None = None):
+        super().__init__(message)
+        self.errno = errno
 
 
 @dataclass(frozen=True)
@@ -198,7 +203,8 @@ class TestbedNic:
             self.ctx = self._stack.push("context", v.Mlx5Context(
                 v.Mlx5DVContextAttr(v.c.CONTEXT_FLAGS_DEVX), name=device))
         except v.PyverbsError as exc:
-            raise TestbedError(f"cannot open {device} with DevX: {exc}") from None
+            raise TestbedError(f"cannot open {device} with DevX: {describe_devx_error(exc)}",
+                               getattr(exc, "error_code", None)) from None
         self.pd = self._stack.push("protection domain", v.PD(self.ctx))
         self.pdn = v.Mlx5DvObj(v.c.OBJ_PD, pd=self.pd).dvpd.pdn
         if query:
@@ -237,9 +243,10 @@ class TestbedNic:
                                "RoCE needs the next hop's MAC in the QP; check that the peer's "
                                "IP answers from this port (ping -I <netdev>)") from None
 
-    def close(self) -> None:
-        self._stack.close()
+    def close(self) -> list[str]:
+        """Releases the PD, then the context; returns what was released."""
         self.ctx = self.pd = None
+        return self._stack.close()
 
     def __enter__(self):
         return self
@@ -583,7 +590,8 @@ class TestbedQueueSet:
         try:
             obj = v.Mlx5DevxObj(self.nic.ctx, command, out_layout.size_bytes)
         except v.PyverbsError as exc:
-            raise TestbedError(f"DevX {what} failed: {describe_devx_error(exc)}") from None
+            raise TestbedError(f"DevX {what} failed: {describe_devx_error(exc)}",
+                               getattr(exc, "error_code", None)) from None
         self._stack.push(what, obj)
         prm.check_output(out_layout, obj.out_view, f"DevX {what}")
         return obj
@@ -622,7 +630,8 @@ class TestbedQueueSet:
         try:
             out = self.qps[i].modify(command, prm.MODIFY_QP_OUT.size_bytes)
         except v.PyverbsError as exc:
-            raise TestbedError(f"DevX {what} of QP 0x{qpn:x} failed: {describe_devx_error(exc)}") from None
+            raise TestbedError(f"DevX {what} of QP 0x{qpn:x} failed: {describe_devx_error(exc)}",
+                               getattr(exc, "error_code", None)) from None
         prm.check_output(prm.MODIFY_QP_OUT, out, f"DevX {what} of QP 0x{qpn:x}")
 
     def connect(self, connections: list[qa.QpConnection]) -> None:
@@ -651,9 +660,9 @@ class TestbedQueueSet:
 
 
 def describe_devx_error(exc) -> str:
-    """A pyverbs error with its errno and, where the DevX call returned one, the firmware
-    syndrome (PyverbsRDMAError carries ``error_code``; DevX failures print the syndrome in
-    the message when rdma-core has it)."""
+    """A pyverbs error with its errno (PyverbsRDMAError's ``error_code``). pyverbs drops
+    the command's output when a DevX call fails, so the firmware's status and syndrome
+    are then only in the kernel log (mlx5_core prints them: ``dmesg | grep mlx5``)."""
     code = getattr(exc, "error_code", None)
     if code:
         return f"{exc} (errno {code}: {os.strerror(code)})"

@@ -216,13 +216,18 @@ MODIFY_QP_OUT = Layout("modify_qp_out", (
 class DevxCommandError(RuntimeError):
     """The NIC refused a DevX command: the message names it, its status and syndrome."""
 
+    def __init__(self, message: str, status: int = 0, syndrome: int = 0):
+        super().__init__(message)
+        self.status, self.syndrome = status, syndrome
+
 
 def check_output(layout: Layout, out: bytes, what: str) -> dict:
     """Decodes a command output; raises DevxCommandError unless its status is ok."""
     fields = layout.unpack(out)
     if fields["status"]:
         raise DevxCommandError(f"{what}: status {CMD_STATUS.get(fields['status'], hex(fields['status']))}"
-                               f" (0x{fields['status']:x}), syndrome 0x{fields['syndrome']:08x}")
+                               f" (0x{fields['status']:x}), syndrome 0x{fields['syndrome']:08x}",
+                               fields["status"], fields["syndrome"])
     return fields
 
 
