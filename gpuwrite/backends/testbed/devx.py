@@ -122,6 +122,14 @@ class RingPlan:
         }
 
 
+def kernel_address(buffer) -> int:
+    """The address kernels use for pinned host memory (``host.memory.Mapped``); under the
+    CUDA simulator, the host address itself."""
+    from gpuwrite.cudaenv import SIMULATOR
+
+    return buffer.address if SIMULATOR else buffer.kernel.__cuda_array_interface__["data"][0]
+
+
 def doorbell_view(register_address: int, n_qps: int):
     """The Q_UAR array: one 8-byte doorbell register that every QP row rings (stride 0):
     all QPs of a QueueSet share one UAR page, and the doorbell carries the QPN."""
@@ -458,7 +466,7 @@ class TestbedQueueSet:
             host = mapped((plan.ring_bytes // 4,), np.uint32)
             host.host[:] = plan.initial_rings()
             self._ring_host = host
-            self.ring_device = host.kernel.__cuda_array_interface__["data"][0]
+            self.ring_device = kernel_address(host)
             self.ring_umem = self._stack.push("ring UMEM", v.Mlx5UMEM(
                 self.nic.ctx, plan.ring_bytes, addr=host.address, access=v.c.ACCESS_LOCAL_WRITE))
             self.ring_memory = "host (pinned, mapped into the GPU)"
@@ -583,7 +591,7 @@ class TestbedQueueSet:
         self.state = device_zeros((n, dv.S_COLS), np.int64)
         self.wqe_aux = device_zeros((n, self.sq_bbs), np.int64)
         self.status = device_zeros((n, L.STATUS_WORDS), np.uint32)
-        self._views = plan.device_arrays(self.ring_device, self._dbr.kernel.__cuda_array_interface__["data"][0])
+        self._views = plan.device_arrays(self.ring_device, kernel_address(self._dbr))
 
     def _create(self, command: bytes, out_layout, what: str):
         v = self.verbs
