@@ -8,13 +8,16 @@ host memory, so the CUDA simulator's views over it work.
 """
 from __future__ import annotations
 
+import ctypes
 import errno as E
 import itertools
 import mmap
+import threading
 from types import SimpleNamespace
 
 import numpy as np
 
+from gpuwrite import layouts as L
 from gpuwrite.backends.testbed import prm
 from gpuwrite.backends.testbed.api import MLX5DV_UAR_ALLOC_TYPE_NC_DEDICATED, Verbs
 
@@ -45,6 +48,9 @@ class World:
         self.commands: list[bytes] = []
         self.ids = itertools.count(0x10)
         self.keep: list = []           # host memory handed out stays alive with the world
+        self.umems: dict[int, object] = {}
+        self.uars: dict[int, object] = {}
+        self.queues: dict[str, dict] = {"cq": {}, "qp": {}}
 
     def made(self, obj, what):
         self.log.append(("make", what))
@@ -108,6 +114,8 @@ class World:
         class UMEM(Released):
             def __init__(self, ctx, size, addr=0, *args, access=0, **kwargs):
                 self.umem_id = next(world.ids)
+                self.addr, self.size = addr, size
+                world.umems[self.umem_id] = self
                 self.what = f"umem {self.umem_id}"
                 world.made(self, self.what)
 
@@ -126,6 +134,7 @@ class World:
                 self.base_addr = (pages.ctypes.data + mmap.PAGESIZE - 1) & ~(mmap.PAGESIZE - 1)
                 self.reg_addr = self.base_addr + 0x800
                 self.page_id = next(world.ids)
+                world.uars[self.page_id] = self
                 self.what = f"uar {self.page_id}"
                 world.made(self, self.what)
 
@@ -146,12 +155,14 @@ class World:
                     self.uses = {"umem": (f["cq_umem_id"], f["sw_cqc.dbr_umem_id"]),
                                  "uar": (f["sw_cqc.uar_page"],)}
                     self.what, self.out_view = f"cq {self.cqn}", prm.CREATE_CQ_OUT.pack(cqn=self.cqn)
+                    world.queues["cq"][self.cqn] = {**f, "ci": 0}
                 elif opcode == prm.MLX5_CMD_OP_CREATE_QP:
                     f = prm.CREATE_QP_IN.unpack(command)
                     self.qpn = next(world.ids)
                     self.uses = {"umem": (f["wq_umem_id"], f["sw_qpc.dbr_umem_id"]),
                                  "uar": (f["sw_qpc.uar_page"],), "cq": (f["sw_qpc.cqn_snd"],)}
                     self.what, self.out_view = f"qp {self.qpn}", prm.CREATE_QP_OUT.pack(qpn=self.qpn)
+                    world.queues["qp"][self.qpn] = {**f, "state": "reset", "done": 0, "db": 0}
                 else:
                     raise AssertionError(f"unexpected DevX opcode {opcode:#x}")
                 world.made(self, self.what)
@@ -161,6 +172,13 @@ class World:
                 opcode = int.from_bytes(command[:2], "big")
                 if world.fail_on == opcode:
                     return prm.MODIFY_QP_OUT.pack(status=0x3, syndrome=0x1234ABCD)
+                order = {prm.MLX5_CMD_OP_RST2INIT_QP: ("reset", "init"),
+                         prm.MLX5_CMD_OP_INIT2RTR_QP: ("init", "rtr"),
+                         prm.MLX5_CMD_OP_RTR2RTS_QP: ("rtr", "rts")}
+                qp = world.queues["qp"][self.qpn]
+                if qp["state"] != order[opcode][0]:
+                    return prm.MODIFY_QP_OUT.pack(status=0x10)      # bad_qp_state_err
+                qp["state"] = order[opcode][1]
                 return prm.MODIFY_QP_OUT.pack()
 
             def close(self):
@@ -203,3 +221,75 @@ class World:
                      Mlx5UMEM=UMEM, Mlx5UAR=UAR, Mlx5DevxObj=DevxObj, MR=MR, DmaBufMR=MR, DM=DM,
                      AllocDmAttr=lambda n: n, DMMR=DMMR, PyverbsError=FakeRDMAError, c=CONSTANTS,
                      map_dm=map_dm, resolve_mac=resolve_mac)
+
+
+class FakeNic:
+    """A thread that acts on doorbells as an mlx5 NIC would, for QPs in RTS: it checks the
+    doorbell register holds the first 8 bytes of the newest WQE's control segment and the
+    doorbell record its producer index, executes NOP and RDMA-write WQEs (host addresses,
+    the MRs' own), and writes a success CQE for each signaled one (owner bit per pass)."""
+
+    def __init__(self, world: World):
+        self.world = world
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(5)
+
+    def _loop(self):
+        while not self._stop.wait(0.001):
+            for qpn, qp in list(self.world.queues["qp"].items()):
+                try:
+                    self._serve(qpn, qp)
+                except Exception as exc:  # noqa: BLE001 - reported to the test
+                    self.errors.append(f"{type(exc).__name__}: {exc}")
+
+    def _serve(self, qpn, qp):
+        uar = self.world.uars.get(qp["sw_qpc.uar_page"])
+        if qp["state"] != "rts" or uar is None or uar.page_id not in self.world.uars:
+            return
+        register = ctypes.c_uint64.from_address(uar.reg_addr).value
+        if register == qp["db"]:
+            return
+        qp["db"] = register
+        dbr = self.world.umems[qp["sw_qpc.dbr_umem_id"]].addr + qp["sw_qpc.dbr_addr"]
+        pi = int(np.frombuffer(ctypes.string_at(dbr, 8), dtype=L.QP_DBREC)[0]["send_counter"])
+        sq = self.world.umems[qp["wq_umem_id"]].addr + qp["e_mtt_pointer_or_wq_umem_offset"]
+        n_bbs = 1 << qp["sw_qpc.log_sq_size"]
+        while qp["done"] < pi:
+            index = qp["done"]
+            wqe = ctypes.string_at(sq + (index % n_bbs) * L.WQE_BB, L.WQE_BB)
+            ctrl = np.frombuffer(wqe[:16], dtype=L.CTRL_SEG)[0]
+            opcode, wqe_index = int(ctrl["opmod_idx_opcode"]) & 0xFF, (int(ctrl["opmod_idx_opcode"]) >> 8) & 0xFFFF
+            if int(ctrl["qpn_ds"]) >> 8 != qpn or wqe_index != index & 0xFFFF:
+                raise AssertionError(f"WQE {index}: qpn/index {int(ctrl['qpn_ds']) >> 8:#x}/{wqe_index}")
+            nbytes = 0
+            if opcode == L.OPCODE_RDMA_WRITE:
+                raddr = np.frombuffer(wqe[16:32], dtype=L.RADDR_SEG)[0]
+                data = np.frombuffer(wqe[32:48], dtype=L.DATA_SEG)[0]
+                nbytes = int(data["byte_count"])
+                ctypes.memmove(int(raddr["raddr"]), int(data["addr"]), nbytes)
+            elif opcode != L.OPCODE_NOP:
+                raise AssertionError(f"WQE {index}: opcode {opcode:#x}")
+            qp["done"] += 1
+            if qp["done"] == pi and register != int.from_bytes(wqe[:8], "little"):
+                raise AssertionError(f"doorbell {register:#x} is not WQE {index}'s first 8 bytes")
+            if ctrl["fm_ce_se"] & L.CTRL_CQ_UPDATE:
+                self._complete(qp["sw_qpc.cqn_snd"], qpn, wqe_index, nbytes)
+
+    def _complete(self, cqn, qpn, wqe_index, nbytes):
+        cq = self.world.queues["cq"][cqn]
+        ncqe = 1 << cq["sw_cqc.log_cq_size"]
+        base = self.world.umems[cq["cq_umem_id"]].addr + cq["e_mtt_pointer_or_cq_umem_offset"]
+        cqe = np.zeros(1, dtype=L.CQE64)
+        cqe["byte_cnt"], cqe["sop_drop_qpn"], cqe["wqe_counter"] = nbytes, qpn, wqe_index
+        cqe["op_own"] = (L.CQE_REQ << 4) | ((cq["ci"] // ncqe) & 1)
+        ctypes.memmove(base + (cq["ci"] % ncqe) * L.CQE_SIZE, cqe.tobytes(), L.CQE_SIZE)
+        cq["ci"] += 1

@@ -288,3 +288,18 @@ def test_selftest_failure_lines_carry_errno_and_the_firmware_syndrome():
     assert [s.step for s in failed] == ["create the QP"] and failed[0].errno == 22
     assert "errno 22" in failed[0].detail and not world.live
     assert json.loads(json.dumps(report.to_dict()))["steps"][6]["errno"] == 22
+
+
+def test_selftest_passes_every_cpu_step_against_a_fake_nic():
+    """The selftest's own WQEs, doorbell record and doorbell, executed by a fake NIC."""
+    from fakeverbs import FakeNic
+
+    world = World()
+    with FakeNic(world) as nic:
+        report, lines = _run(world)
+    assert not nic.errors
+    status = {s.step: s.status for s in report.steps}
+    assert status["post a NOP from the CPU"] == status["RDMA write from the CPU"] == "passed"
+    assert status["RDMA write from the GPU"] == "skipped"          # CUDA simulator
+    assert "cannot reach the NIC's doorbell" in report.steps[-2].detail
+    assert report.ok and not world.live and report.to_dict()["bug_report"] is None
