@@ -311,3 +311,30 @@ def test_selftest_passes_every_cpu_step_against_a_fake_nic():
     assert status["RDMA write from the GPU"] == "skipped"          # CUDA simulator
     assert "cannot reach the NIC's doorbell" in report.steps[-2].detail
     assert report.ok and not world.live and report.to_dict()["bug_report"] is None
+
+
+def test_selftest_gpu_kernel_continues_the_cpus_queue_on_the_simulator():
+    """The GPU step's kernel (device verbs: WQE, doorbell record, doorbell, poll_cq) on the
+    CUDA simulator after the CPU steps, against the fake NIC: the step is skipped without
+    a GPU, so this is where its kernel runs here."""
+    import numpy as np
+    from fakeverbs import FakeNic
+
+    world = World()
+    t = st.Selftest("mlx5_0", 1, 0, world.verbs(), 2.0)
+    with FakeNic(world) as fake:
+        try:
+            for name, step in st.STEPS:
+                if name == "RDMA write from the GPU":
+                    break
+                try:
+                    step(t)
+                except st.Skip:
+                    pass
+            t.dst.host[:] = 0
+            out = st.gpu_post_and_poll(t.qs, t.poster, t.src.address, t.src_mr.lkey, t.dst.address,
+                                       t.dst_mr.rkey, 2.0)
+            assert int(out[0]) == 1 and np.array_equal(t.src.host, t.dst.host)
+        finally:
+            t.release()
+    assert not fake.errors and not world.live

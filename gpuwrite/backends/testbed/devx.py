@@ -213,10 +213,14 @@ class TestbedNic:
         except v.PyverbsError as exc:
             raise TestbedError(f"cannot open {device} with DevX: {describe_devx_error(exc)}",
                                getattr(exc, "error_code", None)) from None
-        self.pd = self._stack.push("protection domain", v.PD(self.ctx))
-        self.pdn = v.Mlx5DvObj(v.c.OBJ_PD, pd=self.pd).dvpd.pdn
-        if query:
-            self.query()
+        try:
+            self.pd = self._stack.push("protection domain", v.PD(self.ctx))
+            self.pdn = v.Mlx5DvObj(v.c.OBJ_PD, pd=self.pd).dvpd.pdn
+            if query:
+                self.query()
+        except BaseException as exc:
+            close_quietly(self, exc)
+            raise
 
     def query(self) -> dict:
         """Reads the port and device capabilities; returns them for the selftest's line."""

@@ -104,7 +104,7 @@ class Selftest:
         self.buffers = ReleaseStack()
 
     def dmabuf_umem(self) -> str:
-        from gpuwrite.backends.testbed.devx import _gpu_ring_memory
+        from gpuwrite.backends.testbed.devx import PAGE_BYTES, _gpu_ring_memory
 
         gpu = _gpu_ring_memory(1 << 16)
         if gpu is None:
@@ -115,7 +115,7 @@ class Selftest:
         v = self.verbs
         self.buffers.push("GPU dma-buf memory", lambda: driver.cuMemFree(gpu.address))
         umem = self.buffers.push("dma-buf UMEM", gpu.register(lambda fd: v.Mlx5UMEM(
-            self.nic.ctx, gpu.size_bytes, 0, 4096, v.c.ACCESS_LOCAL_WRITE, 4096,
+            self.nic.ctx, gpu.size_bytes, 0, PAGE_BYTES, v.c.ACCESS_LOCAL_WRITE, PAGE_BYTES,
             v.c.UMEM_MASK_DMABUF, fd)))
         return f"{gpu.size_bytes} bytes of GPU memory, dma-buf flags {gpu.flags:#x}, umem id {umem.umem_id}"
 
@@ -197,7 +197,7 @@ class Selftest:
             raise Skip("no GPU: kernels would run on Numba's CUDA simulator, which cannot reach "
                        "the NIC's doorbell")
         self.dst.host[:] = 0
-        self.gpu_out = gpu_post_and_poll(self.qs, self.poster, self.src, self.src_mr.lkey,
+        self.gpu_out = gpu_post_and_poll(self.qs, self.poster, self.src.address, self.src_mr.lkey,
                                          self.dst.address, self.dst_mr.rkey, self.timeout_s)
         return "kernel wrote the WQE, the doorbell record and the doorbell"
 
@@ -343,7 +343,7 @@ def check_arrived(src: np.ndarray, dst: np.ndarray) -> None:
                               f"byte {first} (sent {int(src[first])}, found {int(dst[first])})", None)
 
 
-def gpu_post_and_poll(qs, poster, src, lkey: int, raddr: int, rkey: int, timeout_s: float):
+def gpu_post_and_poll(qs, poster, laddr: int, lkey: int, raddr: int, rkey: int, timeout_s: float):
     """One kernel: write an RDMA-write WQE, ring the doorbell, poll its completion (the
     device verbs the data paths use). Continues QP 0's producer index where the CPU left it."""
     from gpuwrite.cudaenv import cuda
@@ -354,7 +354,7 @@ def gpu_post_and_poll(qs, poster, src, lkey: int, raddr: int, rkey: int, timeout
     state[0, dv.S_CQ_CI] = poster.ci
     qs.state.copy_to_device(state)
     out = cuda.to_device(np.zeros(2, dtype=np.int64))
-    _gpu_loopback_kernel()[1, 1](qs.device_args, src.kernel, lkey, LOOPBACK_BYTES, raddr, rkey,
+    _gpu_loopback_kernel()[1, 1](qs.device_args, laddr, lkey, LOOPBACK_BYTES, raddr, rkey,
                                  int(timeout_s * 1e9), out)
     cuda.synchronize()
     return out.copy_to_host()
@@ -371,8 +371,7 @@ def _gpu_loopback_kernel():
         from gpuwrite.device import verbs as dv
 
         @cuda.jit
-        def kernel(Q, src, lkey, nbytes, raddr, rkey, timeout_ns, out):
-            laddr = I.address_of(src, 0)
+        def kernel(Q, laddr, lkey, nbytes, raddr, rkey, timeout_ns, out):
             dv.wqe_rdma_write(Q, 0, laddr, lkey, nbytes, raddr, rkey, True, 0)
             dv.ring_doorbell(Q, 0)
             start = I.globaltimer_ns()
