@@ -16,7 +16,9 @@ only RDMA-writes into registered memory.
 
 Nothing in this module has run on hardware yet (no RDMA NIC was available when it was
 written): the command bytes are tested against rdma-core's PRM classes, the attribute
-sets against pyverbs, the array plumbing on the CUDA simulator.
+sets against pyverbs, the array plumbing on the CUDA simulator, the order of making and
+releasing objects on a strict fake of pyverbs/DevX (tests/testbed/fakeverbs.py).
+``gpuwrite testbed --selftest`` is the first thing to run on a NIC.
 """
 from __future__ import annotations
 
@@ -400,20 +402,14 @@ class TestbedQueueSet:
     where it cannot be mapped into the GPU, pinned host memory stands in (the reason is
     printed and kept in ``stage_note``).
 
-    Building is a sequence of steps (``BUILD_STEPS``: method names, in order); the
-    selftest runs them one at a time, ``build=True`` runs them all. Everything made is
+    Building is a sequence of steps (``BUILD_STEPS``); the selftest runs them one at a
+    time, ``build=True`` runs them all. Everything made is
     released in reverse by ``close()``, also when a step fails.
     """
 
-    BUILD_STEPS = (
-        ("register UMEMs (rings, doorbell records)", "register_umems"),
-        ("allocate UARs", "alloc_uars"),
-        ("create CQs", "create_cqs"),
-        ("create QPs", "create_qps"),
-        ("map the UAR doorbell page into the GPU", "map_doorbell"),
-        ("map device memory (staging) into the GPU", "map_staging"),
-        ("register the bounce ring", "register_bounce"),
-    )
+    # The build, in order (method names); the selftest calls them one by one.
+    BUILD_STEPS = ("register_umems", "alloc_uars", "create_cqs", "create_qps", "map_doorbell",
+                   "map_staging", "register_bounce")
 
     def __init__(self, nic: TestbedNic, n_qps: int, sq_bbs: int = 256, ncqe: int = 256,
                  stage_slots: int = 64, stage_slot_bytes: int = 256, bounce_bytes: int = 64 * 1024,
@@ -436,7 +432,7 @@ class TestbedQueueSet:
         self.stage_note = None
         if build:
             try:
-                for _, method in self.BUILD_STEPS:
+                for method in self.BUILD_STEPS:
                     getattr(self, method)()
                 self.finish()
             except BaseException as exc:
