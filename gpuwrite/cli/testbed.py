@@ -3,10 +3,13 @@
     mpirun -n 2 -H hostA,hostB gpuwrite testbed            # MPI bootstrap
     gpuwrite testbed --listen 0.0.0.0:18515                 # on host A (rank 0, sends)
     gpuwrite testbed --connect hostA:18515                  # on host B (rank 1, target)
+    gpuwrite testbed --selftest [--json]                    # one host: bring-up, step by step
 
 Results come out in the emulated demo's table (and ``--json`` rows). Where this machine
 cannot run testbed mode (no RDMA device, no pyverbs, no GPU) it says why in one line and
-exits with status 3.
+exits with status 3. Bad input (a port that is not one, ``--batch 0``, ``--listen`` with
+``--connect``) is a usage error, exit 2, checked before anything else (under ``--json``
+as ``{"error", "value", "allowed"}``).
 """
 from __future__ import annotations
 
@@ -31,28 +34,76 @@ def register(sub) -> None:
     p.add_argument("--listen", metavar="HOST:PORT", help="TCP bootstrap, this host is rank 0")
     p.add_argument("--connect", metavar="HOST:PORT", help="TCP bootstrap, this host is rank 1")
     p.add_argument("--bootstrap-timeout", type=float, default=60.0, help="seconds (default 60)")
+    p.add_argument("--selftest", action="store_true",
+                   help="bring up one loopback QP on this host step by step and report each step "
+                        "(passed / failed with errno and syndrome / skipped); exit 1 on a failure")
     add_json_flag(p)
     p.set_defaults(func=main)
 
 
+MAX_QPS = 1024
+MAX_BATCH = 256         # WQEs per doorbell: at most the runner's send queue (sq_bbs=256)
+
+
+class _BadInput(Exception):
+    def __init__(self, message: str, value, allowed: str):
+        super().__init__(message)
+        self.value, self.allowed = value, allowed
+
+
+def _check_inputs(args) -> list[str]:
+    """Every input checked before any device is probed; returns the paths."""
+    from gpuwrite.backends.testbed.bootstrap import BootstrapError, parse_endpoint
+    from gpuwrite.backends.testbed.runner import PATHS
+
+    paths = [s.strip() for s in args.paths.split(",") if s.strip()]
+    if not paths:
+        raise _BadInput(f"--paths {args.paths!r} names no path", args.paths, ", ".join(PATHS))
+    for p in paths:
+        if p not in PATHS:
+            raise _BadInput(f"path {p!r} is not one of {', '.join(PATHS)}", p, ", ".join(PATHS))
+    for flag, value, low, high in (("--messages", args.messages, 1, 10_000_000),
+                                   ("--qps", args.qps, 1, MAX_QPS),
+                                   ("--batch", args.batch, 1, MAX_BATCH),
+                                   ("--port", args.port, 1, 255),
+                                   ("--gid-index", args.gid_index, 0, 255)):
+        if not low <= value <= high:
+            raise _BadInput(f"{flag} {value}: allowed {low} to {high}", value, f"{low} to {high}")
+    if not args.bootstrap_timeout > 0:
+        raise _BadInput(f"--bootstrap-timeout {args.bootstrap_timeout:g}: must be more than 0 seconds",
+                        args.bootstrap_timeout, "more than 0")
+    if args.listen is not None and args.connect is not None:
+        raise _BadInput(f"--listen {args.listen!r} and --connect {args.connect!r}: give one (rank 0 "
+                        "listens, rank 1 connects)", [args.listen, args.connect], "one of --listen, --connect")
+    if args.selftest and (args.listen is not None or args.connect is not None):
+        raise _BadInput("--selftest runs on one host: it takes no --listen/--connect",
+                        args.listen or args.connect, "no peer")
+    for flag, value in (("--listen", args.listen), ("--connect", args.connect)):
+        if value is not None:
+            try:
+                parse_endpoint(value, flag)
+            except BootstrapError as exc:
+                raise _BadInput(str(exc), value, "HOST:PORT with a port from 1 to 65535") from None
+    return paths
+
+
 def main(args) -> int:
+    try:
+        paths = _check_inputs(args)
+    except _BadInput as exc:
+        if args.json:
+            print_json({"mode": "testbed", "ran": False, "error": str(exc), "value": exc.value,
+                        "allowed": exc.allowed})
+            return 2
+        raise UsageError(str(exc)) from None
+    if args.selftest:
+        return _selftest(args)
     from gpuwrite.backends.testbed import EXIT_UNAVAILABLE, probe
     from gpuwrite.paths.runner import default_sizes
 
-    paths = [s.strip() for s in args.paths.split(",") if s.strip()]
-    from gpuwrite.backends.testbed.runner import PATHS
-    for p in paths:
-        if p not in PATHS:
-            raise UsageError(f"path {p!r} is not one of {', '.join(PATHS)}")
-    if args.messages < 1 or args.qps < 1:
-        raise UsageError(f"--messages={args.messages} and --qps={args.qps} must both be at least 1")
     availability = probe(args.device)
     if not availability.ok:
-        if args.json:
-            print_json({"mode": "testbed", "ran": False, "reason": availability.reason})
-        else:
-            console.print(f"gpuwrite testbed: not run: {availability.reason}", highlight=False,
-                          soft_wrap=True)
+        _not_run(args, availability.reason)
         return EXIT_UNAVAILABLE
 
     from gpuwrite.backends.testbed import runner
@@ -84,3 +135,44 @@ def main(args) -> int:
         return 0 if ok else 1
     print_path_results(results, "testbed")
     return 0 if ok else 1
+
+
+def _not_run(args, reason: str, mode: str = "testbed") -> None:
+    """Says why testbed mode cannot run here (exit 3 follows)."""
+    if args.json:
+        print_json({"mode": mode, "ran": False, "reason": reason})
+    else:
+        command = "testbed --selftest" if mode == "testbed-selftest" else "testbed"
+        console.print(f"gpuwrite {command}: not run: {reason}", highlight=False, soft_wrap=True)
+
+
+def _selftest(args) -> int:
+    from gpuwrite.backends.testbed import EXIT_UNAVAILABLE, probe
+    from gpuwrite.backends.testbed import selftest as st
+
+    availability = probe(args.device, need_gpu=False)
+    if not availability.ok:
+        _not_run(args, availability.reason, "testbed-selftest")
+        return EXIT_UNAVAILABLE
+    device = args.device or next(d for d in availability.devices if d.startswith("mlx5"))
+
+    def echo(line: str) -> None:
+        if not args.json:
+            console.print(line, highlight=False, soft_wrap=True)
+
+    if not args.json:
+        console.print(f"gpuwrite testbed --selftest: {device} port {args.port} GID index "
+                      f"{args.gid_index}, one loopback QP", highlight=False, soft_wrap=True)
+    report = st.run(device, args.port, args.gid_index, echo=echo)
+    if args.json:
+        print_json(report.to_dict())
+    else:
+        console.print(f"released: {', '.join(report.released) or 'nothing'}", highlight=False,
+                      soft_wrap=True)
+        if report.release_error:
+            console.print(f"release failed: {report.release_error}", highlight=False, soft_wrap=True)
+        if report.ok:
+            console.print("selftest passed (skipped steps are listed above with their reason)")
+        else:
+            console.print(st.BUG_REPORT, highlight=False, soft_wrap=True)
+    return 0 if report.ok else 1

@@ -1,62 +1,122 @@
 """DevX command bytes: gpuwrite's PRM layouts against rdma-core's own scapy classes.
 
 rdma-core's DevX tests (tests/mlx5_base.py) build these commands with the scapy classes
-of tests/mlx5_prm_structs.py. That file is read from an rdma-core checkout named by
-GW_RDMA_CORE_SRC (gpuwrite does not carry a copy of rdma-core's code); without one these
-tests skip. Every field of every layout is given a random value and both sides' bytes are
-compared; then the commands testbed mode sends are decoded back.
+of tests/mlx5_prm_structs.py. gpuwrite carries no copy of rdma-core's code; the file is
+read from where it already is: an rdma-core checkout named by GW_RDMA_CORE_SRC, else the
+copy Debian's python3-pyverbs installs (/usr/share/doc/rdma-core/tests/
+mlx5_prm_structs.py.gz; scripts/install-system-deps.sh installs that package, so CI has
+it). Every field of every layout is given a random value and both sides' bytes are
+compared; then the commands testbed mode sends are decoded back. The last two tests need
+no reference and run everywhere.
+
+Older rdma-core releases name fewer QPC bits: rdma-core 44 (Debian 12) has a 3-bit
+``reserved7`` where 691953d8 has ``send_dbr_mode`` (2 bits) and ``reserved7`` (1 bit).
+A field gpuwrite names that the reference does not must lie inside one of the
+reference's reserved fields (and is packed as zero there).
 """
+import gzip
 import importlib.util
 import os
 import random
+import tempfile
 
 import pytest
 
 from gpuwrite.backends.testbed import prm
 from gpuwrite.backends.testbed import qp_attrs as qa
 
-scapy = pytest.importorskip("scapy", reason="scapy is not installed (pip install scapy): it "
-                            "runs rdma-core's PRM classes")
+DEBIAN_PRM_STRUCTS = "/usr/share/doc/rdma-core/tests/mlx5_prm_structs.py.gz"
 
 
-def _rdma_core_prm_structs():
-    src = os.environ.get("GW_RDMA_CORE_SRC", "")
-    path = os.path.join(src, "tests", "mlx5_prm_structs.py")
-    if not src or not os.path.isfile(path):
-        pytest.skip("set GW_RDMA_CORE_SRC to an rdma-core checkout (checked against "
-                    "linux-rdma/rdma-core 691953d8) to compare with its PRM classes",
-                    allow_module_level=True)
+def _load(path: str):
     spec = importlib.util.spec_from_file_location("rdma_core_prm_structs", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-ref = _rdma_core_prm_structs()
+@pytest.fixture(scope="module")
+def ref():
+    pytest.importorskip("scapy", reason="scapy is not installed (pip install scapy): it runs "
+                        "rdma-core's PRM classes")
+    src = os.environ.get("GW_RDMA_CORE_SRC", "")
+    path = os.path.join(src, "tests", "mlx5_prm_structs.py")
+    if src and os.path.isfile(path):
+        return _load(path)
+    if os.path.isfile(DEBIAN_PRM_STRUCTS):
+        with tempfile.TemporaryDirectory() as tmp:
+            plain = os.path.join(tmp, "mlx5_prm_structs.py")
+            with gzip.open(DEBIAN_PRM_STRUCTS) as packed, open(plain, "wb") as out:
+                out.write(packed.read())
+            return _load(plain)
+    pytest.skip(f"no rdma-core PRM classes: set GW_RDMA_CORE_SRC to an rdma-core checkout, or "
+                f"install python3-pyverbs (it ships {DEBIAN_PRM_STRUCTS})")
 
-PAIRS = [(prm.SW_CQC, ref.SwCqc), (prm.CREATE_CQ_IN, ref.CreateCqIn),
-         (prm.CREATE_CQ_OUT, ref.CreateCqOut), (prm.SW_ADS, ref.SwAds), (prm.SW_QPC, ref.SwQpc),
-         (prm.CREATE_QP_IN, ref.CreateQpIn), (prm.CREATE_QP_OUT, ref.CreateQpOut),
-         (prm.MODIFY_QP_IN, ref.ModifyQpIn), (prm.MODIFY_QP_OUT, ref.ModifyQpOut)]
-NESTED = {"sw_cqc": ref.SwCqc, "sw_qpc": ref.SwQpc, "primary_address_path": ref.SwAds,
-          "secondary_address_path": ref.SwAds}
+
+def scapy_offsets(cls, prefix="") -> dict[str, tuple[int, int]]:
+    """Dotted field name -> (bit offset, width) of a scapy class, nested packets expanded."""
+    out, here = {}, 0
+    for f in cls.fields_desc:
+        sub = getattr(f, "cls", None)
+        if sub is not None:
+            inner = scapy_offsets(sub)
+            out.update({f"{prefix}{f.name}.{k}": (here + o, w) for k, (o, w) in inner.items()})
+            here += sum(w for _, w in inner.values())
+            continue
+        out[f"{prefix}{f.name}"] = (here, _bits(f))
+        here += _bits(f)
+    return out
 
 
-def random_values(layout: prm.Layout, rng: random.Random) -> dict:
+def _bits(f) -> int:
+    if f.__class__.__name__ == "BitField":
+        return f.size
+    if f.__class__.__name__ == "FieldListField":      # rgid_rip: four 32-bit words
+        return len(f.default) * _bits(f.field)
+    if f.__class__.__name__ == "StrFixedLenField":    # reserved bytes
+        return 8 * f.length_from(None)
+    return 8 * f.sz                          # Byte/Short/Int/Long/MAC/IP6 fields
+
+
+def reference_names(ours: prm.Layout, theirs) -> set[str]:
+    """Our fields the reference also names; asserts every other one sits in a reserved field."""
+    ref_fields = scapy_offsets(theirs)
+    known = set()
+    for name, (off, width) in ours.offsets.items():
+        if name.rsplit(".", 1)[-1].startswith("reserved"):
+            continue
+        if name in ref_fields:
+            assert ref_fields[name] == (off, width), name
+            known.add(name)
+        else:
+            assert any(r.rsplit(".", 1)[-1].startswith("reserved") and o <= off and off + width <= o + w
+                       for r, (o, w) in ref_fields.items()), f"{name} is neither named nor reserved there"
+    return known
+
+
+PAIRS = [(prm.SW_CQC, "SwCqc"), (prm.CREATE_CQ_IN, "CreateCqIn"), (prm.CREATE_CQ_OUT, "CreateCqOut"),
+         (prm.SW_ADS, "SwAds"), (prm.SW_QPC, "SwQpc"), (prm.CREATE_QP_IN, "CreateQpIn"),
+         (prm.CREATE_QP_OUT, "CreateQpOut"), (prm.MODIFY_QP_IN, "ModifyQpIn"),
+         (prm.MODIFY_QP_OUT, "ModifyQpOut")]
+NESTED = {"sw_cqc": "SwCqc", "sw_qpc": "SwQpc", "primary_address_path": "SwAds",
+          "secondary_address_path": "SwAds"}
+
+
+def random_values(layout: prm.Layout, rng: random.Random, known: set[str], prefix="") -> dict:
     out = {}
     for name, field in layout.fields:
         if isinstance(field, prm.Layout):
-            out[name] = random_values(field, rng)
-        elif not name.startswith("reserved"):
+            out[name] = random_values(field, rng, known, f"{prefix}{name}.")
+        elif f"{prefix}{name}" in known:
             out[name] = rng.getrandbits(field)
     return out
 
 
-def scapy_packet(cls, values: dict):
+def scapy_packet(ref, cls, values: dict):
     kwargs = {}
     for name, value in values.items():
         if isinstance(value, dict):
-            kwargs[name] = scapy_packet(NESTED[name], value)
+            kwargs[name] = scapy_packet(ref, getattr(ref, NESTED[name]), value)
         elif name == "rgid_rip":
             kwargs[name] = [(value >> (96 - 32 * k)) & 0xFFFFFFFF for k in range(4)]
         elif name == "rmac":
@@ -67,14 +127,16 @@ def scapy_packet(cls, values: dict):
 
 
 @pytest.mark.parametrize("ours,theirs", PAIRS, ids=[p[0].name for p in PAIRS])
-def test_every_field_packs_like_rdma_core(ours, theirs):
+def test_every_field_packs_like_rdma_core(ref, ours, theirs):
+    theirs = getattr(ref, theirs)
     assert ours.size_bytes == len(bytes(theirs()))
+    known = reference_names(ours, theirs)
     rng = random.Random(ours.name)
     for _ in range(20):
-        values = random_values(ours, rng)
-        assert ours.pack(values) == bytes(scapy_packet(theirs, values))
-        assert {k: v for k, v in ours.unpack(ours.pack(values)).items()
-                if not k.rsplit(".", 1)[-1].startswith("reserved")} == dict(prm._flatten(values))
+        values = random_values(ours, rng, known)
+        assert ours.pack(values) == bytes(scapy_packet(ref, theirs, values))
+        unpacked = ours.unpack(ours.pack(values))
+        assert {k: unpacked[k] for k in known} == dict(prm._flatten(values))
 
 
 CONN = qa.QpConnection(remote_qpn=0x1A2B3C, remote_psn=0xABCDEF, local_psn=0x123456,
@@ -83,7 +145,7 @@ CONN = qa.QpConnection(remote_qpn=0x1A2B3C, remote_psn=0xABCDEF, local_psn=0x123
                        max_rd_atomic=4, max_dest_rd_atomic=16)
 
 
-def test_create_commands_match_rdma_cores_devx_test_construction():
+def test_create_commands_match_rdma_cores_devx_test_construction(ref):
     """The create commands as rdma-core's Mlx5DevxRcResources builds them, plus what
     gpuwrite adds (zero-length RQ, umem offsets, doorbell-record offsets)."""
     ours = prm.create_cq_in(log_cq_size=8, uar_page=0x1234, eqn=7, umem_id=0x55, umem_offset=0x3000,
@@ -113,7 +175,7 @@ def test_modify_commands_carry_the_qp_attributes():
     path = {k.split(".", 2)[2]: v for k, v in f.items() if k.startswith("sw_qpc.primary_address_path.")}
     assert (f["opcode"], f["sw_qpc.mtu"], f["sw_qpc.remote_qpn"], f["sw_qpc.next_rcv_psn"],
             f["sw_qpc.min_rnr_nak"], f["sw_qpc.log_rra_max"], f["sw_qpc.log_msg_max"]) == \
-        (prm.MLX5_CMD_OP_INIT2RTR_QP, 5, 0x1A2B3C, 0xABCDEF, 12, 4, 20)
+        (prm.MLX5_CMD_OP_INIT2RTR_QP, 5, 0x1A2B3C, 0xABCDEF, 12, 4, 30)
     assert (path["rlid"], path["grh"], path["src_addr_index"], path["hop_limit"],
             path["rgid_rip"], path["rmac"]) == \
         (0x21, 1, 3, 64, 0xFE800000000000000202C9FFFE000001, 0x02C900000001)

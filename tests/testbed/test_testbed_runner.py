@@ -41,3 +41,47 @@ def test_cli_says_why_not_and_exits_3(capsys):
     assert json.loads(capsys.readouterr().out) == {"mode": "testbed", "ran": False,
                                                    "reason": availability()["testbed"]}
     assert main(["testbed", "--paths", "warp_drive"]) == 2
+
+
+@pytest.mark.parametrize("argv,named", [
+    (["--listen", "notaport"], "'notaport' is not HOST:PORT"),
+    (["--batch", "0"], "--batch 0: allowed 1 to 256"),
+    (["--qps", "0"], "--qps 0: allowed 1 to 1024"),
+    (["--connect", "host:99999"], "port 99999 is not a TCP port (allowed 1 to 65535)"),
+    (["--listen", "0.0.0.0:18515", "--connect", "a:1"], "--listen '0.0.0.0:18515' and --connect 'a:1': give one"),
+    (["--selftest", "--connect", "a:1"], "--selftest runs on one host"),
+])
+def test_bad_testbed_input_is_a_usage_error_before_any_device_probe(argv, named, capsys, monkeypatch):
+    import json
+
+    from gpuwrite.backends import testbed
+    from gpuwrite.cli import main
+
+    monkeypatch.setattr(testbed, "probe", lambda *a, **k: pytest.fail("probed a device for bad input"))
+    assert main(["testbed", *argv]) == 2
+    captured = capsys.readouterr()
+    assert named in captured.err and "Traceback" not in captured.err and captured.out == ""
+    assert main(["testbed", *argv, "--json"]) == 2
+    out = json.loads(capsys.readouterr().out)
+    assert named in out["error"] and out["allowed"] and out["ran"] is False
+
+
+@pytest.mark.skipif(probe(need_gpu=False).ok, reason="this machine has an mlx5 device")
+def test_selftest_without_a_device_says_so_and_exits_3(capsys):
+    """For real: pyverbs lists no device on this machine (or is missing); once in-process,
+    once as a user runs it (a subprocess, JSON)."""
+    import json
+    import subprocess
+    import sys
+
+    from gpuwrite.cli import main
+
+    assert main(["testbed", "--selftest"]) == EXIT_UNAVAILABLE
+    out = capsys.readouterr().out
+    assert out.startswith("gpuwrite testbed --selftest: not run: ") and out.count("\n") == 1
+    run = subprocess.run([sys.executable, "-m", "gpuwrite", "testbed", "--selftest", "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == EXIT_UNAVAILABLE and "Traceback" not in run.stderr
+    out = json.loads(run.stdout)
+    assert out["mode"] == "testbed-selftest" and out["ran"] is False
+    assert out["reason"] == probe(need_gpu=False).reason

@@ -36,8 +36,9 @@ class Availability:
         return self.reason is None
 
 
-def probe(device: str | None = None) -> Availability:
-    """Checks, cheapest first: pyverbs, an RDMA device, an mlx5 one, a GPU, cuda-bindings."""
+def probe(device: str | None = None, need_gpu: bool = True) -> Availability:
+    """Checks, cheapest first: pyverbs, an RDMA device, an mlx5 one, a GPU, cuda-bindings
+    (the last two only with ``need_gpu``: the selftest runs its NIC steps without one)."""
     from gpuwrite.backends.testbed._pyverbs import PyverbsMissing, import_pyverbs
 
     try:
@@ -61,6 +62,8 @@ def probe(device: str | None = None) -> Availability:
     if not mlx5 or (device is not None and not device.startswith("mlx5")):
         return Availability(f"no mlx5 device (found: {', '.join(names)}): testbed mode writes mlx5 "
                             "WQEs", names)
+    if not need_gpu:
+        return Availability(None, names)
     from gpuwrite.cudaenv import SIMULATOR
 
     if SIMULATOR:

@@ -241,6 +241,17 @@ def under_mpi_launcher() -> bool:
     return any(name in os.environ for name in _MPI_ENV)
 
 
+def parse_endpoint(text: str, flag: str = "--listen/--connect") -> tuple[str, int]:
+    """``"HOST:PORT"`` -> (host, port); raises BootstrapError naming the value and what is
+    allowed (a host, and a TCP port from 1 to 65535)."""
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit():
+        raise BootstrapError(f"{flag} {text!r} is not HOST:PORT (e.g. 10.0.0.1:18515)")
+    if not 1 <= int(port) <= 65535:
+        raise BootstrapError(f"{flag} {text!r}: port {int(port)} is not a TCP port (allowed 1 to 65535)")
+    return host, int(port)
+
+
 def from_environment(listen: str | None = None, connect: str | None = None,
                      timeout_s: float = DEFAULT_TIMEOUT_S) -> Bootstrap:
     """MPI when started by an MPI launcher, else TCP: ``listen="HOST:PORT"`` on rank 0,
@@ -252,10 +263,6 @@ def from_environment(listen: str | None = None, connect: str | None = None,
                              "HOST:PORT on one host and --connect HOST:PORT on the other")
     if listen is not None and connect is not None:
         raise BootstrapError("give --listen or --connect, not both")
-    text = listen if listen is not None else connect
-    host, _, port = text.rpartition(":")
-    if not port.isdigit() or not host:
-        raise BootstrapError(f"{text!r} is not HOST:PORT (e.g. 10.0.0.1:18515)")
     if listen is not None:
-        return TcpBootstrap.listen(host, int(port), timeout_s)
-    return TcpBootstrap.connect(host, int(port), timeout_s)
+        return TcpBootstrap.listen(*parse_endpoint(listen, "--listen"), timeout_s)
+    return TcpBootstrap.connect(*parse_endpoint(connect, "--connect"), timeout_s)

@@ -30,7 +30,14 @@ MLX5_QPC_PM_STATE_MIGRATED = 0x3
 MLX5_QPC_RQ_TYPE_ZERO_LEN = 0x3       # a QP with no receive queue (RDMA writes only)
 MLX5_QPC_TS_FORMAT_DEFAULT = 0x1      # what rdma-core's DevX tests set
 MLX5_CQC_CQE_SZ_64 = 0x0
-LOG_MSG_MAX = 20                      # rdma-core's DevX tests: messages up to 1 MiB
+# log2 of the largest message: NVSHMEM's IBGDA_LOG_MAX_MSG_SIZE (ibgda.cpp: "30 is max
+# allowed on IB QPs"), 1 GiB. rdma-core's DevX tests use 20 (1 MiB), too small for the
+# bandwidth sweeps. ``log_msg_max`` lowers it to the port's ``max_msg_sz``.
+LOG_MSG_MAX = 30
+# RoCE v2 UDP source ports (Linux include/rdma/ib_verbs.h): IB_ROCE_UDP_ENCAP_VALID_PORT_MIN
+# is 0xC000; the flow label is 20 bits (IB_GRH_FLOWLABEL_MASK).
+ROCE_V2_UDP_SPORT_MIN = 0xC000
+GRH_FLOW_LABEL_MASK = 0xFFFFF
 
 # Command status codes (rdma-core providers/mlx5/mlx5_ifc.h, MLX5_CMD_STAT_*); the first
 # byte of every command output.
@@ -209,13 +216,18 @@ MODIFY_QP_OUT = Layout("modify_qp_out", (
 class DevxCommandError(RuntimeError):
     """The NIC refused a DevX command: the message names it, its status and syndrome."""
 
+    def __init__(self, message: str, status: int = 0, syndrome: int = 0):
+        super().__init__(message)
+        self.status, self.syndrome = status, syndrome
+
 
 def check_output(layout: Layout, out: bytes, what: str) -> dict:
     """Decodes a command output; raises DevxCommandError unless its status is ok."""
     fields = layout.unpack(out)
     if fields["status"]:
         raise DevxCommandError(f"{what}: status {CMD_STATUS.get(fields['status'], hex(fields['status']))}"
-                               f" (0x{fields['status']:x}), syndrome 0x{fields['syndrome']:08x}")
+                               f" (0x{fields['status']:x}), syndrome 0x{fields['syndrome']:08x}",
+                               fields["status"], fields["syndrome"])
     return fields
 
 
@@ -229,9 +241,32 @@ def gid_to_int(gid: str) -> int:
 
 def mac_to_int(mac: str) -> int:
     parts = mac.split(":")
-    if len(parts) != 6:
+    if len(parts) != 6 or not all(len(p) == 2 for p in parts):
         raise ValueError(f"MAC {mac!r}: expected 6 colon-separated bytes")
-    return int("".join(parts), 16)
+    value = int("".join(parts), 16)
+    if value == 0:
+        raise ValueError(f"MAC {mac!r}: the zero address reaches no port")
+    return value
+
+
+def log_msg_max(port_max_msg_bytes: int | None) -> int:
+    """The QPC's log_msg_max: LOG_MSG_MAX, or less where the port's max_msg_sz is smaller."""
+    if port_max_msg_bytes is None or port_max_msg_bytes <= 0:
+        return LOG_MSG_MAX
+    return min(LOG_MSG_MAX, port_max_msg_bytes.bit_length() - 1)
+
+
+def roce_v2_udp_sport(local_qpn: int, remote_qpn: int) -> int:
+    """A RoCE v2 UDP source port for a QP pair, as the Linux kernel picks one for a verbs QP
+    without a flow label: ``rdma_calc_flow_label`` (a hash of both QP numbers) folded by
+    ``rdma_flow_label_to_udp_sport`` into 0xC000..0xFFFF. Port 0 would give every QP the
+    same ECMP hash, and some switches drop it; distinct QP pairs get distinct ports."""
+    v = local_qpn * remote_qpn
+    v ^= v >> 20
+    v ^= v >> 40
+    label = v & GRH_FLOW_LABEL_MASK
+    low = (label & 0x3FFF) ^ ((label & 0xFC000) >> 14)
+    return low | ROCE_V2_UDP_SPORT_MIN
 
 
 def log2_ceil(n: int) -> int:
@@ -280,8 +315,11 @@ def rst2init_in(qpn: int, attrs: dict) -> bytes:
                                  "pkey_index": attrs["pkey_index"]}})
 
 
-def init2rtr_in(qpn: int, attrs: dict, remote_mac: str | None = None) -> bytes:
-    """INIT -> RTR from ``qp_attrs.rtr_attrs``; ``remote_mac`` for RoCE."""
+def init2rtr_in(qpn: int, attrs: dict, remote_mac: str | None = None, *, udp_sport: int = 0,
+                max_msg_log: int = LOG_MSG_MAX) -> bytes:
+    """INIT -> RTR from ``qp_attrs.rtr_attrs``; ``remote_mac`` (next hop) for RoCE;
+    ``udp_sport`` for RoCE v2 only (rdma-core tests/mlx5_base.py: "UDP sport must be
+    reserved for roce v1 and v1.5")."""
     ah = attrs["ah_attr"]
     path = {"vhca_port_num": ah["port_num"], "rlid": ah["dlid"], "sl": ah["sl"]}
     if ah["is_global"]:
@@ -291,8 +329,10 @@ def init2rtr_in(qpn: int, attrs: dict, remote_mac: str | None = None) -> bytes:
                     flow_label=grh["flow_label"])
     if remote_mac is not None:
         path["rmac"] = mac_to_int(remote_mac)
+    if udp_sport:
+        path["udp_sport"] = udp_sport
     return MODIFY_QP_IN.pack(opcode=MLX5_CMD_OP_INIT2RTR_QP, qpn=qpn, sw_qpc={
-        "mtu": attrs["path_mtu"], "log_msg_max": LOG_MSG_MAX, "remote_qpn": attrs["dest_qp_num"],
+        "mtu": attrs["path_mtu"], "log_msg_max": max_msg_log, "remote_qpn": attrs["dest_qp_num"],
         "next_rcv_psn": attrs["rq_psn"], "min_rnr_nak": attrs["min_rnr_timer"],
         "log_rra_max": log2_ceil(attrs["max_dest_rd_atomic"]), "primary_address_path": path})
 

@@ -77,7 +77,7 @@ class QpConnection:
     hop_limit: int = 64       # rdma-core tests' PacketConsts.TTL_HOP_LIMIT
     traffic_class: int = 0
     sl: int = 0
-    remote_mac: str | None = None   # RoCE: the peer port's Ethernet address (DevX needs it)
+    remote_mac: str | None = None   # RoCE: the next hop's MAC (devx.TestbedNic.next_hop_mac)
     access_flags: int = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ
     timeout: int = 14
     retry_cnt: int = 7

@@ -59,26 +59,27 @@ def check_staging_fits(msgs, slots: int, slot_bytes: int, chunk_bytes: int) -> N
                          f"{slots - slots // 4}: raise stage_slots or lower chunk_bytes")
 
 
-def _gpu_source(payload: np.ndarray, nic, access: int):
+def _gpu_source(payload: np.ndarray, nic, access: int, release):
     """The payload in GPU memory, and how nic_pull's data segment names it:
-    (device array, MR, address in the MR's space, how it was registered)."""
-    from pyverbs.mr import MR, DmaBufMR
-
+    (device array, MR, address in the MR's space, how it was registered). ``release``
+    (a ReleaseStack) takes what must be freed."""
     from gpuwrite.backends.testbed.devx import _gpu_ring_memory
     from gpuwrite.backends.testbed.uar import device_view
 
+    v = nic.verbs
     exported = _gpu_ring_memory(payload.nbytes)
     if exported is not None:
         from cuda.bindings import driver
 
-        address, fd, size = exported
-        driver.cuMemcpyHtoD(address, payload, payload.nbytes)
-        mr = DmaBufMR(nic.pd, size, access, dmabuf=fd, offset=0)
-        array = device_view(address, payload.shape, np.uint32)
-        return array, mr, 0, "dma-buf (addresses are offsets in the dma-buf)"
+        release.push("GPU source memory", lambda: driver.cuMemFree(exported.address))
+        driver.cuMemcpyHtoD(exported.address, payload, payload.nbytes)
+        mr = release.push("source MR (dma-buf)", exported.register(
+            lambda fd: v.DmaBufMR(nic.pd, exported.size_bytes, access, dmabuf=fd, offset=0)))
+        array = device_view(exported.address, payload.shape, np.uint32)
+        return array, mr, 0, f"dma-buf (flags {exported.flags:#x}; addresses are offsets in the dma-buf)"
     array = cuda.to_device(payload)
     address = int(array.__cuda_array_interface__["data"][0])
-    mr = MR(nic.pd, payload.nbytes, access, address=address)   # needs nvidia_peermem
+    mr = release.push("source MR", v.MR(nic.pd, payload.nbytes, access, address=address))   # needs nvidia_peermem
     return array, mr, address, "nvidia_peermem"
 
 
@@ -97,35 +98,36 @@ def run(path: str, sizes_bytes, bootstrap: Bootstrap, *, device: str | None = No
     msgs, payload = wl.msgs, wl.payload
     n = len(msgs)
 
-    from gpuwrite.backends.testbed.devx import TestbedNic, TestbedQueueSet
+    from gpuwrite.backends.testbed.devx import ReleaseStack, TestbedNic, TestbedQueueSet
 
     with TestbedNic(device, port, gid_index) as nic, \
             TestbedQueueSet(nic, n_qps, sq_bbs=sq_bbs, ncqe=max(sq_bbs, 256), stage_slots=stage_slots,
                             stage_slot_bytes=stage_slot_bytes,
                             bounce_bytes=max(4 * min(chunk_bytes, int(msgs[:, 0].max())), 65536),
-                            ring_memory=ring_memory, seed=seed + bootstrap.rank) as qs:
-        e = nic.enums
-        rw = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
-        from pyverbs.mr import MR
-
+                            ring_memory=ring_memory, seed=seed + bootstrap.rank) as qs, \
+            ReleaseStack() as buffers:
+        c = nic.verbs.c
         dst = wl.destination()
-        dst_mr = MR(nic.pd, dst.nbytes, rw, address=dst.ctypes.data)
-        src, src_mr, src_addr, registration = _gpu_source(payload, nic, e.IBV_ACCESS_LOCAL_WRITE)
+        dst_mr = buffers.push("destination MR", nic.verbs.MR(
+            nic.pd, dst.nbytes, c.ACCESS_LOCAL_WRITE | c.ACCESS_REMOTE_WRITE, address=dst.ctypes.data))
+        src, src_mr, src_addr, registration = _gpu_source(payload, nic, c.ACCESS_LOCAL_WRITE, buffers)
         mine = PeerRecord(rank=bootstrap.rank, host=socket.gethostname(), lid=nic.lid, gid=nic.gid,
                           mtu_bytes=nic.mtu_bytes, qpns=tuple(int(q) for q in qs.qpns),
                           psns=tuple(int(p) for p in qs.psns), addr=dst.ctypes.data,
                           rkey=dst_mr.rkey, length=dst.nbytes,
-                          extra={"mac": nic.mac, "link_layer": nic.link_layer})
+                          extra={"link_layer": nic.link_layer})
         peer = bootstrap.exchange(mine)[1 - bootstrap.rank]
         if len(peer.qpns) != n_qps:
             raise ValueError(f"the peer built {len(peer.qpns)} QPs; this side {n_qps}: run both "
                              "with the same --qps")
         use_grh = nic.link_layer == "ethernet" or peer.lid == 0
+        # RoCE: the kernel resolves the peer's GID to the next hop's MAC (an address handle).
+        peer_mac = nic.next_hop_mac(peer.gid) if nic.link_layer == "ethernet" else None
         qs.connect([qa.QpConnection(
             remote_qpn=peer.qpns[i], remote_psn=peer.psns[i], local_psn=int(qs.psns[i]),
             mtu_bytes=min(nic.mtu_bytes, peer.mtu_bytes), port_num=port, remote_lid=peer.lid,
             remote_gid=peer.gid if use_grh else None, sgid_index=gid_index,
-            remote_mac=peer.extra.get("mac") if nic.link_layer == "ethernet" else None,
+            remote_mac=peer_mac,
             timeout=qp_timeout, retry_cnt=retry_cnt) for i in range(n_qps)])
         bootstrap.allgather("rts")          # both sides' QPs are ready before any write
         # The kernel must outwait the NIC's retries: a dead peer becomes an error CQE.
@@ -145,8 +147,6 @@ def run(path: str, sizes_bytes, bootstrap: Bootstrap, *, device: str | None = No
             params[K.P_SRC_ADDR] = src_addr
             params[K.P_SRC_LKEY] = src_mr.lkey
             if path == "gpu_push":
-                if qs.stage_mr is None:
-                    raise ValueError(qs.stage_note)
                 check_staging_fits(msgs, stage_slots, stage_slot_bytes, chunk_bytes)
             qp_first = wl.qp_first(n_qps)
             d_tp = cuda.to_device(np.zeros(n, dtype=np.int64))
@@ -170,6 +170,8 @@ def run(path: str, sizes_bytes, bootstrap: Bootstrap, *, device: str | None = No
         nbytes = int(msgs[delivered, K.M_SIZE].sum())
         qp_errors = decode_qp_errors(res, qs.qpns, vendor=True)
         note = TESTBED_NOTES[path].format(rings=qs.ring_memory, registration=registration)
+        if path == "gpu_push" and qs.stage_note:
+            note += f"; {qs.stage_note}"
         return PathResult(
             path=path, messages=n, delivered=int(delivered.sum()), dropped=0,
             errors=sum(1 for err in qp_errors.values() if err["syndrome"]), bytes=nbytes,
@@ -178,5 +180,5 @@ def run(path: str, sizes_bytes, bootstrap: Bootstrap, *, device: str | None = No
             throughput_gbps=float(nbytes * 8 / span) if span > 0 else 0.0,
             world=f"testbed: {device} port {port} ({nic.link_layer}) to {peer.host}; {world()}",
             emulation=note, qp_errors=qp_errors,
-            counters={"ring_memory": qs.ring_memory},
+            counters={"ring_memory": qs.ring_memory, "stage_memory": qs.stage_memory},
             latencies_ns=lat)

@@ -1,0 +1,295 @@
+"""A fake of the pyverbs/DevX objects testbed mode makes, strict where the kernel is.
+
+Every object records its creation and release in one log. DevX objects decode the PRM
+command bytes they are given (with gpuwrite's own layouts) and keep the references the
+kernel keeps: destroying a CQ that a live QP sends to, or a UAR/UMEM that a live CQ or QP
+names, raises EBUSY as mlx5_ib does. Memory handed out (UAR pages, device memory) is real
+host memory, so the CUDA simulator's views over it work.
+"""
+from __future__ import annotations
+
+import ctypes
+import errno as E
+import itertools
+import mmap
+import threading
+from types import SimpleNamespace
+
+import numpy as np
+
+from gpuwrite import layouts as L
+from gpuwrite.backends.testbed import prm
+from gpuwrite.backends.testbed.api import MLX5DV_UAR_ALLOC_TYPE_NC_DEDICATED, Verbs
+
+CONSTANTS = SimpleNamespace(
+    CONTEXT_FLAGS_DEVX=1, OBJ_PD=64, UMEM_MASK_DMABUF=1, PORT_ACTIVE=4, LINK_LAYER_ETHERNET=2,
+    GID_TYPE_SYSFS_ROCE_V2=1, ACCESS_LOCAL_WRITE=1, ACCESS_REMOTE_WRITE=2, ACCESS_REMOTE_READ=4,
+    ACCESS_ZERO_BASED=32, UAR_ALLOC_TYPE_BF=0, UAR_ALLOC_TYPE_NC=1,
+    UAR_ALLOC_TYPE_NC_DEDICATED=MLX5DV_UAR_ALLOC_TYPE_NC_DEDICATED)
+
+
+class FakeRDMAError(Exception):
+    """Stands in for pyverbs' PyverbsRDMAError (carries ``error_code``)."""
+
+    def __init__(self, message, error_code):
+        super().__init__(message)
+        self.error_code = error_code
+
+
+class World:
+    """One fake NIC: the log, live objects, and knobs a test turns."""
+
+    def __init__(self, link_layer=2, roce_v2=True, dedicated_uar=True, dm_offset=0,
+                 fail_on=None, max_dm_bytes=1 << 20, mac="02:00:00:00:00:07"):
+        self.log: list[tuple[str, str]] = []
+        self.live: dict[int, object] = {}
+        self.link_layer, self.roce_v2, self.dedicated_uar = link_layer, roce_v2, dedicated_uar
+        self.dm_offset, self.fail_on, self.max_dm_bytes, self.mac = dm_offset, fail_on, max_dm_bytes, mac
+        self.commands: list[bytes] = []
+        self.ids = itertools.count(0x10)
+        self.keep: list = []           # host memory handed out stays alive with the world
+        self.umems: dict[int, object] = {}
+        self.uars: dict[int, object] = {}
+        self.queues: dict[str, dict] = {"cq": {}, "qp": {}}
+
+    def made(self, obj, what):
+        self.log.append(("make", what))
+        self.live[id(obj)] = obj
+
+    def released(self, obj, what):
+        self.log.append(("release", what))
+        self.live.pop(id(obj), None)
+
+    def users_of(self, kind, ident):
+        return [o for o in self.live.values() if ident in getattr(o, "uses", {}).get(kind, ())]
+
+    def verbs(self) -> Verbs:
+        world = self
+
+        class Ctx:
+            cmd_fd = 99
+            what = "context"
+
+            def __init__(self, attr, name):
+                self.name = name
+                world.made(self, "context")
+
+            def query_port(self, port):
+                return SimpleNamespace(state=4, lid=0 if world.link_layer == 2 else 7,
+                                       link_layer=world.link_layer, active_mtu=5, max_msg_sz=1 << 31)
+
+            def query_gid(self, port, index):
+                return SimpleNamespace(gid="fe80:0000:0000:0000:0002:00ff:fe00:0007")
+
+            def query_gid_type(self, port, index):
+                return 1 if world.roce_v2 else 0
+
+            def query_device_ex(self):
+                return SimpleNamespace(max_dm_size=world.max_dm_bytes)
+
+            def devx_query_eqn(self, vector):
+                return 3
+
+            def close(self):
+                world.released(self, "context")
+
+        class Released:
+            what = "object"
+            uses: dict = {}
+
+            def close(self):
+                world.released(self, self.what)
+
+        class PD(Released):
+            what = "pd"
+            handle = 5
+
+            def __init__(self, ctx):
+                world.made(self, "pd")
+
+        class DvObj:
+            def __init__(self, kind, pd):
+                self.dvpd = SimpleNamespace(pdn=0x21)
+
+        class UMEM(Released):
+            def __init__(self, ctx, size, addr=0, *args, access=0, **kwargs):
+                self.umem_id = next(world.ids)
+                self.addr, self.size = addr, size
+                world.umems[self.umem_id] = self
+                self.what = f"umem {self.umem_id}"
+                world.made(self, self.what)
+
+            def close(self):
+                if world.users_of("umem", self.umem_id):
+                    raise FakeRDMAError(f"umem {self.umem_id} in use", E.EBUSY)
+                super().close()
+
+        class UAR(Released):
+            def __init__(self, ctx, flags):
+                if flags == MLX5DV_UAR_ALLOC_TYPE_NC_DEDICATED and not world.dedicated_uar:
+                    raise FakeRDMAError("Failed to allocate UAR", E.EOPNOTSUPP)
+                self.flags = flags
+                pages = np.zeros(2 * mmap.PAGESIZE // 8, dtype=np.uint64)
+                world.keep.append(pages)
+                self.base_addr = (pages.ctypes.data + mmap.PAGESIZE - 1) & ~(mmap.PAGESIZE - 1)
+                self.reg_addr = self.base_addr + 0x800
+                self.page_id = next(world.ids)
+                world.uars[self.page_id] = self
+                self.what = f"uar {self.page_id}"
+                world.made(self, self.what)
+
+            def close(self):
+                if world.users_of("uar", self.page_id):
+                    raise FakeRDMAError(f"uar {self.page_id} in use", E.EBUSY)
+                super().close()
+
+        class DevxObj(Released):
+            def __init__(self, ctx, command, out_len):
+                opcode = int.from_bytes(command[:2], "big")
+                world.commands.append(bytes(command))
+                if world.fail_on == opcode:
+                    raise FakeRDMAError("Failed to create DevX object", E.EINVAL)
+                if opcode == prm.MLX5_CMD_OP_CREATE_CQ:
+                    f = prm.CREATE_CQ_IN.unpack(command)
+                    self.cqn = next(world.ids)
+                    self.uses = {"umem": (f["cq_umem_id"], f["sw_cqc.dbr_umem_id"]),
+                                 "uar": (f["sw_cqc.uar_page"],)}
+                    self.what, self.out_view = f"cq {self.cqn}", prm.CREATE_CQ_OUT.pack(cqn=self.cqn)
+                    world.queues["cq"][self.cqn] = {**f, "ci": 0}
+                elif opcode == prm.MLX5_CMD_OP_CREATE_QP:
+                    f = prm.CREATE_QP_IN.unpack(command)
+                    self.qpn = next(world.ids)
+                    self.uses = {"umem": (f["wq_umem_id"], f["sw_qpc.dbr_umem_id"]),
+                                 "uar": (f["sw_qpc.uar_page"],), "cq": (f["sw_qpc.cqn_snd"],)}
+                    self.what, self.out_view = f"qp {self.qpn}", prm.CREATE_QP_OUT.pack(qpn=self.qpn)
+                    world.queues["qp"][self.qpn] = {**f, "state": "reset", "done": 0, "db": 0}
+                else:
+                    raise AssertionError(f"unexpected DevX opcode {opcode:#x}")
+                world.made(self, self.what)
+
+            def modify(self, command, out_len):
+                world.commands.append(bytes(command))
+                opcode = int.from_bytes(command[:2], "big")
+                if world.fail_on == opcode:
+                    return prm.MODIFY_QP_OUT.pack(status=0x3, syndrome=0x1234ABCD)
+                order = {prm.MLX5_CMD_OP_RST2INIT_QP: ("reset", "init"),
+                         prm.MLX5_CMD_OP_INIT2RTR_QP: ("init", "rtr"),
+                         prm.MLX5_CMD_OP_RTR2RTS_QP: ("rtr", "rts")}
+                qp = world.queues["qp"][self.qpn]
+                if qp["state"] != order[opcode][0]:
+                    return prm.MODIFY_QP_OUT.pack(status=0x10)      # bad_qp_state_err
+                qp["state"] = order[opcode][1]
+                return prm.MODIFY_QP_OUT.pack()
+
+            def close(self):
+                if hasattr(self, "cqn") and world.users_of("cq", self.cqn):
+                    raise FakeRDMAError(f"cq {self.cqn} has live QPs", E.EBUSY)
+                super().close()
+
+        class MR(Released):
+            def __init__(self, pd, length, access, address=0, **kwargs):
+                self.lkey = self.rkey = next(world.ids)
+                self.what = f"mr {self.lkey}"
+                world.made(self, self.what)
+
+        class DM(Released):
+            def __init__(self, ctx, attr):
+                self.length = attr
+                self.handle = next(world.ids)
+                self.what = "dm"
+                world.made(self, "dm")
+
+        class DMMR(MR):
+            def __init__(self, pd, length, access, dm, offset):
+                super().__init__(pd, length, access)
+
+        def map_dm(cmd_fd, handle):
+            memory = np.zeros(4 * mmap.PAGESIZE, dtype=np.uint8)
+            world.keep.append(memory)
+            page = (memory.ctypes.data + mmap.PAGESIZE - 1) & ~(mmap.PAGESIZE - 1)
+            mapping = SimpleNamespace(address=page + world.dm_offset, length=mmap.PAGESIZE)
+            mapping.close = lambda: world.released(mapping, "dm mapping")
+            world.made(mapping, "dm mapping")
+            return mapping
+
+        def resolve_mac(cmd_fd, pd_handle, port, sgid_index, dgid):
+            if world.mac is None:
+                raise RuntimeError("no neighbour")
+            return world.mac
+
+        return Verbs(Mlx5Context=Ctx, Mlx5DVContextAttr=lambda flags: flags, PD=PD, Mlx5DvObj=DvObj,
+                     Mlx5UMEM=UMEM, Mlx5UAR=UAR, Mlx5DevxObj=DevxObj, MR=MR, DmaBufMR=MR, DM=DM,
+                     AllocDmAttr=lambda n: n, DMMR=DMMR, PyverbsError=FakeRDMAError, c=CONSTANTS,
+                     map_dm=map_dm, resolve_mac=resolve_mac)
+
+
+class FakeNic:
+    """A thread that acts on doorbells as an mlx5 NIC would, for QPs in RTS: it checks the
+    doorbell register holds the first 8 bytes of the newest WQE's control segment and the
+    doorbell record its producer index, executes NOP and RDMA-write WQEs (host addresses,
+    the MRs' own), and writes a success CQE for each signaled one (owner bit per pass)."""
+
+    def __init__(self, world: World):
+        self.world = world
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(5)
+
+    def _loop(self):
+        while not self._stop.wait(0.001):
+            for qpn, qp in list(self.world.queues["qp"].items()):
+                try:
+                    self._serve(qpn, qp)
+                except Exception as exc:  # noqa: BLE001 - reported to the test
+                    self.errors.append(f"{type(exc).__name__}: {exc}")
+
+    def _serve(self, qpn, qp):
+        uar = self.world.uars.get(qp["sw_qpc.uar_page"])
+        if qp["state"] != "rts" or uar is None or uar.page_id not in self.world.uars:
+            return
+        register = ctypes.c_uint64.from_address(uar.reg_addr).value
+        if register == qp["db"]:
+            return
+        qp["db"] = register
+        dbr = self.world.umems[qp["sw_qpc.dbr_umem_id"]].addr + qp["sw_qpc.dbr_addr"]
+        pi = int(np.frombuffer(ctypes.string_at(dbr, 8), dtype=L.QP_DBREC)[0]["send_counter"])
+        sq = self.world.umems[qp["wq_umem_id"]].addr + qp["e_mtt_pointer_or_wq_umem_offset"]
+        n_bbs = 1 << qp["sw_qpc.log_sq_size"]
+        while qp["done"] < pi:
+            index = qp["done"]
+            wqe = ctypes.string_at(sq + (index % n_bbs) * L.WQE_BB, L.WQE_BB)
+            ctrl = np.frombuffer(wqe[:16], dtype=L.CTRL_SEG)[0]
+            opcode, wqe_index = int(ctrl["opmod_idx_opcode"]) & 0xFF, (int(ctrl["opmod_idx_opcode"]) >> 8) & 0xFFFF
+            if int(ctrl["qpn_ds"]) >> 8 != qpn or wqe_index != index & 0xFFFF:
+                raise AssertionError(f"WQE {index}: qpn/index {int(ctrl['qpn_ds']) >> 8:#x}/{wqe_index}")
+            nbytes = 0
+            if opcode == L.OPCODE_RDMA_WRITE:
+                raddr = np.frombuffer(wqe[16:32], dtype=L.RADDR_SEG)[0]
+                data = np.frombuffer(wqe[32:48], dtype=L.DATA_SEG)[0]
+                nbytes = int(data["byte_count"])
+                ctypes.memmove(int(raddr["raddr"]), int(data["addr"]), nbytes)
+            elif opcode != L.OPCODE_NOP:
+                raise AssertionError(f"WQE {index}: opcode {opcode:#x}")
+            qp["done"] += 1
+            if qp["done"] == pi and register != int.from_bytes(wqe[:8], "little"):
+                raise AssertionError(f"doorbell {register:#x} is not WQE {index}'s first 8 bytes")
+            if ctrl["fm_ce_se"] & L.CTRL_CQ_UPDATE:
+                self._complete(qp["sw_qpc.cqn_snd"], qpn, wqe_index, nbytes)
+
+    def _complete(self, cqn, qpn, wqe_index, nbytes):
+        cq = self.world.queues["cq"][cqn]
+        ncqe = 1 << cq["sw_cqc.log_cq_size"]
+        base = self.world.umems[cq["cq_umem_id"]].addr + cq["e_mtt_pointer_or_cq_umem_offset"]
+        cqe = np.zeros(1, dtype=L.CQE64)
+        cqe["byte_cnt"], cqe["sop_drop_qpn"], cqe["wqe_counter"] = nbytes, qpn, wqe_index
+        cqe["op_own"] = (L.CQE_REQ << 4) | ((cq["ci"] // ncqe) & 1)
+        ctypes.memmove(base + (cq["ci"] % ncqe) * L.CQE_SIZE, cqe.tobytes(), L.CQE_SIZE)
+        cq["ci"] += 1
