@@ -125,9 +125,9 @@ def _cuda_unavailable(exc: BaseException) -> bool:
 def _output_error(exc: OSError) -> UsageError:
     path = exc.filename if exc.filename is not None else "?"
     reason = exc.strerror or type(exc).__name__
-    return UsageError(f"cannot write or read {str(path)!r} ({reason}); allowed: a path whose folder "
-                      "exists or can be made, and that is not an existing file where a folder is "
-                      "needed (or the reverse)", value=str(path), allowed="a writable path")
+    return UsageError(f"cannot use {str(path)!r} ({reason}); allowed: a path this user can read or "
+                      "write, a folder where a folder is needed and a file where a file is",
+                      value=str(path), allowed="a usable path")
 
 
 def _raise_terminated(signum, frame):

@@ -6,6 +6,7 @@ import datetime
 import functools
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -15,13 +16,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from gpuwrite import MAX_MESSAGE_BYTES
 from gpuwrite.cli import UsageError
 
 console = Console(stderr=False)
 
-# The longest message any command accepts: InfiniBand's limit on one message's length,
-# 2^31 bytes (IBTA specification vol. 1, section 9.4.1: a message is at most 2 GiB).
-MAX_MESSAGE_BYTES = 1 << 31
 _SIZE_UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
                "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
 SIZE_SYNTAX = "a whole number of bytes, optionally with K/KiB, M/MiB or G/GiB (powers of 1024: 4096, 4K, 1MiB)"
@@ -211,6 +210,28 @@ def provenance(command: str, parameters: dict, device: str) -> dict:
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
 
 
+def check_writable(path, name: str, *, folder: bool = False) -> Path:
+    """``path`` unchanged once it is known to be usable before any work starts: a folder
+    (``folder``) made if missing, or a file whose folder is made and which can be opened
+    for writing (a file this check created is removed again); else a UsageError."""
+    path = Path(path)
+    target = path if folder else path.parent
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        if not folder:
+            existed = path.exists()
+            with open(path, "ab"):
+                pass
+            if not existed:
+                path.unlink()
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        raise UsageError(f"{name}={str(path)!r} is not allowed ({why}: {exc.filename or target}); allowed: a "
+                         f"{'folder' if folder else 'file'} path this user can write", value=str(path),
+                         allowed="a writable path") from None
+    return path
+
+
 def check_result_path(path, name: str = "--out") -> Path | None:
     """A result file name (.parquet or .csv), checked before any work starts."""
     if path is None:
@@ -221,7 +242,7 @@ def check_result_path(path, name: str = "--out") -> Path | None:
     if Path(path).is_dir():
         raise UsageError(f"{name}={str(path)!r} is not allowed (it is a directory); allowed: a file "
                          "ending in " + " or ".join(RESULT_SUFFIXES), value=str(path), allowed="a file")
-    return Path(path)
+    return check_writable(path, name)
 
 
 def write_rows(rows: list[dict], path, prov: dict) -> Path:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from gpuwrite.cli import UsageError
 from gpuwrite.cli.common import console, print_json, table
-from gpuwrite.cli.sweep import add_run_options, check_workers, progress_bar
+from gpuwrite.cli.sweep import add_run_options, check_dir, check_workers, progress_bar
 
 
 def register(sub) -> None:
@@ -29,6 +29,8 @@ def main(args) -> int:
     from gpuwrite.experiments.render import regenerate
     from gpuwrite.experiments.spec import SpecError
 
+    check_dir(args.results, "--results")
+    check_dir(args.out, "--out")
     started = time.perf_counter()
     try:
         with progress_bar(args.json) as progress:

@@ -15,7 +15,6 @@ import math
 import multiprocessing
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -49,12 +48,36 @@ def _compute_chunk(configs: list[dict]) -> list[pd.DataFrame]:
     return [backends.compute(config) for config in configs]
 
 
+def _worker_init(parent_pid: int) -> None:
+    """Each worker: leave Ctrl-C to the parent (a terminal sends SIGINT to the whole process
+    group; the parent ends the pool), and die with the parent (Linux ``PR_SET_PDEATHSIG``),
+    so that no worker outlives a killed command."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1   # <linux/prctl.h>
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the parent's terminate() still ends the pool
+        pass
+    if os.getppid() != parent_pid:   # the parent died before prctl took effect
+        os._exit(1)
+
+
 class Pool:
-    """A spawn-context process pool, started on first use and shared by every sweep of a run."""
+    """A spawn-context process pool, started on first use and shared by every sweep of a run.
+
+    Closing it after an error or an interrupt terminates the workers at once (a running
+    simulation is abandoned; finished chunks are already in the cache), so that none is
+    left behind.
+    """
 
     def __init__(self, workers: int | None = None):
         self.workers = max(1, workers or os.cpu_count() or 1)
-        self._executor: ProcessPoolExecutor | None = None
+        self._pool = None
 
     def map(self, chunks: list[list[dict]]):
         """Yields (chunk index, results) as chunks finish; in this process if one worker."""
@@ -62,26 +85,30 @@ class Pool:
             for index, chunk in enumerate(chunks):
                 yield index, _compute_chunk(chunk)
             return
-        if self._executor is None:
-            self._executor = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
-        futures = {self._executor.submit(_compute_chunk, chunk): index for index, chunk in enumerate(chunks)}
-        try:
-            for future in as_completed(futures):
-                yield futures[future], future.result()
-        finally:
-            for future in futures:
-                future.cancel()
+        if self._pool is None:
+            context = multiprocessing.get_context("spawn")
+            self._pool = context.Pool(self.workers, initializer=_worker_init, initargs=(os.getpid(),))
+        yield from self._pool.imap_unordered(_indexed_chunk, list(enumerate(chunks)))
 
-    def close(self) -> None:
-        if self._executor is not None:
-            self._executor.shutdown(cancel_futures=True)
-            self._executor = None
+    def close(self, clean: bool = True) -> None:
+        if self._pool is not None:
+            if clean:
+                self._pool.close()
+            else:
+                self._pool.terminate()
+            self._pool.join()
+            self._pool = None
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, *exc):
+        self.close(clean=exc_type is None)
+
+
+def _indexed_chunk(item: tuple[int, list[dict]]) -> tuple[int, list[pd.DataFrame]]:
+    index, chunk = item
+    return index, _compute_chunk(chunk)
 
 
 def _today() -> str:
@@ -223,14 +250,16 @@ def run_spec(spec: ExperimentSpec, results_dir: str | Path = store.DEFAULT_RESUL
     own_pool = pool is None
     pool = pool or Pool()
     frames, reports = [], []
+    clean = False
     try:
         for sweep in selected:
             frame, report = run_sweep(spec, sweep, results_dir, stored, pool, device, progress)
             frames.append(frame)
             reports.append(report)
+        clean = True
     finally:
         if own_pool:
-            pool.close()
+            pool.close(clean)
     new = pd.concat([f for f in frames if len(f)], ignore_index=True) if any(len(f) for f in frames) \
         else pd.DataFrame(columns=["sweep", "device", "backend"])
     written = []
