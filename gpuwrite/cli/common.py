@@ -3,12 +3,10 @@ provenance and result files."""
 from __future__ import annotations
 
 import datetime
-import functools
 import json
 import math
 import os
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -183,27 +181,10 @@ def progress(disable: bool = False, every_s: float = 10.0):
 
 # --- provenance and result files -----------------------------------------------------
 
-@functools.lru_cache(maxsize=None)
-def git_commit() -> str | None:
-    """The commit of the checkout gpuwrite runs from (``+dirty`` with uncommitted changes to
-    tracked files), or None for an installed package."""
-    root = Path(__file__).resolve().parents[2]
-    if not (root / ".git").exists():
-        return None
-    try:
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
-                              text=True, timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return head + ("+dirty" if dirty else "") if head else None
-
-
 def provenance(command: str, parameters: dict, device: str) -> dict:
     """How a result was made: the command and its parameters, gpuwrite's version, the git
     commit (from a checkout), the device it ran on and the date and time (UTC)."""
-    from gpuwrite.experiments.store import gpuwrite_version
+    from gpuwrite.experiments.store import git_commit, gpuwrite_version
 
     return {"command": command, "parameters": _clean(parameters), "gpuwrite_version": gpuwrite_version(),
             "git_commit": git_commit(), "device": device,

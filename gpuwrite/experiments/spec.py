@@ -63,11 +63,14 @@ MAX_SWEEP_POINTS = 100_000
 CONFIG_SCHEMA = 1
 # The code whose results a point's configuration stands for: a change to any of these
 # files changes every hash of that backend, so stored results are never reused stale.
+# The emulated backend's C engine counts through the digest its compiled extension carries
+# (csrc/ffi_build.py embeds the SHA-256 of csrc/*.c and *.h): an installed package has no
+# csrc/ to read, and a checkout whose extension was not rebuilt runs the old engine.
 BACKEND_CODE = {
     "model": ("gpuwrite/model/*.py",),
-    "emulated": ("gpuwrite/paths/*.py", "gpuwrite/device/*.py", "gpuwrite/host/*.py", "gpuwrite/layouts.py",
-                 "csrc/*.c", "csrc/*.h"),
+    "emulated": ("gpuwrite/paths/*.py", "gpuwrite/device/*.py", "gpuwrite/host/*.py", "gpuwrite/layouts.py"),
 }
+BACKEND_ENGINE = {"emulated": True}
 
 # Emulated runs: arguments of gpuwrite.paths.runner.run and how many messages to send.
 # messages: at least this many; total_bytes: enough messages to move this many bytes
@@ -419,10 +422,25 @@ def fingerprint_files(root: Path, patterns) -> str:
     return digest.hexdigest()
 
 
+def engine_fingerprint() -> str:
+    """SHA-256 of the C sources the NIC engine extension was compiled from."""
+    try:
+        from gpuwrite._gw_cffi import ffi, lib
+    except ImportError as exc:
+        raise SpecError("the emulated backend needs the C engine, which is not built (python3 "
+                        f"csrc/ffi_build.py in a checkout, or pip install): {exc}") from None
+    return ffi.string(lib.gw_csrc_sha256()).decode()
+
+
 @functools.lru_cache(maxsize=None)
 def code_fingerprint(backend: str) -> str:
-    """Fingerprint of the source code behind ``backend`` (this checkout or the installed package)."""
-    return fingerprint_files(Path(__file__).resolve().parents[2], BACKEND_CODE[backend])
+    """Fingerprint of the source code behind ``backend``: the same in this checkout and in
+    the installed package (Python sources by their package paths; the C engine by the
+    digest compiled into it)."""
+    python = fingerprint_files(Path(__file__).resolve().parents[2], BACKEND_CODE[backend])
+    if not BACKEND_ENGINE.get(backend):
+        return python
+    return hashlib.sha256(f"{python}\0csrc\0{engine_fingerprint()}".encode()).hexdigest()
 
 
 def config_hash(config: dict) -> str:
