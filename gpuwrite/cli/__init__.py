@@ -151,7 +151,9 @@ def main(argv: list[str] | None = None) -> int:
         how, status = (("interrupted (Ctrl-C)", EXIT_SIGINT) if isinstance(exc, KeyboardInterrupt)
                        else ("terminated (SIGTERM)", EXIT_SIGTERM))
         name = " ".join(filter(None, ("gpuwrite", state["command"])))
-        print(f"{name}: {how}; stored sweep points are kept and a rerun resumes from them", file=sys.stderr)
+        resumes = "; finished points are stored and a rerun resumes from them" \
+            if state["command"] in ("sweep", "figures") else ""
+        print(f"{name}: {how}{resumes}", file=sys.stderr)
         return status
     finally:
         if previous_term is not None:

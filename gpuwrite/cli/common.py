@@ -49,7 +49,16 @@ def parse_sizes(text: str, name: str = "sizes", **bounds) -> list[int]:
     if not items:
         raise UsageError(f"{name}={str(text)!r} is not allowed; allowed: one or more comma-separated "
                          f"sizes, each {SIZE_SYNTAX}", value=str(text), allowed="one or more sizes")
-    return [parse_size(item, name, **bounds) for item in items]
+    if len(items) == 1:
+        return [parse_size(items[0], name, **bounds)]
+    sizes = []
+    for item in items:
+        try:
+            sizes.append(parse_size(item, name, **bounds))
+        except UsageError as exc:
+            raise UsageError(f"{name}={str(text)!r} is not allowed (at {item.strip()!r}); allowed: sizes, "
+                             f"each {exc.allowed}", value=str(text), allowed=exc.allowed) from None
+    return sizes
 
 
 def check_range(name: str, value: int, minimum: int | None = None, maximum: int | None = None,

@@ -14,6 +14,15 @@ MAX_PAYLOAD_BYTES = 1 << 30
 MAX_SEED = 2**32 - 1    # numpy's default_rng takes any integer >= 0; 32 bits is plenty
 
 
+def _inline_limit() -> str:
+    """The emulated engine's inline limit, as help text: stated in one place, the C header."""
+    try:
+        from gpuwrite import layouts as L
+    except ImportError:   # the C side is not built; --help still works
+        return "gpuwrite.layouts.MAX_INLINE_BYTES"
+    return f"{L.MAX_INLINE_BYTES} B (gpuwrite.layouts.MAX_INLINE_BYTES)"
+
+
 def register(sub) -> None:
     p = sub.add_parser("demo", help="run each data path for mixed-size messages over several "
                        "QPs and verify every delivered byte")
@@ -25,8 +34,8 @@ def register(sub) -> None:
     p.add_argument("--paths", default=ALL_PATHS, help=f"comma-separated paths (default {ALL_PATHS})")
     p.add_argument("-s", "--sizes", default=None,
                    help="comma-separated message sizes to mix (4096, 4K, 1MiB), any length (default "
-                        "64 B to 64 KiB; for gpu_push_inline 16 to 448 B, and never more than the "
-                        "inline limit, gpuwrite.layouts.MAX_INLINE_BYTES)")
+                        "64 B to 64 KiB; gpu_push_inline's default mix is 16 to 448 B, and it takes "
+                        f"no message above {_inline_limit()}; with larger --sizes it is left out)")
     p.add_argument("--policy", default="hold", choices=["hold", "drop"])
     p.add_argument("--seed", type=int, default=1, help=f"payload and size-mix seed, 0 to {MAX_SEED}")
     p.add_argument("--out", help="also write the results, with how they were made, to this file "
