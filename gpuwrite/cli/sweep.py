@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpuwrite.cli import UsageError
-from gpuwrite.cli.common import add_json_flag, check_range, check_result_path, check_writable, console, print_json, table
+from gpuwrite.cli.common import (add_json_flag, check_range, check_result_path, check_writable, console, print_json,
+                                 provenance, table)
 
 MAX_WORKERS = 1024
 
@@ -75,8 +76,11 @@ def main(args) -> int:
                            pool=pool, progress=progress, csv=args.csv, out=args.out)
     except SpecError as exc:
         raise UsageError(str(exc)) from None
+    devices = sorted({r.device for r in ran["reports"]})
     data = {"file": str(spec.path), "rows": ran["rows"], "tables": [str(p) for p in ran["tables"]],
-            "sweeps": [r.to_dict() for r in ran["reports"]]}
+            "sweeps": [r.to_dict() for r in ran["reports"]],
+            "provenance": provenance("sweep", {"file": str(spec.path), "sweeps": args.sweeps, "fresh": args.fresh,
+                                               "results": args.results, "out": args.out}, ", ".join(devices))}
     if args.json:
         print_json(data)
         return 0
