@@ -14,6 +14,7 @@ import hashlib
 import math
 import multiprocessing
 import os
+import signal
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -52,8 +53,6 @@ def _worker_init(parent_pid: int) -> None:
     """Each worker: leave Ctrl-C to the parent (a terminal sends SIGINT to the whole process
     group; the parent ends the pool), and die with the parent (Linux ``PR_SET_PDEATHSIG``),
     so that no worker outlives a killed command."""
-    import signal
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         import ctypes
@@ -65,6 +64,22 @@ def _worker_init(parent_pid: int) -> None:
         pass
     if os.getppid() != parent_pid:   # the parent died before prctl took effect
         os._exit(1)
+
+
+def _start_pool(workers: int):
+    """Spawned workers that ignore SIGINT from their first instruction: the disposition is
+    set to ignored around their start, which exec keeps (a Ctrl-C while a worker is still
+    importing would otherwise print its traceback)."""
+    context = multiprocessing.get_context("spawn")
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:   # not the main thread: the initializer still ignores it
+        previous = None
+    try:
+        return context.Pool(workers, initializer=_worker_init, initargs=(os.getpid(),))
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
 
 
 class Pool:
@@ -86,8 +101,7 @@ class Pool:
                 yield index, _compute_chunk(chunk)
             return
         if self._pool is None:
-            context = multiprocessing.get_context("spawn")
-            self._pool = context.Pool(self.workers, initializer=_worker_init, initargs=(os.getpid(),))
+            self._pool = _start_pool(self.workers)
         yield from self._pool.imap_unordered(_indexed_chunk, list(enumerate(chunks)))
 
     def close(self, clean: bool = True) -> None:
