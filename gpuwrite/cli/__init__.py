@@ -27,6 +27,7 @@ EXIT_USAGE = 2
 EXIT_NO_GPU = 3
 EXIT_SIGINT = 128 + signal.SIGINT     # 130, as a shell reports a Ctrl-C'd command
 EXIT_SIGTERM = 128 + signal.SIGTERM   # 143
+EXIT_SIGPIPE = 128 + signal.SIGPIPE   # 141, as a shell reports a writer whose reader left
 # Tables are never cut when stdout is a pipe or a file: rich then lays them out this wide.
 PIPE_COLUMNS = 1000
 
@@ -147,6 +148,13 @@ def main(argv: list[str] | None = None) -> int:
         pass
     try:
         return _run(argv, state)
+    except BrokenPipeError:
+        # the reader went away (`gpuwrite ... | head`): as a shell tool, stop quietly; point
+        # stdout at /dev/null so that the interpreter's final flush fails no more
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_SIGPIPE
     except (KeyboardInterrupt, Terminated) as exc:
         how, status = (("interrupted (Ctrl-C)", EXIT_SIGINT) if isinstance(exc, KeyboardInterrupt)
                        else ("terminated (SIGTERM)", EXIT_SIGTERM))
