@@ -1,6 +1,8 @@
 """``gpuwrite demo``: every data path end to end, every byte checked."""
 from __future__ import annotations
 
+import inspect
+
 from gpuwrite.cli import UsageError
 from gpuwrite.cli.common import (add_json_flag, check_range, check_result_path, console, parse_sizes,
                                  print_json, print_path_results, provenance, write_rows)
@@ -60,6 +62,9 @@ def main(args) -> int:
     n = check_range("--messages", args.messages, 1, MAX_MESSAGES) if args.messages is not None \
         else (400 if SIMULATOR else 2000)
     check_range("--qps", args.qps, 1, MAX_QPS)
+    # a signaled WQE must always fit in flight: the runner's rule for its default send queue
+    sq_bbs = inspect.signature(runner.run).parameters["sq_bbs"].default
+    check_range("--batch", args.batch, 1, sq_bbs // (2 * L.MAX_WQE_BBS))
     check_range("--seed", args.seed, 0, MAX_SEED)
     choices, notes = None, []
     if args.sizes is not None:

@@ -40,6 +40,7 @@ CASES = [
     ("demo-path-unknown", lambda t: ["demo", "--paths", "gpu_push,warp"], "warp"),
     ("demo-seed-negative", lambda t: ["demo", "--seed", "-1"], "--seed=-1"),
     ("demo-qps-zero", lambda t: ["demo", "--qps", "0"], "--qps=0"),
+    ("demo-batch-huge", lambda t: ["demo", "--batch", "1000"], "--batch=1000"),
     ("demo-payload-too-big", lambda t: ["demo", "--messages", "100000", "--sizes", "64KiB",
                                         "--paths", "gpu_push"], "100000"),
     ("demo-out-suffix", lambda t: ["demo", "--out", str(t / "rows.txt")], "rows.txt"),
