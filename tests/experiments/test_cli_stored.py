@@ -117,3 +117,18 @@ def test_installed_copy_without_csrc_gets_the_same_keys(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
                          check=True).stdout.split()
     assert out == [spec_module.code_fingerprint("emulated"), spec_module.code_fingerprint("model")]
+
+
+@pytest.mark.slow
+def test_figures_on_the_stored_results_change_no_table(tmp_path, capsys):
+    """As on a fresh clone: `gpuwrite figures` on a copy of the committed tables computes
+    nothing and leaves every table byte for byte as committed (about 30 s: it draws)."""
+    results = tmp_path / "results"
+    shutil.copytree(EXPERIMENTS / "results", results, ignore=shutil.ignore_patterns("cache"))
+    before = {p.relative_to(results): p.read_bytes() for p in results.rglob("*.parquet")}
+    assert main(["figures", "--specs", str(EXPERIMENTS), "--results", str(results), "--out",
+                 str(tmp_path / "figures"), "--workers", "1", "--json"]) == 0
+    made = json.loads(capsys.readouterr().out)["figures"]
+    assert [m["figure"] for m in made if m["computed"]] == []
+    after = {p.relative_to(results): p.read_bytes() for p in results.rglob("*.parquet")}
+    assert after == before
