@@ -117,10 +117,10 @@ def _report(command: str, exc: BaseException, as_json: bool, status: int) -> int
 
 
 def _cuda_unavailable(exc: BaseException) -> bool:
-    """A CUDA driver or device error from numba: there is no usable GPU."""
+    """numba found no CUDA driver, GPU or NVVM to use (not an error of a running kernel,
+    which keeps its traceback)."""
     module = type(exc).__module__ or ""
-    return module.startswith("numba.cuda") and type(exc).__name__ in (
-        "CudaSupportError", "CudaDriverError", "CudaAPIError", "NvvmSupportError", "LinkerError")
+    return module.startswith("numba.cuda") and type(exc).__name__ in ("CudaSupportError", "NvvmSupportError")
 
 
 def _output_error(exc: OSError) -> UsageError:
