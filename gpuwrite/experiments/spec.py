@@ -426,10 +426,10 @@ def engine_fingerprint() -> str:
     """SHA-256 of the C sources the NIC engine extension was compiled from."""
     try:
         from gpuwrite._gw_cffi import ffi, lib
-    except ImportError as exc:
-        raise SpecError("the emulated backend needs the C engine, which is not built (python3 "
+        return ffi.string(lib.gw_csrc_sha256()).decode()
+    except (ImportError, AttributeError) as exc:   # AttributeError: built before the digest existed
+        raise SpecError("the emulated backend needs the C engine built from this source (python3 "
                         f"csrc/ffi_build.py in a checkout, or pip install): {exc}") from None
-    return ffi.string(lib.gw_csrc_sha256()).decode()
 
 
 @functools.lru_cache(maxsize=None)
