@@ -69,7 +69,9 @@ def _worker_init(parent_pid: int) -> None:
 def _start_pool(workers: int):
     """Spawned workers that ignore SIGINT from their first instruction: the disposition is
     set to ignored around their start, which exec keeps (a Ctrl-C while a worker is still
-    importing would otherwise print its traceback)."""
+    importing would otherwise print its traceback). A blocked signal would not do: the
+    spawned interpreter gets it during its start-up. A Ctrl-C in these few milliseconds is
+    lost; the next one counts."""
     context = multiprocessing.get_context("spawn")
     try:
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
