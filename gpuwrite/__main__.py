@@ -2,4 +2,6 @@ import sys
 
 from gpuwrite.cli import main
 
-sys.exit(main())
+# Guarded: sweep worker processes (spawn) import the main module and must not run the CLI again.
+if __name__ == "__main__":
+    sys.exit(main())

@@ -3,27 +3,98 @@
 Each module named in ``COMMANDS`` defines ``register(subparsers)`` which adds its
 parser and sets ``func`` to a callable taking the parsed arguments and returning an
 exit code. Every command accepts ``--json``.
+
+Every failure leaves through ``main`` in one of a few shapes, the same for all commands:
+bad input (``UsageError``, a model ``ParamError``, an experiment file's ``SpecError``,
+an output path that cannot be written, argparse's own complaints) is one line on stderr
+and exit status 2; no usable GPU is one line and status 3; Ctrl-C is one line and 130,
+SIGTERM one line and 143. Under ``--json`` the error is also a JSON object on stdout:
+``{"error": ..., "value": ..., "allowed": ...}``.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import json
+import os
+import re
+import signal
 import sys
 
 COMMANDS = ("demo", "bench", "model_cmd", "sim_cmd", "sweep", "figures", "calibrate", "doctor",
             "testbed")
+EXIT_USAGE = 2
+EXIT_NO_GPU = 3
+EXIT_SIGINT = 128 + signal.SIGINT     # 130, as a shell reports a Ctrl-C'd command
+EXIT_SIGTERM = 128 + signal.SIGTERM   # 143
+EXIT_SIGPIPE = 128 + signal.SIGPIPE   # 141, as a shell reports a writer whose reader left
+# Tables are never cut when stdout is a pipe or a file: rich then lays them out this wide.
+PIPE_COLUMNS = 1000
 
 
 class UsageError(Exception):
-    """Bad input from the user: the message names the value and what is allowed."""
+    """Bad input from the user: the message names the value and what is allowed.
+
+    ``value`` and ``allowed`` (when given) go into the JSON error under ``--json``;
+    otherwise they are read back from a message of the form ``NAME=VALUE is not
+    allowed; allowed: WHAT``.
+    """
+
+    def __init__(self, message: str, *, value=None, allowed: str | None = None):
+        super().__init__(message)
+        self.value = value
+        self.allowed = allowed
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread so that ``finally`` blocks run (worker pools end)."""
+
+
+# How messages in this project and argparse's name the value and what is allowed.
+_VALUE_PATTERNS = (
+    re.compile(r"(?P<value>'[^']*'|\S+) is not allowed(?: [^;]*)?; allowed: (?P<allowed>.+)$"),
+    re.compile(r"invalid choice: (?P<value>'[^']*') \(choose from (?P<allowed>[^)]*)\)"),
+    re.compile(r"invalid (?P<allowed>\w+) value: (?P<value>'[^']*')"),
+)
+
+
+def error_fields(exc: BaseException) -> dict:
+    """{"error", "value", "allowed"} of an error, as ``--json`` prints it."""
+    message = str(exc)
+    value = getattr(exc, "value", None)
+    allowed = getattr(exc, "allowed", None)
+    if value is None and allowed is None:
+        for pattern in _VALUE_PATTERNS:
+            match = pattern.search(message)
+            if match:
+                value, allowed = match.group("value"), match.group("allowed")
+                if "=" in value and not value.startswith("'"):
+                    value = value.split("=", 1)[1]
+                value = value[1:-1] if len(value) > 1 and value[0] == value[-1] == "'" else value
+                break
+    if value is not None and not isinstance(value, (str, int, float, bool)):
+        value = str(value)
+    return {"error": message, "value": value, "allowed": allowed}
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with its usage errors routed through ``main``'s one error path."""
+
+    def error(self, message):
+        exc = UsageError(f"{message} (see {self.prog} --help)")
+        exc.prog = self.prog
+        raise exc
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from gpuwrite.experiments.store import gpuwrite_version
+
+    parser = Parser(
         prog="gpuwrite",
         description="Prototype and evaluate GPU-initiated DMA writes into RDMA NICs.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser.add_argument("--version", action="version", version=f"gpuwrite {gpuwrite_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
     for name in COMMANDS:
         module = importlib.import_module(f"gpuwrite.cli.{name}")
@@ -31,14 +102,97 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _report(command: str, exc: BaseException, as_json: bool, status: int) -> int:
+    """One line on stderr (and the JSON object on stdout under --json); returns ``status``."""
+    text = str(exc).strip().splitlines()
+    line = " ".join(part.strip() for part in text) or type(exc).__name__
+    prefix = getattr(exc, "prog", None) or " ".join(filter(None, ("gpuwrite", command)))
+    print(f"{prefix}: error: {line}", file=sys.stderr)
+    if as_json:
+        fields = error_fields(exc)
+        fields["error"] = line
+        fields["exit_status"] = status
+        print(json.dumps(fields, default=str))
+    return status
+
+
+def _cuda_unavailable(exc: BaseException) -> bool:
+    """numba found no CUDA driver, GPU or NVVM to use (not an error of a running kernel,
+    which keeps its traceback)."""
+    module = type(exc).__module__ or ""
+    return module.startswith("numba.cuda") and type(exc).__name__ in ("CudaSupportError", "NvvmSupportError")
+
+
+def _output_error(exc: OSError) -> UsageError:
+    path = exc.filename if exc.filename is not None else "?"
+    reason = exc.strerror or type(exc).__name__
+    return UsageError(f"cannot use {str(path)!r} ({reason}); allowed: a path this user can read or "
+                      "write, a folder where a folder is needed and a file where a file is",
+                      value=str(path), allowed="a usable path")
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    state = {"command": "", "json": "--json" in argv}
+    piped = not sys.stdout.isatty() and "COLUMNS" not in os.environ
+    if piped:
+        os.environ["COLUMNS"] = str(PIPE_COLUMNS)
+    previous_term = None
     try:
+        previous_term = signal.signal(signal.SIGTERM, _raise_terminated)
+    except ValueError:  # not the main thread (an embedding program): leave SIGTERM alone
+        pass
+    try:
+        return _run(argv, state)
+    except BrokenPipeError:
+        # the reader went away (`gpuwrite ... | head`): as a shell tool, stop quietly; point
+        # stdout at /dev/null so that the interpreter's final flush fails no more
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_SIGPIPE
+    except (KeyboardInterrupt, Terminated) as exc:
+        how, status = (("interrupted (Ctrl-C)", EXIT_SIGINT) if isinstance(exc, KeyboardInterrupt)
+                       else ("terminated (SIGTERM)", EXIT_SIGTERM))
+        name = " ".join(filter(None, ("gpuwrite", state["command"])))
+        resumes = "; finished points are stored and a rerun resumes from them" \
+            if state["command"] in ("sweep", "figures") else ""
+        print(f"{name}: {how}{resumes}", file=sys.stderr)
+        return status
+    finally:
+        if previous_term is not None:
+            signal.signal(signal.SIGTERM, previous_term)
+        if piped:
+            os.environ.pop("COLUMNS", None)
+
+
+def _run(argv: list[str], state: dict) -> int:
+    from gpuwrite.experiments.spec import SpecError
+    from gpuwrite.model.errors import ParamError
+
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        state["command"] = args.command
+        state["json"] = bool(getattr(args, "json", state["json"]))
         return int(args.func(args) or 0)
-    except UsageError as exc:
-        print(f"gpuwrite {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+    except (UsageError, ParamError, SpecError) as exc:
+        return _report(state["command"], exc, state["json"], EXIT_USAGE)
+    except OSError as exc:
+        if exc.filename is None:
+            raise
+        return _report(state["command"], _output_error(exc), state["json"], EXIT_USAGE)
+    except Exception as exc:
+        if not _cuda_unavailable(exc):
+            raise
+        why = UsageError(f"no usable CUDA GPU ({type(exc).__name__}: {exc}); unset "
+                         "NUMBA_ENABLE_CUDASIM (or set it to 1) to run on Numba's CUDA simulator",
+                         value=os.environ.get("NUMBA_ENABLE_CUDASIM"), allowed="a CUDA GPU, or the simulator")
+        return _report(state["command"], why, state["json"], EXIT_NO_GPU)
 
 
 if __name__ == "__main__":

@@ -1,18 +1,81 @@
-"""Helpers shared by the commands: JSON output and rich tables."""
+"""Helpers shared by the commands: sizes and bounds, JSON output, rich tables, progress,
+provenance and result files."""
 from __future__ import annotations
 
+import datetime
 import json
 import math
+import os
+import re
 import sys
+import time
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
+from gpuwrite import MAX_MESSAGE_BYTES
+from gpuwrite.cli import UsageError
+
 console = Console(stderr=False)
+
+_SIZE_UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
+               "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
+SIZE_SYNTAX = "a whole number of bytes, optionally with K/KiB, M/MiB or G/GiB (powers of 1024: 4096, 4K, 1MiB)"
+RESULT_SUFFIXES = (".parquet", ".csv")
 
 
 def add_json_flag(parser) -> None:
-    parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    parser.add_argument("--json", action="store_true", help="print machine-readable JSON (errors too)")
+
+
+def parse_size(text, name: str = "size", *, minimum: int = 1, maximum: int = MAX_MESSAGE_BYTES) -> int:
+    """'4096', '4K', '64KiB', '1MiB', '1G' -> bytes, within [minimum, maximum].
+
+    ``name`` is what the error names (``--size``); the one size syntax of every command.
+    """
+    match = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", str(text))
+    if not match or match.group(2).upper() not in _SIZE_UNITS:
+        raise UsageError(f"{name}={str(text)!r} is not allowed; allowed: {SIZE_SYNTAX}", value=str(text),
+                         allowed=SIZE_SYNTAX)
+    size = int(match.group(1)) * _SIZE_UNITS[match.group(2).upper()]
+    check_range(name, size, minimum, maximum, text=str(text))
+    return size
+
+
+def parse_sizes(text: str, name: str = "sizes", **bounds) -> list[int]:
+    """A comma-separated list of sizes (at least one), each as ``parse_size`` reads it."""
+    items = [item for item in str(text).split(",") if item.strip()]
+    if not items:
+        raise UsageError(f"{name}={str(text)!r} is not allowed; allowed: one or more comma-separated "
+                         f"sizes, each {SIZE_SYNTAX}", value=str(text), allowed="one or more sizes")
+    if len(items) == 1:
+        return [parse_size(items[0], name, **bounds)]
+    sizes = []
+    for item in items:
+        try:
+            sizes.append(parse_size(item, name, **bounds))
+        except UsageError as exc:
+            raise UsageError(f"{name}={str(text)!r} is not allowed (at {item.strip()!r}); allowed: sizes, "
+                             f"each {exc.allowed}", value=str(text), allowed=exc.allowed) from None
+    return sizes
+
+
+def check_range(name: str, value: int, minimum: int | None = None, maximum: int | None = None,
+                text: str | None = None) -> int:
+    """``value`` unchanged, or a UsageError naming ``name``, the value and the bounds."""
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        if maximum is None:
+            allowed = f"an integer >= {minimum:,}"
+        elif minimum is None:
+            allowed = f"an integer <= {maximum:,}"
+        else:
+            allowed = f"{minimum:,} to {maximum:,}"
+        shown = text if text is not None and text != str(value) else None
+        raise UsageError(f"{name}={text if shown else value} is not allowed"
+                         f"{f' ({value:,} bytes)' if shown else ''}; allowed: {allowed}",
+                         value=value, allowed=allowed)
+    return value
 
 
 def _clean(value):
@@ -35,7 +98,8 @@ def print_json(obj) -> None:
 def table(title: str, columns: list[str], rows: list[list]) -> Table:
     t = Table(title=title)
     for c in columns:
-        t.add_column(c, justify="right" if c not in ("path", "what") else "left")
+        # fold, never cut with an ellipsis: a narrow terminal still shows every character
+        t.add_column(c, justify="right" if c not in ("path", "what") else "left", overflow="fold")
     for r in rows:
         t.add_row(*[f"{v:.2f}" if isinstance(v, float) else str(v) for v in r])
     return t
@@ -49,6 +113,146 @@ def print_path_results(results, mode: str) -> None:
     console.print(table(f"data paths ({mode} mode)", ["path", "messages", "delivered", "dropped",
                         "errors", "bytes", "lat p50 us", "lat p99 us", "Gb/s"], rows))
     for r in results:
-        console.print(f"  {r.path}: {r.emulation}")
+        console.print(f"  {r.path}: {r.emulation}", soft_wrap=True)
         for qpn, e in r.qp_errors.items():
-            console.print(f"  [red]{r.path} qp {qpn}: {e}[/red]")
+            console.print(f"  [red]{r.path} qp {qpn}: {e}[/red]", soft_wrap=True)
+
+
+# --- progress ------------------------------------------------------------------------
+
+class LineProgress:
+    """Progress as plain lines on stderr, at most one every ``every_s`` seconds: for logs,
+    where a live bar would show nothing until the end. Same calls as rich's ``Progress``
+    (``add_task``, ``advance``, ``update``) for what the commands use."""
+
+    def __init__(self, every_s: float = 10.0, stream=None):
+        self.every_s = every_s
+        self.stream = stream or sys.stderr
+        self.tasks: dict[int, dict] = {}
+        self._last_s = 0.0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def add_task(self, description: str, total=None, completed=0, **_) -> int:
+        key = len(self.tasks)
+        self.tasks[key] = {"description": description, "total": total, "completed": completed,
+                           "started": time.monotonic()}
+        self._say(key, force=True)
+        return key
+
+    def update(self, key: int, *, description=None, advance=None, completed=None, **_) -> None:
+        task = self.tasks[key]
+        if description is not None:
+            task["description"] = description
+        if completed is not None:
+            task["completed"] = completed
+        if advance:
+            task["completed"] += advance
+        self._say(key, force=description is not None)
+
+    def advance(self, key: int, advance: float = 1) -> None:
+        self.update(key, advance=advance)
+
+    def _say(self, key: int, force: bool = False) -> None:
+        now = time.monotonic()
+        task = self.tasks[key]
+        done = task["total"] is not None and task["completed"] >= task["total"]
+        if not (force or done or now - self._last_s >= self.every_s):
+            return
+        self._last_s = now
+        elapsed = now - task["started"]
+        text = f"{task['description']}: {task['completed']:g}"
+        if task["total"]:
+            text += f"/{task['total']:g} ({100 * task['completed'] / task['total']:.0f} %)"
+        text += f", {elapsed:.0f} s"
+        if task["total"] and 0 < task["completed"] < task["total"]:
+            text += f", about {elapsed * (task['total'] - task['completed']) / task['completed']:.0f} s left"
+        print(text, file=self.stream, flush=True)
+
+
+def progress(disable: bool = False, every_s: float = 10.0):
+    """A rich progress bar on stderr with elapsed time and an ETA where stderr is a terminal;
+    a plain progress line every ``every_s`` seconds where it is a file or a pipe."""
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
+
+    err = Console(stderr=True)
+    if not disable and not err.is_terminal:
+        return LineProgress(every_s)
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                    console=err, disable=disable)
+
+
+# --- provenance and result files -----------------------------------------------------
+
+def provenance(command: str, parameters: dict, device: str) -> dict:
+    """How a result was made: the command and its parameters, gpuwrite's version, the git
+    commit (from a checkout), the device it ran on and the date and time (UTC)."""
+    from gpuwrite.experiments.store import git_commit, gpuwrite_version
+
+    return {"command": command, "parameters": _clean(parameters), "gpuwrite_version": gpuwrite_version(),
+            "git_commit": git_commit(), "device": device,
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+
+
+def check_writable(path, name: str, *, folder: bool = False) -> Path:
+    """``path`` unchanged once it is known to be usable before any work starts: a folder
+    (``folder``) made if missing, or a file whose folder is made and which can be opened
+    for writing (a file this check created is removed again); else a UsageError."""
+    path = Path(path)
+    target = path if folder else path.parent
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        if not folder:
+            existed = path.exists()
+            with open(path, "ab"):
+                pass
+            if not existed:
+                path.unlink()
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        raise UsageError(f"{name}={str(path)!r} is not allowed ({why}: {exc.filename or target}); allowed: a "
+                         f"{'folder' if folder else 'file'} path this user can write", value=str(path),
+                         allowed="a writable path") from None
+    return path
+
+
+def check_result_path(path, name: str = "--out") -> Path | None:
+    """A result file name (.parquet or .csv), checked before any work starts."""
+    if path is None:
+        return None
+    if str(path).strip() == "" or Path(path).suffix not in RESULT_SUFFIXES:
+        raise UsageError(f"{name}={str(path)!r} is not allowed; allowed: a file ending in "
+                         + " or ".join(RESULT_SUFFIXES), value=str(path), allowed=" or ".join(RESULT_SUFFIXES))
+    if Path(path).is_dir():
+        raise UsageError(f"{name}={str(path)!r} is not allowed (it is a directory); allowed: a file "
+                         "ending in " + " or ".join(RESULT_SUFFIXES), value=str(path), allowed="a file")
+    return check_writable(path, name)
+
+
+def write_rows(rows: list[dict], path, prov: dict) -> Path:
+    """Writes result rows as one tidy table (Parquet or CSV, by ``path``'s suffix), each row
+    carrying the run's provenance as columns: ``command``, ``parameters`` (JSON),
+    ``gpuwrite_version``, ``git_commit``, ``device``, ``date``.
+
+    The one writer of ``demo --out``, ``model compare --out`` and ``sim --out``'s summary.
+    """
+    import pandas as pd
+
+    path = check_result_path(path)
+    flat = [{k: json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v for k, v in _clean(row).items()}
+            for row in rows]
+    frame = pd.DataFrame(flat)
+    for key, value in prov.items():
+        frame[key] = json.dumps(value, sort_keys=True) if isinstance(value, dict) else value
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".csv":
+        frame.to_csv(path, index=False)
+    else:
+        frame.to_parquet(path, index=False)
+    return path

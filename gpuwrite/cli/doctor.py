@@ -1,8 +1,7 @@
 """``gpuwrite doctor``: GPU-NIC paths, IOMMU, ACS, peer memory, and the path to expect to win."""
 from __future__ import annotations
 
-from gpuwrite.cli import UsageError
-from gpuwrite.cli.common import add_json_flag, console, print_json, table
+from gpuwrite.cli.common import add_json_flag, console, parse_size, print_json, table
 
 
 def register(sub) -> None:
@@ -11,7 +10,7 @@ def register(sub) -> None:
     p.add_argument("--sysfs-root", default="/sys", help="sysfs to read (default /sys; a fixture "
                    "tree works too)")
     p.add_argument("--proc-root", default="/proc", help="procfs to read (default /proc)")
-    p.add_argument("--size", default="4096", help="message size the model ranks paths at "
+    p.add_argument("-s", "--size", default="4096", help="message size the model ranks paths at "
                    "(bytes, or 4K, 64KiB; default 4096)")
     add_json_flag(p)
     p.set_defaults(func=main)
@@ -19,19 +18,14 @@ def register(sub) -> None:
 
 def main(args) -> int:
     from gpuwrite import doctor
-    from gpuwrite.cli.model_cmd import parse_size
-    from gpuwrite.model.errors import ParamError
 
-    size = parse_size(args.size)
-    if size < 1:
-        raise UsageError(f"--size={args.size}: must be at least 1 byte")
-    try:
-        report = doctor.diagnose(args.sysfs_root, args.proc_root, size)
-    except ParamError as exc:
-        raise UsageError(str(exc)) from None
+    size = parse_size(args.size, "--size")
+    report = doctor.diagnose(args.sysfs_root, args.proc_root, size)
+    # ready: false is a result a script must be able to test: exit status 1
+    status = 0 if report["ready"] else 1
     if args.json:
         print_json(report)
-        return 0
+        return status
     console.print(f"[bold]gpuwrite doctor[/bold] ({report['sysfs_root']}, {report['proc_root']}); "
                   f"kernel {report['kernel'] or 'unknown'}")
     devices = [[d["bdf"], d["kind"], ",".join(d["rdma_devices"]) or "-", d["link"], d["numa_node"],
@@ -75,4 +69,4 @@ def main(args) -> int:
         console.print("nvidia-smi topo -m:")
         console.print(report["nvidia_smi_topo"], markup=False, highlight=False)
     console.print(f"[bold]verdict:[/bold] {report['verdict']}", highlight=False, soft_wrap=True)
-    return 0
+    return status

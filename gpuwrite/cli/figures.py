@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from gpuwrite.cli import UsageError
 from gpuwrite.cli.common import console, print_json, table
-from gpuwrite.cli.sweep import add_run_options, check_workers, progress_bar
+from gpuwrite.cli.sweep import add_run_options, check_dir, check_workers, progress_bar
 
 
 def register(sub) -> None:
@@ -19,6 +19,9 @@ def register(sub) -> None:
                    help="only this figure (an experiment file's name, e.g. fig1_latency; repeatable)")
     p.add_argument("--specs", default="experiments", help="directory of experiment files (default experiments)")
     p.add_argument("--out", default="experiments/figures", help="where PNG and PDF files go")
+    p.add_argument("--check", action="store_true",
+                   help="compute and draw nothing: list the stored tables the code would recompute "
+                        "(stale configuration hashes) and exit 1 if there are any")
     add_run_options(p)
     p.set_defaults(func=main)
 
@@ -29,6 +32,10 @@ def main(args) -> int:
     from gpuwrite.experiments.render import regenerate
     from gpuwrite.experiments.spec import SpecError
 
+    check_dir(args.results, "--results")
+    if args.check:
+        return check(args)
+    check_dir(args.out, "--out")
     started = time.perf_counter()
     try:
         with progress_bar(args.json) as progress:
@@ -46,3 +53,20 @@ def main(args) -> int:
     for m in made:
         console.print(f"{m['figure']}: {', '.join(m['files'])}")
     return 0
+
+
+def check(args) -> int:
+    """``--check``: the stale parts of the stored regenerable tables, without computing."""
+    from gpuwrite.experiments.spec import find_specs, load_spec
+    from gpuwrite.experiments.sweep import stale_tables
+
+    specs = [load_spec(path) for path in find_specs(args.specs)]
+    specs = [spec for spec in specs if spec.figure_kind and (not args.only or spec.name in args.only)]
+    stale = [line for spec in specs for line in stale_tables(spec, args.results)]
+    if args.json:
+        print_json({"stale": stale, "checked": [spec.name for spec in specs]})
+    else:
+        for line in stale:
+            console.print(line, highlight=False, soft_wrap=True)
+        console.print(f"{len(stale)} stale sweep table(s) in {len(specs)} experiment file(s)", highlight=False)
+    return 1 if stale else 0

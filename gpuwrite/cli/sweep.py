@@ -10,18 +10,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpuwrite.cli import UsageError
-from gpuwrite.cli.common import add_json_flag, console, print_json, table
+from gpuwrite.cli.common import (add_json_flag, check_range, check_result_path, check_writable, console, print_json,
+                                 provenance, table)
+
+MAX_WORKERS = 1024
 
 
 def progress_bar(disable: bool):
-    """A rich progress bar on stderr with elapsed time and an ETA."""
-    from rich.console import Console
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                               TimeRemainingColumn)
+    """A rich progress bar on stderr with an ETA; plain progress lines where stderr is a file."""
+    from gpuwrite.cli.common import progress
 
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-                    console=Console(stderr=True), disable=disable)
+    return progress(disable)
 
 
 def add_run_options(parser) -> None:
@@ -33,9 +32,22 @@ def add_run_options(parser) -> None:
 
 
 def check_workers(workers):
-    if workers is not None and workers < 1:
-        raise UsageError(f"--workers={workers} is not allowed; allowed: an integer >= 1")
+    if workers is not None:
+        check_range("--workers", workers, 1, MAX_WORKERS)
     return workers
+
+
+def check_dir(value: str, name: str) -> Path:
+    """A directory a command writes into: not empty text (which would mean the current
+    directory, silently) and not an existing file."""
+    if not str(value).strip():
+        raise UsageError(f"{name}={value!r} is not allowed; allowed: a directory path (e.g. experiments/results)",
+                         value=value, allowed="a directory path")
+    path = Path(value)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{name}={value!r} is not allowed (it is a file); allowed: a directory",
+                         value=value, allowed="a directory")
+    return check_writable(path, name, folder=True)
 
 
 def register(sub) -> None:
@@ -55,8 +67,8 @@ def main(args) -> int:
     from gpuwrite.experiments.sweep import Pool, run_spec
 
     workers = check_workers(args.workers)
-    if args.out and Path(args.out).suffix not in (".parquet", ".csv"):
-        raise UsageError(f"--out={args.out!r} is not allowed; allowed: a file ending in .parquet or .csv")
+    check_result_path(args.out)
+    check_dir(args.results, "--results")
     try:
         spec = load_spec(args.file)
         with progress_bar(args.json) as progress, Pool(workers) as pool:
@@ -64,8 +76,11 @@ def main(args) -> int:
                            pool=pool, progress=progress, csv=args.csv, out=args.out)
     except SpecError as exc:
         raise UsageError(str(exc)) from None
+    devices = sorted({r.device for r in ran["reports"]})
     data = {"file": str(spec.path), "rows": ran["rows"], "tables": [str(p) for p in ran["tables"]],
-            "sweeps": [r.to_dict() for r in ran["reports"]]}
+            "sweeps": [r.to_dict() for r in ran["reports"]],
+            "provenance": provenance("sweep", {"file": str(spec.path), "sweeps": args.sweeps, "fresh": args.fresh,
+                                               "results": args.results, "out": args.out}, ", ".join(devices))}
     if args.json:
         print_json(data)
         return 0

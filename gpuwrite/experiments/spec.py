@@ -34,6 +34,7 @@ import functools
 import hashlib
 import itertools
 import json
+import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -42,6 +43,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10: the tomli backport (pyproject.toml)
     import tomli as tomllib
 
+from gpuwrite import MAX_MESSAGE_BYTES
 from gpuwrite.model import pcie
 from gpuwrite.model.errors import ParamError
 from gpuwrite.model.params import PATHS, Params, Workload
@@ -52,15 +54,23 @@ OUTPUTS = {("model", "simulate"): ("summary", "timeseries"), ("emulated", None):
 REQUIRES = ("any", "gpu")
 SWEEP_KEYS = ("name", "backend", "measure", "output", "require", "exclude", "fixed", "vary")
 FIGURE_KEYS = ("kind", "title", "caption")
+# Bounds on a file's size: a range expands to at most this many values, and a sweep (the
+# cross product of its vary lists) to at most this many points; both are checked before
+# anything is built. The largest stored figure sweep has 1,536 points.
+MAX_VARY_VALUES = 10_000
+MAX_SWEEP_POINTS = 100_000
 # Resolved configurations change meaning when this does (bump it with the layout).
 CONFIG_SCHEMA = 1
 # The code whose results a point's configuration stands for: a change to any of these
 # files changes every hash of that backend, so stored results are never reused stale.
+# The emulated backend's C engine counts through the digest its compiled extension carries
+# (csrc/ffi_build.py embeds the SHA-256 of csrc/*.c and *.h): an installed package has no
+# csrc/ to read, and a checkout whose extension was not rebuilt runs the old engine.
 BACKEND_CODE = {
     "model": ("gpuwrite/model/*.py",),
-    "emulated": ("gpuwrite/paths/*.py", "gpuwrite/device/*.py", "gpuwrite/host/*.py", "gpuwrite/layouts.py",
-                 "csrc/*.c", "csrc/*.h"),
+    "emulated": ("gpuwrite/paths/*.py", "gpuwrite/device/*.py", "gpuwrite/host/*.py", "gpuwrite/layouts.py"),
 }
+BACKEND_ENGINE = {"emulated": True}
 
 # Emulated runs: arguments of gpuwrite.paths.runner.run and how many messages to send.
 # messages: at least this many; total_bytes: enough messages to move this many bytes
@@ -174,8 +184,39 @@ def _is_range(value) -> bool:
     return isinstance(value, dict) and "from" in value and "to" in value
 
 
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def range_count(where: str, value: dict) -> int:
+    """How many values {from, to, step} or {from, to, factor} expands to, computed without
+    building them; every error names the key at fault."""
+    extra = set(value) - {"from", "to", "step", "factor"}
+    if extra or ("step" in value) == ("factor" in value):
+        raise SpecError(f"{where}={value!r} is not allowed; allowed: keys from, to and exactly one of step, factor")
+    start, stop = value["from"], value["to"]
+    for key in ("from", "to"):
+        if not _number(value[key]):
+            raise SpecError(f"{where}.{key}={value[key]!r} is not allowed; allowed: a finite number")
+    if start > stop:
+        raise SpecError(f"{where}.from={start!r} is not allowed with to={stop!r}; allowed: from <= to")
+    if "step" in value:
+        step = value["step"]
+        if not _number(step) or step <= 0:
+            raise SpecError(f"{where}.step={step!r} is not allowed; allowed: a number > 0")
+        return int((stop - start) // step) + 1
+    factor = value["factor"]
+    if start <= 0:
+        raise SpecError(f"{where}.from={start!r} is not allowed with factor; allowed: a number > 0 "
+                        "(a geometric range starts above zero)")
+    if not _number(factor) or factor <= 1:
+        raise SpecError(f"{where}.factor={factor!r} is not allowed; allowed: a number > 1")
+    return int(math.floor(math.log(stop / start, factor) + 1e-9)) + 1
+
+
 def expand_range(where: str, value) -> list:
-    """A vary entry: a non-empty list, or {from, to, step} (linear) or {from, to, factor} (geometric)."""
+    """A vary entry: a non-empty list, or {from, to, step} (linear) or {from, to, factor} (geometric),
+    of at most ``MAX_VARY_VALUES`` values."""
     if isinstance(value, list):
         if not value:
             raise SpecError(f"{where}=[] is not allowed; allowed: a non-empty list")
@@ -183,27 +224,20 @@ def expand_range(where: str, value) -> list:
     if not _is_range(value):
         raise SpecError(f"{where}={value!r} is not allowed; allowed: a non-empty list, "
                         "{from, to, step} or {from, to, factor}")
-    extra = set(value) - {"from", "to", "step", "factor"}
-    if extra or ("step" in value) == ("factor" in value):
-        raise SpecError(f"{where}={value!r} is not allowed; allowed: keys from, to and exactly one of step, factor")
+    count = range_count(where, value)
+    if count > MAX_VARY_VALUES:
+        raise SpecError(f"{where}={value!r} is not allowed ({count:,} values); allowed: at most "
+                        f"{MAX_VARY_VALUES:,} values (a wider step or factor)")
     start, stop = value["from"], value["to"]
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (start, stop)) or start > stop:
-        raise SpecError(f"{where}={value!r} is not allowed; allowed: numbers with from <= to")
     out, current = [], start
     if "step" in value:
-        step = value["step"]
-        if not isinstance(step, (int, float)) or isinstance(step, bool) or step <= 0:
-            raise SpecError(f"{where}.step={step!r} is not allowed; allowed: a number > 0")
         while current <= stop:
             out.append(current)
-            current = current + step
+            current = current + value["step"]
     else:
-        factor = value["factor"]
-        if not isinstance(factor, (int, float)) or isinstance(factor, bool) or factor <= 1 or start <= 0:
-            raise SpecError(f"{where}.factor={factor!r} is not allowed; allowed: a number > 1 with from > 0")
         while current <= stop:
             out.append(current)
-            current = current * factor
+            current = current * value["factor"]
     return out
 
 
@@ -249,6 +283,10 @@ def _load_sweep(file: Path, index: int, data: dict) -> Sweep:
     if "calibration" in vary_raw:
         raise SpecError(f"{where}: vary key 'calibration' is not allowed; allowed: calibration under fixed")
     vary = {key: expand_range(f"{where}: vary.{key}", value) for key, value in vary_raw.items()}
+    points = math.prod(len(values) for values in vary.values())
+    if points > MAX_SWEEP_POINTS:
+        raise SpecError(f"{where}: vary={{{', '.join(f'{k}: {len(v)} values' for k, v in vary.items())}}} is not "
+                        f"allowed ({points:,} points); allowed: at most {MAX_SWEEP_POINTS:,} points per sweep")
     exclude = data.get("exclude", [])
     if not isinstance(exclude, list) or not all(isinstance(rule, dict) for rule in exclude):
         raise SpecError(f"{where}: exclude={exclude!r} is not allowed; allowed: a list of tables of key = value")
@@ -323,6 +361,7 @@ def resolve(sweep: Sweep, values: dict, device: str) -> dict:
         elif sweep.measure == "efficiency":
             link = pcie.LinkConfig(**_nest(values).get("link", {}))
             size = values.get("size_bytes", 512)
+            _check_size(size, 0)
             start = values.get("start_address", 0)
             operation = values.get("operation", "read")
             pcie.wire_bytes(link, operation, size, start)
@@ -346,20 +385,23 @@ def resolve(sweep: Sweep, values: dict, device: str) -> dict:
                 config.update(workload=workload.to_dict(), seed=seed, samples=values.get("samples", 1000))
             else:
                 size = values.get("size_bytes", 4096)
-                if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-                    raise ParamError("size_bytes", size, "an integer >= 0")
+                _check_size(size, 0)
                 config["size_bytes"] = size
     except (ParamError, TypeError) as exc:
         raise _point_error(sweep, values, exc) from None
     return config
 
 
+def _check_size(size, minimum: int) -> None:
+    if isinstance(size, bool) or not isinstance(size, int) or not minimum <= size <= MAX_MESSAGE_BYTES:
+        raise ParamError("size_bytes", size, f"an integer >= {minimum} and <= {MAX_MESSAGE_BYTES:,} "
+                         "(gpuwrite.MAX_MESSAGE_BYTES)")
+
+
 def _check_emulated(run: dict) -> None:
     if run["path"] not in PATHS:
         raise ParamError("path", run["path"], ", ".join(PATHS))
-    size = run["size_bytes"]
-    if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
-        raise ParamError("size_bytes", size, "an integer >= 1")
+    _check_size(run["size_bytes"], 1)
     for key in ("messages", "simulator_messages", "n_qps", "batch", "max_messages", "workers"):
         value = run[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -380,10 +422,25 @@ def fingerprint_files(root: Path, patterns) -> str:
     return digest.hexdigest()
 
 
+def engine_fingerprint() -> str:
+    """SHA-256 of the C sources the NIC engine extension was compiled from."""
+    try:
+        from gpuwrite._gw_cffi import ffi, lib
+        return ffi.string(lib.gw_csrc_sha256()).decode()
+    except (ImportError, AttributeError) as exc:   # AttributeError: built before the digest existed
+        raise SpecError("the emulated backend needs the C engine built from this source (python3 "
+                        f"csrc/ffi_build.py in a checkout, or pip install): {exc}") from None
+
+
 @functools.lru_cache(maxsize=None)
 def code_fingerprint(backend: str) -> str:
-    """Fingerprint of the source code behind ``backend`` (this checkout or the installed package)."""
-    return fingerprint_files(Path(__file__).resolve().parents[2], BACKEND_CODE[backend])
+    """Fingerprint of the source code behind ``backend``: the same in this checkout and in
+    the installed package (Python sources by their package paths; the C engine by the
+    digest compiled into it)."""
+    python = fingerprint_files(Path(__file__).resolve().parents[2], BACKEND_CODE[backend])
+    if not BACKEND_ENGINE.get(backend):
+        return python
+    return hashlib.sha256(f"{python}\0csrc\0{engine_fingerprint()}".encode()).hexdigest()
 
 
 def config_hash(config: dict) -> str:

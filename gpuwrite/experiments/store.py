@@ -8,16 +8,26 @@ under ``<results>/cache/<name>/`` let an interrupted sweep resume.
 
 Every row: ``figure`` (the file's name), ``sweep``, ``backend``, ``measure``, ``output``,
 the configuration columns the sweep names, the measured columns, then ``device`` (a GPU's
-name, ``cudasim`` or ``model``), ``date``, ``gpuwrite_version`` and ``config_hash``.
+name, ``cudasim`` or ``model``), ``date``, ``gpuwrite_version``, ``git_commit`` (the
+checkout's commit, ``+dirty`` with uncommitted changes; empty for an installed package)
+and ``config_hash`` (the SHA-256 of the point's whole resolved configuration, which holds
+every parameter, so a row says exactly how it was made).
+
+A recomputed point whose measured values equal the stored row's keeps that row's
+``date``, ``gpuwrite_version`` and ``git_commit`` (when and by what the numbers were first
+made) and takes the new ``config_hash``.
 """
 from __future__ import annotations
 
+import functools
+import io
+import subprocess
 from pathlib import Path
 
 import pandas as pd
 
 FRAME_COLUMNS = ("figure", "sweep", "backend", "measure", "output")
-META_COLUMNS = ("device", "date", "gpuwrite_version", "config_hash")
+META_COLUMNS = ("device", "date", "gpuwrite_version", "git_commit", "config_hash")
 DEFAULT_RESULTS = Path("experiments") / "results"
 
 
@@ -33,6 +43,23 @@ def gpuwrite_version() -> str:
             if line.startswith("version"):
                 return line.split("=", 1)[1].strip().strip('"')
         return "unknown"
+
+
+@functools.lru_cache(maxsize=None)
+def git_commit() -> str | None:
+    """The commit of the checkout gpuwrite runs from (``+dirty`` with uncommitted changes to
+    tracked files), or None for an installed package."""
+    root = Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        return None
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                              text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+dirty" if dirty else "") if head else None
 
 
 def table_path(results_dir: Path, name: str, gpu: bool = False) -> Path:
@@ -67,20 +94,31 @@ def tidy(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def write_table(frame: pd.DataFrame, path: Path, csv: bool = False) -> list[Path]:
-    """Writes the table as Parquet (and CSV beside it on request); returns the files written."""
+    """Writes the table as Parquet (and CSV beside it on request); returns the files written.
+
+    A file whose bytes would not change is left untouched (not even its modification
+    time), so regenerating identical results changes no tracked file.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     frame = tidy(frame)
-    written = []
     if path.suffix == ".csv":
-        frame.to_csv(path, index=False)
+        _write_if_changed(path, frame.to_csv(index=False).encode())
         return [path]
-    frame.to_parquet(path, index=False)
-    written.append(path)
+    buffer = io.BytesIO()
+    frame.to_parquet(buffer, index=False)
+    _write_if_changed(path, buffer.getvalue())
+    written = [path]
     if csv:
-        frame.to_csv(path.with_suffix(".csv"), index=False)
+        _write_if_changed(path.with_suffix(".csv"), frame.to_csv(index=False).encode())
         written.append(path.with_suffix(".csv"))
     return written
+
+
+def _write_if_changed(path: Path, data: bytes) -> None:
+    if path.is_file() and path.stat().st_size == len(data) and path.read_bytes() == data:
+        return
+    path.write_bytes(data)
 
 
 def load_results(results_dir: Path, name: str) -> pd.DataFrame:

@@ -14,8 +14,8 @@ import hashlib
 import math
 import multiprocessing
 import os
+import signal
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -49,12 +49,52 @@ def _compute_chunk(configs: list[dict]) -> list[pd.DataFrame]:
     return [backends.compute(config) for config in configs]
 
 
+def _worker_init(parent_pid: int) -> None:
+    """Each worker: leave Ctrl-C to the parent (a terminal sends SIGINT to the whole process
+    group; the parent ends the pool), and die with the parent (Linux ``PR_SET_PDEATHSIG``),
+    so that no worker outlives a killed command."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1   # <linux/prctl.h>
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the parent's terminate() still ends the pool
+        pass
+    if os.getppid() != parent_pid:   # the parent died before prctl took effect
+        os._exit(1)
+
+
+def _start_pool(workers: int):
+    """Spawned workers that ignore SIGINT from their first instruction: the disposition is
+    set to ignored around their start, which exec keeps (a Ctrl-C while a worker is still
+    importing would otherwise print its traceback). A blocked signal would not do: the
+    spawned interpreter gets it during its start-up. A Ctrl-C in these few milliseconds is
+    lost; the next one counts."""
+    context = multiprocessing.get_context("spawn")
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:   # not the main thread: the initializer still ignores it
+        previous = None
+    try:
+        return context.Pool(workers, initializer=_worker_init, initargs=(os.getpid(),))
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
 class Pool:
-    """A spawn-context process pool, started on first use and shared by every sweep of a run."""
+    """A spawn-context process pool, started on first use and shared by every sweep of a run.
+
+    Closing it after an error or an interrupt terminates the workers at once (a running
+    simulation is abandoned; finished chunks are already in the cache), so that none is
+    left behind.
+    """
 
     def __init__(self, workers: int | None = None):
         self.workers = max(1, workers or os.cpu_count() or 1)
-        self._executor: ProcessPoolExecutor | None = None
+        self._pool = None
 
     def map(self, chunks: list[list[dict]]):
         """Yields (chunk index, results) as chunks finish; in this process if one worker."""
@@ -62,26 +102,29 @@ class Pool:
             for index, chunk in enumerate(chunks):
                 yield index, _compute_chunk(chunk)
             return
-        if self._executor is None:
-            self._executor = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
-        futures = {self._executor.submit(_compute_chunk, chunk): index for index, chunk in enumerate(chunks)}
-        try:
-            for future in as_completed(futures):
-                yield futures[future], future.result()
-        finally:
-            for future in futures:
-                future.cancel()
+        if self._pool is None:
+            self._pool = _start_pool(self.workers)
+        yield from self._pool.imap_unordered(_indexed_chunk, list(enumerate(chunks)))
 
-    def close(self) -> None:
-        if self._executor is not None:
-            self._executor.shutdown(cancel_futures=True)
-            self._executor = None
+    def close(self, clean: bool = True) -> None:
+        if self._pool is not None:
+            if clean:
+                self._pool.close()
+            else:
+                self._pool.terminate()
+            self._pool.join()
+            self._pool = None
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, *exc):
+        self.close(clean=exc_type is None)
+
+
+def _indexed_chunk(item: tuple[int, list[dict]]) -> tuple[int, list[pd.DataFrame]]:
+    index, chunk = item
+    return index, _compute_chunk(chunk)
 
 
 def _today() -> str:
@@ -107,6 +150,65 @@ def _stored_rows(spec: ExperimentSpec, results_dir: Path) -> dict[str, pd.DataFr
     return out
 
 
+def _plain(value):
+    """A table cell as a comparable Python value (NaN and NA as None)."""
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return value.item() if hasattr(value, "item") else value
+
+
+def _point_key(sweep: Sweep, values) -> tuple:
+    return tuple(_plain(values.get(column)) for column in sweep.columns)
+
+
+def _stored_points(spec: ExperimentSpec, results_dir: Path) -> dict[tuple, pd.DataFrame]:
+    """Stored rows (measured and meta columns) by (sweep name, configuration columns' values):
+    finds the stored row of a point whose configuration hash changed with the code."""
+    out: dict[tuple, pd.DataFrame] = {}
+    for gpu in (False, True):
+        table = store.read_table(store.table_path(results_dir, spec.name, gpu=gpu))
+        if table is None or "sweep" not in table:
+            continue
+        for sweep in spec.sweeps:
+            part = table[table["sweep"] == sweep.name]
+            if not len(part) or any(column not in part for column in sweep.columns):
+                continue
+            drop = set(store.FRAME_COLUMNS) | set(allowed_keys(sweep.backend, sweep.measure))
+            measured = part.drop(columns=[c for c in part.columns if c in drop])
+            keys = [(sweep.name, device, *(_plain(v) for v in row))
+                    for device, row in zip(part["device"], part[sweep.columns].itertuples(index=False))]
+            groups: dict[tuple, list[int]] = {}
+            for position, key in enumerate(keys):
+                groups.setdefault(key, []).append(position)
+            for key, positions in groups.items():
+                out.setdefault(key, measured.iloc[positions])
+    return out
+
+
+def _same_measurement(new: pd.DataFrame, old: pd.DataFrame | None) -> bool:
+    """Whether a recomputed point's measured columns equal a stored row's, value for value."""
+    if old is None:
+        return False
+    old = old.drop(columns=[c for c in store.META_COLUMNS if c in old]).dropna(axis=1, how="all")
+    new = new.dropna(axis=1, how="all")
+    if set(old.columns) != set(new.columns) or len(old) != len(new):
+        return False
+    try:
+        pd.testing.assert_frame_equal(new.reset_index(drop=True), old[list(new.columns)].reset_index(drop=True),
+                                      check_dtype=False, check_exact=True)
+    except (AssertionError, TypeError, ValueError):
+        return False
+    return True
+
+
+def _kept_meta(old: pd.DataFrame, digest: str) -> pd.DataFrame:
+    """A stored row whose values the current code reproduces: its date, version and commit
+    stay (when the numbers were first made), its configuration hash becomes today's."""
+    frame = old.dropna(axis=1, how="all").reset_index(drop=True).copy()
+    frame["config_hash"] = digest
+    return frame
+
+
 def _assemble(spec: ExperimentSpec, sweep: Sweep, points: list[dict], measured: list[pd.DataFrame]) -> pd.DataFrame:
     """Frame columns, the sweep's configuration columns, then measured and meta columns.
 
@@ -130,6 +232,7 @@ def _with_meta(measured: pd.DataFrame, device: str, digest: str) -> pd.DataFrame
     frame["device"] = device
     frame["date"] = _today()
     frame["gpuwrite_version"] = store.gpuwrite_version()
+    frame["git_commit"] = store.git_commit()
     frame["config_hash"] = digest
     return frame
 
@@ -143,7 +246,7 @@ def _chunks(sweep: Sweep, missing: list[int]) -> list[list[int]]:
 
 
 def run_sweep(spec: ExperimentSpec, sweep: Sweep, results_dir: Path, stored: dict, pool: Pool,
-              device: str, progress=None) -> tuple[pd.DataFrame, SweepReport]:
+              device: str, progress=None, stored_points: dict | None = None) -> tuple[pd.DataFrame, SweepReport]:
     """Rows of every point of ``sweep``, computing the ones ``stored`` lacks."""
     started = time.perf_counter()
     run_device = device if sweep.backend == "emulated" else backends.MODEL_DEVICE
@@ -175,7 +278,11 @@ def run_sweep(spec: ExperimentSpec, sweep: Sweep, results_dir: Path, stored: dic
     try:
         for k, frames in results:
             group = groups[k]
-            done = [_with_meta(frame, run_device, hashes[i]) for i, frame in zip(group, frames)]
+            done = []
+            for i, frame in zip(group, frames):
+                old = (stored_points or {}).get((sweep.name, run_device, *_point_key(sweep, points[i])))
+                done.append(_kept_meta(old, hashes[i]) if _same_measurement(frame, old)
+                            else _with_meta(frame, run_device, hashes[i]))
             for i, frame in zip(group, done):
                 measured[i] = frame
             cache.mkdir(parents=True, exist_ok=True)
@@ -220,17 +327,20 @@ def run_spec(spec: ExperimentSpec, results_dir: str | Path = store.DEFAULT_RESUL
     selected = [spec.sweep(name) for name in only] if only else list(spec.sweeps)
     device = backends.device_name() if any(s.backend == "emulated" for s in selected) else backends.MODEL_DEVICE
     stored = {} if fresh else _stored_rows(spec, results_dir)
+    stored_points = {} if fresh else _stored_points(spec, results_dir)
     own_pool = pool is None
     pool = pool or Pool()
     frames, reports = [], []
+    clean = False
     try:
         for sweep in selected:
-            frame, report = run_sweep(spec, sweep, results_dir, stored, pool, device, progress)
+            frame, report = run_sweep(spec, sweep, results_dir, stored, pool, device, progress, stored_points)
             frames.append(frame)
             reports.append(report)
+        clean = True
     finally:
         if own_pool:
-            pool.close()
+            pool.close(clean)
     new = pd.concat([f for f in frames if len(f)], ignore_index=True) if any(len(f) for f in frames) \
         else pd.DataFrame(columns=["sweep", "device", "backend"])
     written = []
@@ -247,3 +357,26 @@ def run_spec(spec: ExperimentSpec, results_dir: str | Path = store.DEFAULT_RESUL
             for file in folder.glob(f"{sweep.name}-*.parquet") if folder.is_dir() else ():
                 file.unlink()
     return {"reports": reports, "tables": written, "rows": len(new)}
+
+
+def stale_tables(spec: ExperimentSpec, results_dir: str | Path = store.DEFAULT_RESULTS) -> list[str]:
+    """What is stale in the regenerable table of ``spec`` (``<results>/<name>.parquet``): one
+    line per sweep whose stored configuration hashes differ from those the code computes now
+    (a changed model or engine, a changed file, a missing table). Nothing is computed; GPU
+    tables are left out (a CPU machine cannot remake them)."""
+    results_dir = Path(results_dir)
+    path = store.table_path(results_dir, spec.name)
+    table = store.read_table(path)
+    out = []
+    for sweep in spec.sweeps:
+        if sweep.require == "gpu":
+            continue
+        device = backends.MODEL_DEVICE if sweep.backend == "model" else backends.SIMULATOR_DEVICE
+        want = {config_hash(resolve(sweep, values, device=device)) for values in sweep.points()}
+        have = set() if table is None or "config_hash" not in table else \
+            set(table.loc[table["sweep"] == sweep.name, "config_hash"].dropna())
+        if want != have:
+            out.append(f"{path}: sweep {sweep.name!r}: {len(want - have)} of {len(want)} points are not "
+                       f"stored as the code now computes them ({len(have - want)} stored hashes are "
+                       "outdated); run gpuwrite figures (or gpuwrite sweep) to update the table")
+    return out

@@ -67,7 +67,7 @@ def test_table_has_configuration_measurements_and_provenance(spec, tmp_path):
     table = pd.read_parquet(tmp_path / "results" / "tiny.parquet")
     assert not (tmp_path / "results" / "gpu").exists()
     assert list(table.columns[:5]) == ["figure", "sweep", "backend", "measure", "output"]
-    assert list(table.columns[-4:]) == ["device", "date", "gpuwrite_version", "config_hash"]
+    assert list(table.columns[-5:]) == ["device", "date", "gpuwrite_version", "git_commit", "config_hash"]
     lat = table[table["sweep"] == "lat"]
     assert list(lat["path"]) == ["nic_pull"] * 3 + ["gpu_push"] * 3
     assert (lat["topology"] == "across_sockets").all() and (lat["device"] == "model").all()

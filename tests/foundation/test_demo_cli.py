@@ -31,8 +31,26 @@ def test_demo_names_bad_input(capsys):
     assert main(["demo", "--sizes", "64,x"]) == 2
     assert "--sizes='64,x'" in capsys.readouterr().err
     assert main(["demo", "--sizes", ","]) == 2
-    assert "--sizes=',': comma-separated whole numbers of bytes" in capsys.readouterr().err
+    assert "--sizes=',' is not allowed; allowed: one or more comma-separated sizes" in capsys.readouterr().err
     assert main(["demo", "--messages", "2", "--paths", "gpu_push", "--sizes", "0"]) == 2
-    assert "message size 0 bytes" in capsys.readouterr().err
+    assert "--sizes=0 is not allowed; allowed: 1 to" in capsys.readouterr().err
+    assert main(["demo", "--messages", "2", "--paths", "gpu_push", "--sizes", "64,4K,0"]) == 2
+    assert "--sizes='64,4K,0' is not allowed (at '0'); allowed: sizes, each 1 to" in capsys.readouterr().err
     assert main(["demo", "--paths", "gpu_pull"]) == 2
     assert "'gpu_pull'" in capsys.readouterr().err
+
+
+def test_demo_results_say_how_they_were_made(tmp_path, capsys):
+    import pandas as pd
+
+    out = tmp_path / "demo.parquet"
+    assert main(["demo", "-n", "4", "-q", "2", "--paths", "gpu_push", "-s", "64,1K", "--seed", "5",
+                 "--out", str(out), "--json"]) == 0
+    made = json.loads(capsys.readouterr().out)["provenance"]
+    assert made["parameters"]["seed"] == 5 and made["parameters"]["sizes"] == [64, 1024]
+    assert made["gpuwrite_version"] and made["device"] and made["date"]
+    rows = pd.read_parquet(out)
+    assert list(rows["path"]) == ["gpu_push"] and list(rows["delivered"]) == [4]
+    for key in ("command", "gpuwrite_version", "git_commit", "device", "date"):
+        assert rows[key].iloc[0] == made[key]
+    assert json.loads(rows["parameters"].iloc[0]) == made["parameters"]

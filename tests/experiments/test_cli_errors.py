@@ -1,0 +1,134 @@
+"""Every bad input a researcher may type, through the one error path of ``gpuwrite``:
+exit status 2, one line on stderr naming the value, no traceback; under ``--json`` the
+same error as a JSON object on stdout. Runs ``main()`` in this process (a subprocess per
+case would import numba each time) except where the environment must differ."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuwrite.cli import main
+from gpuwrite.cudaenv import SIMULATOR
+
+from tiny_specs import EXPERIMENTS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _spec(tmp: Path, vary_size: str) -> str:
+    """fig1's experiment file with its size range replaced."""
+    text = (EXPERIMENTS / "fig1_latency.toml").read_text()
+    text = text.replace("size_bytes = { from = 64, to = 1048576, factor = 2 }", f"size_bytes = {vary_size}")
+    assert vary_size in text
+    path = tmp / "spec.toml"
+    path.write_text(text)
+    return str(path)
+
+
+# (id, argv builder given a tmp folder, text the message must contain)
+CASES = [
+    ("demo-messages-zero", lambda t: ["demo", "--messages", "0"], "--messages=0"),
+    ("demo-messages-huge", lambda t: ["demo", "--messages", "10000000000"], "10000000000"),
+    ("demo-sizes-huge", lambda t: ["demo", "--sizes", "1000000000000"], "1000000000000"),
+    ("demo-sizes-text", lambda t: ["demo", "--sizes", "4K,lots"], "lots"),
+    ("demo-sizes-empty", lambda t: ["demo", "--sizes", ","], "--sizes"),
+    ("demo-inline-too-big", lambda t: ["demo", "--paths", "gpu_push_inline", "--sizes", "1K"], "1K"),
+    ("demo-paths-empty", lambda t: ["demo", "--paths", ""], "--paths=''"),
+    ("demo-path-unknown", lambda t: ["demo", "--paths", "gpu_push,warp"], "warp"),
+    ("demo-seed-negative", lambda t: ["demo", "--seed", "-1"], "--seed=-1"),
+    ("demo-qps-zero", lambda t: ["demo", "--qps", "0"], "--qps=0"),
+    ("demo-batch-huge", lambda t: ["demo", "--batch", "1000"], "--batch=1000"),
+    ("demo-payload-too-big", lambda t: ["demo", "--messages", "100000", "--sizes", "64KiB",
+                                        "--paths", "gpu_push"], "100000"),
+    ("demo-out-suffix", lambda t: ["demo", "--out", str(t / "rows.txt")], "rows.txt"),
+    ("demo-messages-not-int", lambda t: ["demo", "--messages", "many"], "many"),
+    ("demo-policy", lambda t: ["demo", "--policy", "lossy"], "lossy"),
+    ("unknown-command", lambda t: ["frobnicate"], "frobnicate"),
+    ("doctor-size-huge", lambda t: ["doctor", "--size", "10000000000"], "10000000000"),
+    ("doctor-size-unit", lambda t: ["doctor", "--size", "4Q"], "4Q"),
+    ("doctor-proc-missing", lambda t: ["doctor", "--proc-root", str(t / "nonexistent")], "nonexistent"),
+    ("doctor-sysfs-missing", lambda t: ["doctor", "--sysfs-root", str(t / "nosys")], "nosys"),
+    ("sweep-from-negative", lambda t: ["sweep", _spec(t, "{ from = -64, to = 4096, factor = 2 }"),
+                                       "--results", str(t / "r")], "from=-64"),
+    ("sweep-range-huge", lambda t: ["sweep", _spec(t, "{ from = 1, to = 1000000000000, step = 1 }"),
+                                    "--results", str(t / "r")], "1000000000000"),
+    ("sweep-size-huge", lambda t: ["sweep", _spec(t, "[64, 100000000000]"), "--results", str(t / "r")],
+     "100000000000"),
+    ("sweep-missing-file", lambda t: ["sweep", str(t / "nope.toml")], "nope.toml"),
+    ("sweep-results-unwritable", lambda t: ["sweep", str(EXPERIMENTS / "fig1_latency.toml"),
+                                            "--results", "/proc/nope"], "/proc/nope"),
+    ("sweep-results-is-file", lambda t: ["sweep", str(EXPERIMENTS / "fig1_latency.toml"),
+                                         "--results", str(ROOT / "README.md")], "README.md"),
+    ("sweep-out-unwritable", lambda t: ["sweep", str(EXPERIMENTS / "fig1_latency.toml"),
+                                        "--out", "/proc/nope/rows.csv"], "/proc/nope/rows.csv"),
+    ("sweep-workers-zero", lambda t: ["sweep", str(EXPERIMENTS / "fig1_latency.toml"), "--workers", "0"],
+     "--workers=0"),
+    ("figures-out-is-file", lambda t: ["figures", "--out", str(ROOT / "README.md")], "README.md"),
+    ("figures-results-empty", lambda t: ["figures", "--results", ""], "--results=''"),
+    ("figures-only-unknown", lambda t: ["figures", "--specs", str(EXPERIMENTS), "--results", str(t / "r"),
+                                        "--out", str(t / "f"), "--only", "fig9"], "fig9"),
+    ("sim-out-is-file", lambda t: ["sim", str(EXPERIMENTS / "model" / "gpu_push_inline_small.toml"),
+                                   "--messages", "20", "--out", str(ROOT / "README.md")], "README.md"),
+    ("sim-missing-config", lambda t: ["sim", str(t / "none.toml")], "none.toml"),
+]
+if SIMULATOR:   # without a GPU these commands refuse, and must say so in JSON too
+    CASES += [
+        ("bench-no-gpu", lambda t: ["bench"], "NUMBA_ENABLE_CUDASIM=1"),
+        ("calibrate-no-gpu", lambda t: ["calibrate"], "NUMBA_ENABLE_CUDASIM=1"),
+        ("calibrate-out-unwritable", lambda t: ["calibrate", "--allow-simulator", "--quick", "--runs", "1",
+                                                "--out", "/proc/nope.toml"], "/proc/nope.toml"),
+    ]
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+@pytest.mark.parametrize("name, argv, named", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_is_one_line_naming_the_value(name, argv, named, as_json, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = argv(tmp_path) + (["--json"] if as_json else [])
+    assert main(args) == 2, capsys.readouterr()
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    errors = [line for line in err.splitlines() if ": error: " in line]
+    assert len(errors) == 1 and named in errors[0], err
+    if as_json:
+        data = json.loads(out)
+        assert set(data) >= {"error", "value", "allowed"} and named in data["error"], out
+        assert data["exit_status"] == 2
+    else:
+        assert out == "", out
+
+
+def test_argparse_errors_are_json_under_json(capsys):
+    assert main(["demo", "--messages", "many", "--json"]) == 2
+    data = json.loads(capsys.readouterr().out)
+    assert data["value"] == "many" and data["allowed"] == "int"
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.startswith("gpuwrite ")
+
+
+def test_no_gpu_when_a_gpu_is_demanded_is_one_line(tmp_path):
+    """NUMBA_ENABLE_CUDASIM=0 on a machine without a GPU: one line, exit 3, JSON too."""
+    if not SIMULATOR:
+        pytest.skip("this machine has a GPU")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NUMBA_ENABLE_CUDASIM": "0"}
+    done = subprocess.run([sys.executable, "-m", "gpuwrite", "demo", "--messages", "4", "--json"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 3, done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "NUMBA_ENABLE_CUDASIM" in json.loads(done.stdout)["error"]
+
+
+def test_doctor_exits_1_when_not_ready(capsys):
+    fixtures = ROOT / "tests" / "testbed" / "fixtures"
+    for name, status in (("no_gpu", 1), ("same_switch", 0)):
+        assert main(["doctor", "--sysfs-root", str(fixtures / name / "sys"), "--proc-root",
+                     str(fixtures / name / "proc"), "--json"]) == status
+        assert json.loads(capsys.readouterr().out)["ready"] is (status == 0)

@@ -1,0 +1,134 @@
+"""Stored result tables: in step with the code, unchanged by a rerun, keyed by the engine's code."""
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from gpuwrite.cli import main
+from gpuwrite.experiments import spec as spec_module
+from gpuwrite.experiments import store
+from gpuwrite.experiments.spec import find_specs, load_spec
+from gpuwrite.experiments.sweep import Pool, run_spec, stale_tables
+
+from tiny_specs import EXPERIMENTS, write_tiny_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_stored_tables_match_the_code():
+    """Fails when a change to the model, the emulated backend or an experiment file left the
+    committed tables behind: `gpuwrite figures` would recompute them (no recomputation here)."""
+    stale = [line for path in find_specs(EXPERIMENTS) for line in stale_tables(load_spec(path), EXPERIMENTS / "results")]
+    assert not stale, "stored tables are stale; regenerate them with `gpuwrite figures`:\n" + "\n".join(stale)
+
+
+def test_figures_check_names_a_stale_table(tmp_path, capsys):
+    spec_file = write_tiny_spec("fig1_latency", tmp_path / "specs")
+    results = tmp_path / "results"
+    assert main(["figures", "--specs", str(tmp_path / "specs"), "--results", str(results), "--check", "--json"]) == 1
+    assert "fig1_latency" in json.loads(capsys.readouterr().out)["stale"][0]
+    run_spec(load_spec(spec_file), results, pool=Pool(1))
+    assert main(["figures", "--specs", str(tmp_path / "specs"), "--results", str(results), "--check", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["stale"] == []
+
+
+def _fingerprint_changed(monkeypatch):
+    """As if the model's code had changed in a way that leaves its numbers alone."""
+    real = spec_module.code_fingerprint
+    monkeypatch.setattr(spec_module, "code_fingerprint", lambda backend: real(backend)[::-1])
+
+
+def test_rerun_after_a_code_change_keeps_rows_whose_values_are_equal(tmp_path, monkeypatch):
+    spec = load_spec(write_tiny_spec("fig1_latency", tmp_path / "specs"))
+    table_file = store.table_path(tmp_path, spec.name)
+    run_spec(spec, tmp_path, pool=Pool(1))
+    first = pd.read_parquet(table_file)
+    first["date"] = "2000-01-01"          # when the stored numbers were made
+    store.write_table(first, table_file)
+    made, made_ns = table_file.read_bytes(), table_file.stat().st_mtime_ns
+    assert run_spec(spec, tmp_path, pool=Pool(1))["reports"][0].computed == 0
+    # nothing recomputed: the file is not even rewritten
+    assert table_file.read_bytes() == made and table_file.stat().st_mtime_ns == made_ns
+
+    _fingerprint_changed(monkeypatch)
+    assert stale_tables(spec, tmp_path)
+    ran = run_spec(spec, tmp_path, pool=Pool(1))
+    assert ran["reports"][0].computed == len(first)
+    again = pd.read_parquet(table_file)
+    assert set(again["date"]) == {"2000-01-01"}      # same values: the stored rows stand
+    assert not set(again["config_hash"]) & set(first["config_hash"])
+    pd.testing.assert_frame_equal(again.drop(columns="config_hash"), first.drop(columns="config_hash"))
+    assert not stale_tables(spec, tmp_path)
+    settled = table_file.read_bytes()
+    run_spec(spec, tmp_path, pool=Pool(1))
+    assert table_file.read_bytes() == settled
+
+
+def test_rerun_with_changed_values_writes_new_rows(tmp_path, monkeypatch):
+    spec = load_spec(write_tiny_spec("fig1_latency", tmp_path / "specs"))
+    table_file = store.table_path(tmp_path, spec.name)
+    run_spec(spec, tmp_path, pool=Pool(1))
+    first = pd.read_parquet(table_file)
+    first["date"] = "2000-01-01"
+    first["latency_ns"] += 1.0               # as if the model had computed other numbers then
+    store.write_table(first, table_file)
+    _fingerprint_changed(monkeypatch)
+    run_spec(spec, tmp_path, pool=Pool(1))
+    again = pd.read_parquet(table_file)
+    assert "2000-01-01" not in set(again["date"])
+    assert (again["latency_ns"] == first["latency_ns"] - 1.0).all()
+
+
+def test_emulated_fingerprint_includes_the_c_engine(monkeypatch):
+    spec_module.code_fingerprint.cache_clear()
+    before = spec_module.code_fingerprint("emulated")
+    monkeypatch.setattr(spec_module, "engine_fingerprint", lambda: "0" * 64)
+    spec_module.code_fingerprint.cache_clear()
+    try:
+        assert spec_module.code_fingerprint("emulated") != before
+        assert spec_module.code_fingerprint("model") == spec_module.code_fingerprint("model")
+    finally:
+        monkeypatch.undo()
+        spec_module.code_fingerprint.cache_clear()
+
+
+def test_built_engine_matches_the_c_sources():
+    """The extension's embedded digest is that of csrc/ now (else: python3 csrc/ffi_build.py)."""
+    loader = importlib.util.spec_from_file_location("gw_ffi_build", ROOT / "csrc" / "ffi_build.py")
+    module = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(module)
+    assert spec_module.engine_fingerprint() == module.csrc_sha256()
+
+
+def test_installed_copy_without_csrc_gets_the_same_keys(tmp_path):
+    """An installed package (no csrc/, no pyproject.toml beside it) fingerprints the emulated
+    backend exactly as this checkout does."""
+    site = tmp_path / "site"
+    shutil.copytree(ROOT / "gpuwrite", site / "gpuwrite",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.c", "*.o"))
+    code = "from gpuwrite.experiments.spec import code_fingerprint as f; print(f('emulated'), f('model'))"
+    env = {**os.environ, "PYTHONPATH": str(site), "NUMBA_ENABLE_CUDASIM": "1"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == [spec_module.code_fingerprint("emulated"), spec_module.code_fingerprint("model")]
+
+
+@pytest.mark.slow
+def test_figures_on_the_stored_results_change_no_table(tmp_path, capsys):
+    """As on a fresh clone: `gpuwrite figures` on a copy of the committed tables computes
+    nothing and leaves every table byte for byte as committed (about 30 s: it draws)."""
+    results = tmp_path / "results"
+    shutil.copytree(EXPERIMENTS / "results", results, ignore=shutil.ignore_patterns("cache"))
+    before = {p.relative_to(results): p.read_bytes() for p in results.rglob("*.parquet")}
+    assert main(["figures", "--specs", str(EXPERIMENTS), "--results", str(results), "--out",
+                 str(tmp_path / "figures"), "--workers", "1", "--json"]) == 0
+    made = json.loads(capsys.readouterr().out)["figures"]
+    assert [m["figure"] for m in made if m["computed"]] == []
+    after = {p.relative_to(results): p.read_bytes() for p in results.rglob("*.parquet")}
+    assert after == before
