@@ -4,6 +4,8 @@
     gpuwrite model compare --sizes 64,4K,64K [--topology across_sockets]
     gpuwrite model pcie    --operation read --size 512 [--mps 256 --rcb 64 --start 32]
     gpuwrite model topology [--preset NAME | --sysfs /sys/devices]
+    gpuwrite model params  [--config FILE] [--dump FILE]
+    gpuwrite model buffer  --share 0.95 [--topology NAME] [--stall-period NS --stall-duration NS]
 """
 from __future__ import annotations
 
@@ -98,8 +100,7 @@ def cmd_compare(args) -> int:
     topologies = list(topo.PRESETS) if args.topology in (None, "all") else [args.topology]
     rows = []
     for topology_name in topologies:
-        topology = topo.preset(topology_name, params.link, p2p_read_cap_gbps=params.p2p_read_cap_gbps,
-                               p2p_read_cap_cross_socket_gbps=params.p2p_read_cap_cross_socket_gbps)
+        topology = topo.preset(topology_name, params.link, params.platform)
         for size in sizes:
             row = {"topology": topology_name, "size_bytes": size}
             for path in PATHS:
@@ -167,6 +168,49 @@ def cmd_topology(args) -> int:
     return _emit(args, {"topology": topology.name, "pairs": pairs}, table)
 
 
+def cmd_params(args) -> int:
+    """Every parameter, its value and its source; ``--dump`` writes them all as TOML."""
+    params = _params(args)
+    sources = params.sources()
+    if args.calibration:
+        for key in _flat_keys(_calibration_overrides(args.calibration)):
+            sources[key] = f"calibration file {args.calibration}"
+    if args.config:
+        for key in _flat_keys(_config_overrides(args.config)):
+            sources[key] = f"config file {args.config}"
+    rows = [{"parameter": key, "value": value, "source": sources[key]} for key, value in params.flat().items()]
+    if args.dump:
+        from pathlib import Path
+        Path(args.dump).write_text(params.to_toml())
+    table = _table("model parameters" + (f" (written to {args.dump})" if args.dump else ""),
+                   ["parameter", "value", "source"])
+    table.columns[2].justify = "left"
+    for row in rows:
+        table.add_row(row["parameter"], str(row["value"]), row["source"])
+    return _emit(args, {"parameters": rows, "dump": args.dump}, table)
+
+
+def _calibration_overrides(file) -> dict:
+    from gpuwrite.model.params import _load_toml
+    data = _load_toml(file)
+    return data.get("params", data)
+
+
+def _config_overrides(file) -> dict:
+    from gpuwrite.model.params import _load_toml
+    return _load_toml(file)
+
+
+def _flat_keys(data: dict) -> list[str]:
+    keys = []
+    for key, value in data.items():
+        if isinstance(value, dict):
+            keys += [f"{key}.{name}" for name in value]
+        else:
+            keys.append(key)
+    return keys
+
+
 def register(subparsers) -> None:
     parser = subparsers.add_parser("model", help="analytical answers: path latency/bandwidth, PCIe efficiency",
                                    description=__doc__.splitlines()[0])
@@ -212,6 +256,11 @@ def register(subparsers) -> None:
     p.add_argument("--address-bits", type=int, default=64)
     p.add_argument("--ecrc", action="store_true")
     p.add_argument("--rcb-chunks", action="store_true", help="completer splits at every RCB")
+
+    p = leaf("params", "every parameter with its value and its source; --dump writes a complete file",
+             cmd_params)
+    machine_options(p)
+    p.add_argument("--dump", help="write every parameter as TOML (a file --config accepts)")
 
     p = leaf("topology", "GPU/NIC path classes of a preset or of this machine's sysfs", cmd_topology)
     p.add_argument("--preset", choices=tuple(topo.PRESETS))
