@@ -239,6 +239,9 @@ def _with_network(path, size_bytes, steps, transfers, params, to_nic, topology, 
     wire_p = [(payload + network.header_bytes) * 8.0 / network.rate_gbps for payload in payloads]
     drain_p = [(payload + network.header_bytes) * 8.0 / params.receiver.drain_rate_gbps for payload in payloads]
     credits_p = [nicmod.packet_credits(network, payload) for payload in payloads]
+    if max(credits_p) > network.credits_total:
+        raise ParamError("network.vl_buffer_bytes", network.vl_buffer_bytes,
+                         f"at least one packet ({max(credits_p)} credits of {network.credit_block_bytes} B)")
     credit_return = network.credit_update_delay_ns + network.propagation_ns
     last_tx_end = cut_through_ns(ingress_p, post, wire_p, drain_p, credits_p, network.credits_total,
                                  network.propagation_ns, credit_return)
