@@ -190,6 +190,53 @@ def cmd_params(args) -> int:
     return _emit(args, {"parameters": rows, "dump": args.dump}, table)
 
 
+def cmd_buffer(args) -> int:
+    """The hold buffer gpu_push needs for a share of line rate, per topology (closed form)."""
+    from gpuwrite.model import buffer
+
+    params = _params(args)
+    overrides = {}
+    if args.stall_period is not None or args.stall_duration is not None:
+        overrides["receiver"] = {"stall_period_ns": args.stall_period or 0.0,
+                                 "stall_duration_ns": args.stall_duration or 0.0}
+    if args.poll_interval is not None:
+        overrides["gpu"] = {"poll_interval_ns": args.poll_interval}
+    size = parse_size(args.size)
+    topologies = list(topo.PRESETS) if args.topology in (None, "all") else [args.topology]
+    rows = []
+    try:
+        params = params.updated(overrides) if overrides else params
+        for name in topologies:
+            result = buffer.need(params.updated({"topology": name}), args.share, size)
+            row = {"topology": name, "size_bytes": size, "share": args.share,
+                   "target_gbps": result.target_gbps, "buffer_bytes": result.buffer_bytes,
+                   "staging_loop_ns": result.staging_loop_ns, "credit_loop_ns": result.credit_loop_ns,
+                   "stall_ns": result.stall_ns, "loop_bytes": result.loop_bytes,
+                   "stall_backlog_bytes": result.stall_backlog_bytes, "feasible": result.feasible,
+                   "limit": result.limit, "max_gbps": result.max_gbps}
+            if args.check and result.feasible:
+                row["simulated_longest_gpu_wait_ns"] = buffer.longest_gpu_wait_ns(
+                    params.updated({"topology": name}), result.buffer_bytes, args.share, size)
+            rows.append(row)
+    except ParamError as exc:
+        raise UsageError(str(exc)) from None
+    title = (f"hold buffer for {args.share:.0%} of line rate, {size} B messages: "
+             "B = X*L0 + max(0, X*(D + Lc) - V)")
+    columns = ["topology", "buffer", "X Gb/s", "L0 ns", "Lc ns", "X*L0", "stall backlog", "feasible"]
+    if args.check:
+        columns.append("sim: longest GPU wait ns")
+    table = _table(title, columns)
+    for row in rows:
+        cells = [row["topology"], f"{row['buffer_bytes']:,}", f"{row['target_gbps']:.1f}",
+                 f"{row['staging_loop_ns']:,.0f}", f"{row['credit_loop_ns']:,.0f}", f"{row['loop_bytes']:,.0f}",
+                 f"{row['stall_backlog_bytes']:,.0f}",
+                 "yes" if row["feasible"] else f"no: {row['limit']} <= {row['max_gbps']:.0f} Gb/s"]
+        if args.check:
+            cells.append(f"{row.get('simulated_longest_gpu_wait_ns', float('nan')):,.0f}")
+        table.add_row(*cells)
+    return _emit(args, {"rows": rows}, table)
+
+
 def _calibration_overrides(file) -> dict:
     from gpuwrite.model.params import _load_toml
     data = _load_toml(file)
@@ -261,6 +308,17 @@ def register(subparsers) -> None:
              cmd_params)
     machine_options(p)
     p.add_argument("--dump", help="write every parameter as TOML (a file --config accepts)")
+
+    p = leaf("buffer", "hold buffer gpu_push needs for a share of line rate (closed form; --check simulates)",
+             cmd_buffer)
+    p.add_argument("--share", type=float, default=0.95, help="share of line rate to sustain, in (0, 1]")
+    p.add_argument("--topology", choices=(*topo.PRESETS, "all"), default="all")
+    p.add_argument("--size", default="4096", help="message size")
+    p.add_argument("--stall-period", type=float, help="receiver stall period, ns")
+    p.add_argument("--stall-duration", type=float, help="receiver stall duration, ns")
+    p.add_argument("--poll-interval", type=float, help="GPU poll interval of the staging credits, ns")
+    p.add_argument("--check", action="store_true", help="simulate the GPU offering that share with that buffer")
+    machine_options(p)
 
     p = leaf("topology", "GPU/NIC path classes of a preset or of this machine's sysfs", cmd_topology)
     p.add_argument("--preset", choices=tuple(topo.PRESETS))
