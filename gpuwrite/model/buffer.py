@@ -72,7 +72,7 @@ def need(params: Params, share: float, size_bytes: int = 4096) -> BufferNeed:
     wire = timing.wire_busy_ns / packets
     drain = timing.drain_ns / packets
     staging_loop = (timing.stage_ns("pre") + timing.stage_ns("ingress") / packets + timing.stage_ns("post")
-                    + wire)
+                    + wire + timing.staging_return_ns)
     credit_loop = wire + network.propagation_ns + drain + timing.credit_return_ns
     stall = receiver.stall_duration_ns if receiver.stall_period_ns > 0 else 0.0
     target = share * line_rate_gbps(params, size_bytes)
@@ -86,7 +86,7 @@ def need(params: Params, share: float, size_bytes: int = 4096) -> BufferNeed:
     }
     limit = min(limits, key=limits.get)
     feasible = target <= limits[limit] * (1 + 1e-9)
-    backlog = max(0.0, x * (stall) - network.vl_buffer_bytes * payload_per_wire)
+    backlog = max(0.0, x * (stall + credit_loop) - network.vl_buffer_bytes * payload_per_wire)
     return BufferNeed(params.topology, size_bytes, share, target, staging_loop, credit_loop, stall,
                       x * staging_loop, backlog, feasible, "" if feasible else limit, limits[limit],
                       timing.packet_payload_bytes[0], timing.packet_staging_bytes[0])
