@@ -289,8 +289,9 @@ PUSH_MAP_CAVEAT = (
     "Throughput: every path streams per packet through the 256 KiB VL buffer, so at large sizes all reach "
     "the 400 Gb/s line rate unless PCIe reads are slower; pull's and staged's loss across the root complex "
     "comes from the NIC's read engine (nic.read_outstanding = 64 requests x MRRS 512 B per round trip, an "
-    "assumption) and, when set, a platform P2P read cap (off by default): the bottom panel shows how the "
-    "throughput conclusion moves with both.")
+    "assumption) and, when set, a platform P2P read cap (off by default). The bottom panel moves both: the "
+    "margin follows the reads in flight; a P2P cap moves nothing here because the best other path across a "
+    "root complex is host_staged, whose reads of host memory are not peer-to-peer.")
 
 
 def _margin_map(fig, ax, grid, winners, title, xlabels, ylabels, gid):
@@ -362,7 +363,7 @@ def push_wins_map(df: pd.DataFrame):
         _margin_map(fig, ax, grid, winners,
                     f"throughput at {style.bytes_label(size)}, {topology}: sensitivity to the read assumptions",
                     ["no cap" if c == 0 else f"{c:g} Gb/s" for c in caps],
-                    [f"{o} x {style.bytes_label(512)}" for o in outstanding], "margin|sensitivity")
+                    [f"{int(o)} x {style.bytes_label(512)}" for o in outstanding], "margin|sensitivity")
         ax.set_xlabel("platform P2P read cap (platform.p2p_read_cap_gbps)")
         ax.set_ylabel("NIC reads in flight")
     style.caveat(fig, PUSH_MAP_CAVEAT)
@@ -374,10 +375,11 @@ def push_wins_map(df: pd.DataFrame):
 BUFFER_CAVEAT = (
     "Simulated gpu_push with hold, one QP, 4 KiB messages, closed loop. The GPU reserves staging space "
     "per packet and sees it freed one posted write and one poll (gpu.poll_interval_ns = 150 ns, from the "
-    "calibration's dependent load) after the packet left; lines and marks: the closed form of "
-    "gpuwrite.model.buffer (Little's law), from the same parameters. How much buffer a share of line "
-    "rate needs rests on that feedback delay, on the path's PCIe latencies, and under stalls on the "
-    "receiver's 256 KiB VL buffer and stall pattern.")
+    "calibration's dependent load) after the packet left; lines: the closed form of gpuwrite.model.buffer "
+    "(Little's law on the staging loop), from the same parameters. With stalls, the buffer that keeps a GPU "
+    "offering a share of line rate from ever waiting adds X (D + Lc) - V to it (`gpuwrite model buffer "
+    "--check` verifies it in the simulator). How much buffer a share of line rate needs rests on the feedback "
+    "delay, the path's PCIe latencies, and under stalls on the receiver's 256 KiB VL buffer and stall pattern.")
 
 
 @style.styled
@@ -390,9 +392,9 @@ def throughput_vs_buffer(df: pd.DataFrame):
     fig, axes = style.new_figure(len(panels), 1, height=2.5 * len(panels) + 0.5, sharex=True)
     for ax, name in zip(axes.flat, panels):
         rows = _select(df, sweep=name, output="summary")
-        for k, topology in enumerate(_topologies(rows)):
+        for topology in _topologies(rows):
             here = rows[rows["topology"] == topology]
-            stl = style.SERIES_STYLES[k]
+            stl = style.SERIES_STYLES[list(PRESETS).index(topology) % len(style.SERIES_STYLES)]
             label = style.TOPOLOGY_LABELS.get(topology, topology)
             _line(ax, here["nic.staging_buffer_bytes"], here["throughput_gbps"], f"{topology}|{name}|simulated",
                   f"{label} (simulated)", color=stl["color"], marker=stl["marker"], linestyle="none")
@@ -408,20 +410,14 @@ def throughput_vs_buffer(df: pd.DataFrame):
                                      float(here["nic.staging_buffer_bytes"].max()), 200)
                 packets = np.floor(sizes / need.packet_staged_bytes)
                 closed = np.minimum(need.max_gbps, packets * need.packet_payload_bytes * 8.0 / need.staging_loop_ns)
-                _line(ax, sizes, closed, f"{topology}|{name}|closed form", None,
+                _line(ax, sizes, closed, f"{topology}|{name}|closed form", f"{label} (closed form)",
                       color=stl["color"], linestyle=stl["linestyle"], marker=None, linewidth=1.0)
-            else:
-                for share, mark in ((0.5, "v"), (0.7, "^")):
-                    need = buffer.need(params, share, size)
-                    if need.feasible:
-                        ax.plot([need.buffer_bytes], [share * buffer.line_rate_gbps(params, size)], marker=mark,
-                                markersize=7, color=stl["color"], markerfacecolor="white", linestyle="none",
-                                gid=f"{topology}|need {share:g}")
         ax.set_ylabel("throughput (Gb/s)")
-        ax.set_title("steady receiver" if name == "steady" else
-                     "receiver stalls 20 µs in every 80 µs (marks: buffer needed for 50 % ▽ / 70 % △, closed form)")
+        ax.set_title("steady receiver: buffered packets x 4 KiB / staging loop, up to line rate" if name == "steady"
+                     else "receiver stalls 20 µs in every 80 µs (the closed loop catches up between stalls)")
         style.bytes_axis(ax, "NIC staging buffer")
-        ax.legend(loc="lower right", fontsize=6.5)
+        ax.legend(loc="lower right", fontsize=6.5, ncol=2 if name == "steady" else 1)
+        ax.label_outer()
     style.caveat(fig, BUFFER_CAVEAT)
     return fig
 
