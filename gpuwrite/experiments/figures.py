@@ -422,6 +422,47 @@ def throughput_vs_buffer(df: pd.DataFrame):
     return fig
 
 
+# --- figure 8: the validation table ---------------------------------------------------
+
+@style.styled
+def validation_table(df: pd.DataFrame):
+    """The model against measurements (gpuwrite.model.validation), as a table.
+
+    Its rows come from the measurement files the validation module reads (pcie-bench's
+    published data, this project's calibrate files); the stored sweep is the PCIe
+    accounting's link-bound read rate at pcie-bench's sizes, printed beside them.
+    """
+    from gpuwrite.model import validation
+
+    frame = validation.table()
+    link_rows = _select(df, backend="model", measure="efficiency")
+    link_rate = dict(zip(link_rows["size_bytes"], link_rows["effective_rate_gbps"])) if len(link_rows) else {}
+    cells, colours = [], []
+    for row in frame.itertuples():
+        size = "bulk" if row.size_bytes is None or pd.isna(row.size_bytes) else f"{int(row.size_bytes)} B"
+        link = link_rate.get(row.size_bytes) if row.unit == "Gb/s" else None
+        verdict = {True: "yes", False: "NO"}.get(row.within_goal, "fitted" if row.kind == "fitted" else "< 256 B")
+        cells.append([row.machine, row.quantity, size, f"{row.measured:,.1f}", f"{row.model:,.1f}", row.unit,
+                      f"{row.error_pct:+.1f}", verdict, "" if link is None else f"{link:.1f}"])
+        colours.append(["#f4d6d6" if verdict == "NO" else "white"] * 9)
+    fig, axes = style.new_figure(1, 1, height=0.19 * len(cells) + 1.0)
+    ax = axes[0, 0]
+    ax.set_axis_off()
+    shown = ax.table(cellText=cells, cellColours=colours, loc="upper center", cellLoc="left",
+                     colLabels=["machine", "quantity", "size", "measured", "model", "unit", "error %",
+                                "within 10 %", "link-bound Gb/s"],
+                     colWidths=[0.25, 0.24, 0.06, 0.08, 0.08, 0.06, 0.07, 0.07, 0.09])
+    shown.auto_set_font_size(False)
+    shown.set_fontsize(5.5)
+    shown.scale(1.0, 0.9)
+    shown.set_gid("validation")
+    style.caveat(fig, validation.summary(frame) + ". Sources: pcie-bench/data (Neugebauer et al., SIGCOMM 2018) "
+                 "NFP6000 on a Xeon E5-2630v4, one parameter set (experiments/model/validation/"
+                 "nfp6000_e5-2630v4.toml, three constants fitted on the marked rows); this project's calibrate "
+                 "files (experiments/calibration/). 'fitted' rows define a parameter and are not tests.")
+    return fig
+
+
 FIGURES = {
     "latency_vs_size": latency_vs_size,
     "pcie_efficiency": pcie_efficiency,
@@ -430,4 +471,5 @@ FIGURES = {
     "latency_cdf": latency_cdf,
     "push_wins_map": push_wins_map,
     "throughput_vs_buffer": throughput_vs_buffer,
+    "validation_table": validation_table,
 }

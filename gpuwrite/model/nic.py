@@ -93,6 +93,10 @@ class NicParams:
     # bw_dma_sz_sweep.csv, NFP6000 on E5-2630v4: 64 B reads peak at 62.3 M/s = 16 ns each;
     # a ConnectX-class engine is assumed 4x faster.
     read_request_overhead_ns: float = 4.0
+    # How fast one read's completions enter the NIC's memory (its DMA engine's data path
+    # for a single transfer); 0: as fast as the link. Several reads overlap, so this
+    # bounds one read's latency, not the engine's bandwidth.
+    read_stream_gbps: float = 0.0
     # drop policy: the naive NIC's cut-through FIFO (bytes) in front of the network link;
     # data is lost when it overflows while link credits are missing. Assumption: 16 KiB.
     fifo_bytes: int = 16 * 1024
@@ -107,6 +111,7 @@ class NicParams:
         check_choice("nic.push_wqe_delivery", self.push_wqe_delivery, WQE_DELIVERIES)
         _check_int("nic.read_outstanding", self.read_outstanding, 1)
         check_positive("nic.read_request_overhead_ns", self.read_request_overhead_ns, zero_ok=True)
+        check_positive("nic.read_stream_gbps", self.read_stream_gbps, zero_ok=True)
         _check_int("nic.fifo_bytes", self.fifo_bytes, 0)
 
 
@@ -219,6 +224,8 @@ SOURCES = {
     "nic.push_wqe_delivery": "model choice: BlueFlame (WQE with the doorbell) or fetch",
     "nic.read_outstanding": "assumption: 64 outstanding read requests (8-bit PCIe tags allow 256)",
     "nic.read_request_overhead_ns": "pcie-bench/data bw_dma_sz_sweep.csv: NFP6000 16 ns per 64 B DMA; assumed 4x faster",
+    "nic.read_stream_gbps": "assumption: a ConnectX-class engine streams one read at link rate (0); "
+                            "pcie-bench's NFP6000 does not (experiments/model/validation)",
     "nic.fifo_bytes": "assumption: 16 KiB cut-through FIFO of the naive (drop) NIC",
     "network.rate_gbps": "IBTA NDR 4x: 400 Gb/s",
     "network.propagation_ns": "assumption: ~20 m of cable at 5 ns/m",

@@ -142,6 +142,8 @@ def read_ns(route: topo.Route, target: topo.Node, size_bytes: int, params: Param
         return 0.0, 0.0
     busy = size_bytes * 8.0 / read_engine_gbps(route, target, size_bytes, params)
     _, link_rate = route.narrowest("read", size_bytes)
+    if params.nic.read_stream_gbps > 0:
+        link_rate = min(link_rate, params.nic.read_stream_gbps)
     window = params.nic.read_outstanding * params.link.mrrs_bytes
     # zero load: the first window's completions follow one round trip at link rate; beyond
     # the window the engine's Little's-law rate paces the rest
