@@ -64,7 +64,7 @@ def latency_vs_size(df: pd.DataFrame):
             _line(ax, rows["size_bytes"], rows["latency_ns"] / 1e3, f"{path}|{topology}",
                   style.PATH_LABELS[path], **style.PATH_STYLES[path])
         ax.set_title(style.TOPOLOGY_LABELS.get(topology, topology))
-        ax.set_yscale("log")
+        style.log_numbers(ax)
         style.bytes_axis(ax)
         ax.set_ylabel("latency (µs)")
     for ax in axes.flat[len(topologies):]:
@@ -119,11 +119,10 @@ def pcie_efficiency(df: pd.DataFrame):
         ax.label_outer()
     axes.flat[0].set_ylabel("efficiency (%)\npayload / wire bytes")
     handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncol=2)
     style.caveat(fig, (
         "Model: byte accounting after pcie-bench (TLP framing and headers; ACK and UpdateFC DLLPs at the "
         "spec's recommended intervals; SKIP ordered sets). No completion exceeds MPS. Efficiency only: the "
-        "time reads wait for their round trip is in Fig. 1 and in the read engine (Fig. 6)."))
+        "time reads wait for their round trip is in Fig. 1 and in the read engine (Fig. 6)."), (handles, labels, 2))
     return fig
 
 
@@ -173,12 +172,11 @@ def buffer_under_stall(df: pd.DataFrame):
     style.bytes_axis(drops, "receiver's VL buffer")
     drops.set(title="drops vs receive buffer", ylabel="messages dropped (%)")
     handles, labels = occupancy.get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncol=3)
     style.caveat(fig, (
         "Simulated gpu_push. hold: the GPU reserves staging space per packet before writing it, so nothing is "
         "lost. drop: the naive NIC without a hold buffer, a cut-through FIFO of nic.fifo_bytes = 16 KiB (an "
         "assumption); a packet that overflows it while link credits are missing is lost with its message. How "
-        "much drop loses rests on that FIFO size, the stall pattern and the VL buffer."))
+        "much drop loses rests on that FIFO size, the stall pattern and the VL buffer."), (handles, labels, 3))
     return fig
 
 

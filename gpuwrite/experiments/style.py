@@ -111,18 +111,21 @@ def log_numbers(ax, which: str = "y") -> None:
     axis.set_minor_formatter(FuncFormatter(minor))
 
 
-def caveat(fig, text: str) -> None:
+CAVEAT_CHARS_PER_LINE = 165   # at 6.5 pt across the paper's width
+
+
+def caveat(fig, text: str, legend: tuple | None = None) -> None:
     """What the figure models and which assumption its conclusion rests on, printed under
-    the figure (``render.save`` keeps it inside the saved page)."""
-    fig.text(0.01, 0.0, text, ha="left", va="top", fontsize=6.5, wrap=True, color="0.25", gid="caveat")
-
-
-def note(ax, text: str, loc: str = "lower right") -> None:
-    """A boxed note inside the axes, e.g. what is and is not measured."""
-    positions = {"lower right": (0.98, 0.03, "right", "bottom"), "upper left": (0.02, 0.97, "left", "top"),
-                 "center": (0.5, 0.5, "center", "center"), "upper right": (0.98, 0.97, "right", "top"),
-                 "lower left": (0.02, 0.03, "left", "bottom")}
-    x, y, ha, va = positions[loc]
-    ax.text(x, y, text, transform=ax.transAxes, ha=ha, va=va, fontsize=7, wrap=True,
-            bbox={"boxstyle": "round,pad=0.3", "facecolor": "white", "edgecolor": "0.6", "linewidth": 0.5},
-            gid="note")
+    the figure in a band that constrained layout leaves free. ``legend`` (handles, labels,
+    columns): a figure legend placed between the axes and that band."""
+    lines = -(-len(text) // CAVEAT_CHARS_PER_LINE)
+    height = fig.get_figheight()
+    band = (lines * 0.115 + 0.06) / height
+    bottom = band
+    if legend is not None:
+        handles, labels, ncol = legend
+        bottom += (-(-len(labels) // ncol) * 0.17 + 0.05) / height
+        fig.legend(handles, labels, loc="lower center", ncol=ncol, bbox_to_anchor=(0.5, band),
+                   bbox_transform=fig.transFigure)
+    fig.get_layout_engine().set(rect=(0.0, bottom, 1.0, 1.0 - bottom))
+    fig.text(0.01, band, text, ha="left", va="top", fontsize=6.5, wrap=True, color="0.25", gid="caveat")
