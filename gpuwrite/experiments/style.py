@@ -129,3 +129,14 @@ def caveat(fig, text: str, legend: tuple | None = None) -> None:
                    bbox_transform=fig.transFigure)
     fig.get_layout_engine().set(rect=(0.0, bottom, 1.0, 1.0 - bottom))
     fig.text(0.01, band, text, ha="left", va="top", fontsize=6.5, wrap=True, color="0.25", gid="caveat")
+
+
+def note(ax, text: str, loc: str = "lower right") -> None:
+    """A boxed note inside the axes, e.g. what is and is not measured."""
+    positions = {"lower right": (0.98, 0.03, "right", "bottom"), "upper left": (0.02, 0.97, "left", "top"),
+                 "center": (0.5, 0.5, "center", "center"), "upper right": (0.98, 0.97, "right", "top"),
+                 "lower left": (0.02, 0.03, "left", "bottom")}
+    x, y, ha, va = positions[loc]
+    ax.text(x, y, text, transform=ax.transAxes, ha=ha, va=va, fontsize=7, wrap=True,
+            bbox={"boxstyle": "round,pad=0.3", "facecolor": "white", "edgecolor": "0.6", "linewidth": 0.5},
+            gid="note")
