@@ -8,7 +8,11 @@ Measurements (each the median of several runs, every run kept in the file):
   each address taken from the previous load (a PCIe non-posted read per load); the
   same chain in GPU memory for reference;
 * bulk stores and bulk loads between a full grid and mapped host memory (GB/s);
-* copy-engine bandwidth, device to host and host to device, pinned host memory, CUDA events.
+* copy-engine bandwidth, device to host and host to device, pinned host memory, CUDA events;
+* sweeps (``[sweeps]``): loads of host memory per us vs loads in flight (the GPU as a read
+  requester: Little's law on the read round trip until the link saturates), one warp's
+  read of host memory vs size (latency), one copy-engine copy vs size and direction.
+  gpuwrite/model/validation.py predicts each of them and Fig. 8 prints the comparison.
 
 ``calibration_params`` turns them into ``Params`` overrides (``[params]`` in the file, the
 table ``Params.with_calibration`` applies): ``gpu.store_rate_gbps`` and
@@ -49,6 +53,40 @@ def _read_chain(chain, n_loads, out_ns):
         index = ld_acquire_sys_u32(chain, index)
     out_ns[0] = globaltimer_ns() - t0
     out_ns[1] = index  # keeps the chain live
+
+
+@cuda.jit
+def _load_chains(chain, n_chains, n_loads, spacing, out_ns, sink):
+    """``n_chains`` threads each follow their own dependent chain: that many loads in flight."""
+    t = cuda.grid(1)
+    if t >= n_chains:
+        return
+    index = (t * spacing) % chain.shape[0]
+    t0 = globaltimer_ns()
+    for _ in range(n_loads):
+        index = ld_acquire_sys_u32(chain, index)
+    out_ns[t] = globaltimer_ns() - t0
+    sink[t] = index
+
+
+@cuda.jit
+def _warp_read(src, words, repeats, out_ns):
+    """One warp reads ``words`` 4-byte words of a fresh region, ``repeats`` times in a row;
+    each region's address depends on the previous read's values (zeros), so the reads
+    of one region overlap and the regions do not."""
+    lane = cuda.threadIdx.x
+    offset = 0
+    total = 0
+    t0 = globaltimer_ns()
+    for _ in range(repeats):
+        k = lane
+        while k < words:
+            total += src[offset + k]
+            k += 32
+        offset += words + (total >> 31)
+    if lane == 0:
+        out_ns[0] = globaltimer_ns() - t0
+        out_ns[1] = total
 
 
 @cuda.jit
@@ -131,6 +169,81 @@ def copy_engine_gbytes(nbytes: int, repeats: int = 3) -> tuple[float, float]:
     d2h = _elapsed_s(lambda: device.copy_to_host(host), repeats)
     h2d = _elapsed_s(lambda: cuda.to_device(host, to=device), repeats)
     return repeats * nbytes / d2h / 1e9, repeats * nbytes / h2d / 1e9
+
+
+def loads_per_us(chain, outstanding: int, n_loads: int) -> float:
+    """Dependent loads of mapped host memory per us with ``outstanding`` chains in flight."""
+    threads = min(outstanding, 256)
+    blocks = -(-outstanding // threads)
+    out = cuda.to_device(np.zeros(outstanding, dtype=np.int64))
+    sink = cuda.to_device(np.zeros(outstanding, dtype=np.uint32))
+    spacing = max(CHAIN_STRIDE_WORDS, (chain.shape[0] // outstanding) // CHAIN_STRIDE_WORDS * CHAIN_STRIDE_WORDS)
+    _load_chains[blocks, threads](chain, outstanding, n_loads, spacing, out, sink)
+    cuda.synchronize()
+    slowest_ns = float(out.copy_to_host().max())
+    return outstanding * n_loads / (slowest_ns / 1e3) if slowest_ns > 0 else 0.0
+
+
+def warp_read_latency_us(size_bytes: int, repeats: int) -> float:
+    """Time for one warp to read ``size_bytes`` of mapped host memory (all loads overlapping)."""
+    words = max(1, size_bytes // 4)
+    src = mapped((words * repeats + 32,), np.uint32)
+    src.host[:] = 0
+    out = cuda.to_device(np.zeros(2, dtype=np.int64))
+    _warp_read[1, 32](src.kernel, words, repeats, out)
+    cuda.synchronize()
+    return float(out.copy_to_host()[0]) / repeats / 1e3
+
+
+def copy_one_gbytes(size_bytes: int, direction: str, repeats: int) -> float:
+    """One copy-engine copy of ``size_bytes`` at a time (pinned host memory), GB/s."""
+    host = cuda.pinned_array(size_bytes, dtype=np.uint8)
+    device = cuda.device_array(size_bytes, dtype=np.uint8)
+    launch = (lambda: cuda.to_device(host, to=device)) if direction == "h2d" else (lambda: device.copy_to_host(host))
+    launch()
+    return repeats * size_bytes / _elapsed_s(launch, repeats) / 1e9
+
+
+SWEEPS = {  # calibrate's sweeps, the validation table's inputs (gpuwrite/model/validation.py)
+    "full": {"outstanding": (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024), "chain_loads": 200,
+             "read_sizes": (256, 1024, 4096, 16384, 65536), "read_repeats": 200,
+             "copy_sizes": (4096, 65536, 1 << 20, 16 << 20), "copy_repeats": 20},
+    "quick": {"outstanding": (1, 4, 16, 64, 256), "chain_loads": 100,
+              "read_sizes": (256, 4096, 65536), "read_repeats": 50,
+              "copy_sizes": (4096, 1 << 20), "copy_repeats": 5},
+    "simulator": {"outstanding": (1, 2), "chain_loads": 2, "read_sizes": (256,), "read_repeats": 1,
+                  "copy_sizes": (4096,), "copy_repeats": 1},
+}
+
+
+def measure_sweeps(runs: int = 5, quick: bool = False, progress=None) -> dict:
+    """Read and write bandwidth vs size and vs loads in flight, read latency vs size: each
+    point the median of ``runs``. The model's predictions for them: validation.py."""
+    step = progress or (lambda message: None)
+    plan = SWEEPS["simulator" if SIMULATOR else "quick" if quick else "full"]
+    size = SIZES["simulator" if SIMULATOR else "quick" if quick else "full"]
+    step("loads of host memory vs loads in flight")
+    chain = mapped((size["chain"],), np.uint32)
+    chain.host[:] = _chain(size["chain"])
+    out: dict = {"host_loads_vs_outstanding": [], "host_read_latency_vs_size": [], "copy_engine_vs_size": []}
+    for outstanding in plan["outstanding"]:
+        rates = [loads_per_us(chain.kernel, outstanding, plan["chain_loads"]) for _ in range(runs)]
+        out["host_loads_vs_outstanding"].append({"outstanding": outstanding,
+                                                 "loads_per_us": _significant(np.median(rates)),
+                                                 "runs": [_significant(r) for r in rates]})
+    step("read latency vs size")
+    for read_size in plan["read_sizes"]:
+        times = [warp_read_latency_us(read_size, plan["read_repeats"]) for _ in range(runs)]
+        out["host_read_latency_vs_size"].append({"size_bytes": read_size, "latency_us": _significant(np.median(times)),
+                                                 "runs": [_significant(t) for t in times]})
+    step("copy engine vs size")
+    for direction in ("h2d", "d2h"):
+        for copy_size in plan["copy_sizes"]:
+            rates = [copy_one_gbytes(copy_size, direction, plan["copy_repeats"]) for _ in range(runs)]
+            out["copy_engine_vs_size"].append({"direction": direction, "size_bytes": copy_size,
+                                               "gbytes_per_s": _significant(np.median(rates)),
+                                               "runs": [_significant(r) for r in rates]})
+    return out
 
 
 # --- the whole run ---------------------------------------------------------------------
@@ -229,8 +342,9 @@ def device_record(smi: dict) -> dict:
 
 def host_read_model_ns(link: pcie.LinkConfig | None = None) -> tuple[float, float]:
     """(one-way route latency, host memory latency) of the model's GPU read of host memory."""
-    route = topo.preset("same_switch", link).route("gpu0", "mem0")
-    return route.one_way_latency_ns, topo.HOST_MEMORY_LATENCY_NS
+    platform = topo.PlatformParams()
+    route = topo.preset("same_switch", link, platform).route("gpu0", "mem0")
+    return route.one_way_latency_ns, platform.host_memory_latency_ns
 
 
 def calibration_params(medians: dict, smi: dict) -> tuple[dict, dict]:
@@ -247,6 +361,14 @@ def calibration_params(medians: dict, smi: dict) -> tuple[dict, dict]:
     derivation["gpu.write_issue_ns"] = (
         f"(host_read_round_trip - 2 x {one_way_ns:g} ns same_switch route - {memory_ns:g} ns host memory) / 2, "
         "as the default's derivation (gpuwrite/model/nic.py); floored at 0")
+    params["gpu"]["read_issue_ns"] = round(max(0.0, issue_ns), 1)
+    derivation["gpu.read_issue_ns"] = "host_read_round_trip - the same_switch route's round trip; floored at 0"
+    if "device_read_round_trip" in medians:
+        device_ns = round(medians["device_read_round_trip"] * 1e3, 1)
+        params["platform"] = {"gpu_memory_latency_ns": device_ns}
+        params["gpu"]["poll_interval_ns"] = device_ns
+        derivation["platform.gpu_memory_latency_ns"] = "device_read_round_trip (a dependent load of GPU memory)"
+        derivation["gpu.poll_interval_ns"] = "device_read_round_trip: one poll of the staging-credit word"
     generation = re.sub(r"\D", "", smi.get("pcie.link.gen.max", ""))
     width = re.sub(r"\D", "", smi.get("pcie.link.width.max", ""))
     if generation and int(generation) in pcie.TRANSFER_RATE_GTPS:
@@ -273,8 +395,9 @@ def calibrate(runs: int = 5, quick: bool = False, progress=None) -> dict:
                               "runs": [_significant(v) for v in values[name]]}
     medians = {name: entry["value"] for name, entry in measurements.items()}
     params, derivation = calibration_params(medians, smi)
+    sweeps = measure_sweeps(runs, quick, progress)
     return {"device": device_record(smi), "measurements": measurements, "params": params,
-            "derivation": derivation}
+            "derivation": derivation, "sweeps": sweeps}
 
 
 HEADER = """# gpuwrite calibrate: measurements of one machine, and the model parameters derived from them.

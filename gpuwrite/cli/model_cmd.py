@@ -4,6 +4,8 @@
     gpuwrite model compare --sizes 64,4K,64K [--topology across_sockets]
     gpuwrite model pcie    --operation read --size 512 [--mps 256 --rcb 64 --start 32]
     gpuwrite model topology [--preset NAME | --sysfs /sys/devices]
+    gpuwrite model params  [--config FILE] [--dump FILE]
+    gpuwrite model buffer  --share 0.95 [--topology NAME] [--stall-period NS --stall-duration NS]
 """
 from __future__ import annotations
 
@@ -98,8 +100,7 @@ def cmd_compare(args) -> int:
     topologies = list(topo.PRESETS) if args.topology in (None, "all") else [args.topology]
     rows = []
     for topology_name in topologies:
-        topology = topo.preset(topology_name, params.link, p2p_read_cap_gbps=params.p2p_read_cap_gbps,
-                               p2p_read_cap_cross_socket_gbps=params.p2p_read_cap_cross_socket_gbps)
+        topology = topo.preset(topology_name, params.link, params.platform)
         for size in sizes:
             row = {"topology": topology_name, "size_bytes": size}
             for path in PATHS:
@@ -167,6 +168,96 @@ def cmd_topology(args) -> int:
     return _emit(args, {"topology": topology.name, "pairs": pairs}, table)
 
 
+def cmd_params(args) -> int:
+    """Every parameter, its value and its source; ``--dump`` writes them all as TOML."""
+    params = _params(args)
+    sources = params.sources()
+    if args.calibration:
+        for key in _flat_keys(_calibration_overrides(args.calibration)):
+            sources[key] = f"calibration file {args.calibration}"
+    if args.config:
+        for key in _flat_keys(_config_overrides(args.config)):
+            sources[key] = f"config file {args.config}"
+    rows = [{"parameter": key, "value": value, "source": sources[key]} for key, value in params.flat().items()]
+    if args.dump:
+        from pathlib import Path
+        Path(args.dump).write_text(params.to_toml())
+    table = _table("model parameters" + (f" (written to {args.dump})" if args.dump else ""),
+                   ["parameter", "value", "source"])
+    table.columns[2].justify = "left"
+    for row in rows:
+        table.add_row(row["parameter"], str(row["value"]), row["source"])
+    return _emit(args, {"parameters": rows, "dump": args.dump}, table)
+
+
+def cmd_buffer(args) -> int:
+    """The hold buffer gpu_push needs for a share of line rate, per topology (closed form)."""
+    from gpuwrite.model import buffer
+
+    params = _params(args)
+    overrides = {}
+    if args.stall_period is not None or args.stall_duration is not None:
+        overrides["receiver"] = {"stall_period_ns": args.stall_period or 0.0,
+                                 "stall_duration_ns": args.stall_duration or 0.0}
+    if args.poll_interval is not None:
+        overrides["gpu"] = {"poll_interval_ns": args.poll_interval}
+    size = parse_size(args.size)
+    topologies = list(topo.PRESETS) if args.topology in (None, "all") else [args.topology]
+    rows = []
+    try:
+        params = params.updated(overrides) if overrides else params
+        for name in topologies:
+            result = buffer.need(params.updated({"topology": name}), args.share, size)
+            row = {"topology": name, "size_bytes": size, "share": args.share,
+                   "target_gbps": result.target_gbps, "buffer_bytes": result.buffer_bytes,
+                   "staging_loop_ns": result.staging_loop_ns, "credit_loop_ns": result.credit_loop_ns,
+                   "stall_ns": result.stall_ns, "loop_bytes": result.loop_bytes,
+                   "stall_backlog_bytes": result.stall_backlog_bytes, "feasible": result.feasible,
+                   "limit": result.limit, "max_gbps": result.max_gbps}
+            if args.check and result.feasible:
+                row["simulated_longest_gpu_wait_ns"] = buffer.longest_gpu_wait_ns(
+                    params.updated({"topology": name}), result.buffer_bytes, args.share, size)
+            rows.append(row)
+    except ParamError as exc:
+        raise UsageError(str(exc)) from None
+    title = (f"hold buffer for {args.share:.0%} of line rate, {size} B messages: "
+             "B = X*L0 + max(0, X*(D + Lc) - V)")
+    columns = ["topology", "buffer", "X Gb/s", "L0 ns", "Lc ns", "X*L0", "stall backlog", "feasible"]
+    if args.check:
+        columns.append("sim: longest GPU wait ns")
+    table = _table(title, columns)
+    for row in rows:
+        cells = [row["topology"], f"{row['buffer_bytes']:,}", f"{row['target_gbps']:.1f}",
+                 f"{row['staging_loop_ns']:,.0f}", f"{row['credit_loop_ns']:,.0f}", f"{row['loop_bytes']:,.0f}",
+                 f"{row['stall_backlog_bytes']:,.0f}",
+                 "yes" if row["feasible"] else f"no: {row['limit']} <= {row['max_gbps']:.0f} Gb/s"]
+        if args.check:
+            cells.append(f"{row.get('simulated_longest_gpu_wait_ns', float('nan')):,.0f}")
+        table.add_row(*cells)
+    return _emit(args, {"rows": rows}, table)
+
+
+def _calibration_overrides(file) -> dict:
+    from gpuwrite.model.params import _load_toml
+    data = _load_toml(file)
+    return data.get("params", data)
+
+
+def _config_overrides(file) -> dict:
+    from gpuwrite.model.params import _load_toml
+    return _load_toml(file)
+
+
+def _flat_keys(data: dict) -> list[str]:
+    keys = []
+    for key, value in data.items():
+        if isinstance(value, dict):
+            keys += [f"{key}.{name}" for name in value]
+        else:
+            keys.append(key)
+    return keys
+
+
 def register(subparsers) -> None:
     parser = subparsers.add_parser("model", help="analytical answers: path latency/bandwidth, PCIe efficiency",
                                    description=__doc__.splitlines()[0])
@@ -212,6 +303,22 @@ def register(subparsers) -> None:
     p.add_argument("--address-bits", type=int, default=64)
     p.add_argument("--ecrc", action="store_true")
     p.add_argument("--rcb-chunks", action="store_true", help="completer splits at every RCB")
+
+    p = leaf("params", "every parameter with its value and its source; --dump writes a complete file",
+             cmd_params)
+    machine_options(p)
+    p.add_argument("--dump", help="write every parameter as TOML (a file --config accepts)")
+
+    p = leaf("buffer", "hold buffer gpu_push needs for a share of line rate (closed form; --check simulates)",
+             cmd_buffer)
+    p.add_argument("--share", type=float, default=0.95, help="share of line rate to sustain, in (0, 1]")
+    p.add_argument("--topology", choices=(*topo.PRESETS, "all"), default="all")
+    p.add_argument("--size", default="4096", help="message size")
+    p.add_argument("--stall-period", type=float, help="receiver stall period, ns")
+    p.add_argument("--stall-duration", type=float, help="receiver stall duration, ns")
+    p.add_argument("--poll-interval", type=float, help="GPU poll interval of the staging credits, ns")
+    p.add_argument("--check", action="store_true", help="simulate the GPU offering that share with that buffer")
+    machine_options(p)
 
     p = leaf("topology", "GPU/NIC path classes of a preset or of this machine's sysfs", cmd_topology)
     p.add_argument("--preset", choices=tuple(topo.PRESETS))

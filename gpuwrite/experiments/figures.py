@@ -64,7 +64,7 @@ def latency_vs_size(df: pd.DataFrame):
             _line(ax, rows["size_bytes"], rows["latency_ns"] / 1e3, f"{path}|{topology}",
                   style.PATH_LABELS[path], **style.PATH_STYLES[path])
         ax.set_title(style.TOPOLOGY_LABELS.get(topology, topology))
-        ax.set_yscale("log")
+        style.log_numbers(ax)
         style.bytes_axis(ax)
         ax.set_ylabel("latency (µs)")
     for ax in axes.flat[len(topologies):]:
@@ -72,6 +72,12 @@ def latency_vs_size(df: pd.DataFrame):
     for ax in axes.flat:
         ax.label_outer()
     axes.flat[0].legend(loc="upper left")
+    style.caveat(fig, (
+        "Model, zero load, default parameters (gpuwrite model params: each value and its source). Every path "
+        "streams per packet (cut-through at the NIC). Push is faster because the NIC reads nothing: pull pays "
+        "a WQE fetch and a payload read round trip, staged a copy plus a host-memory read. The gap scales with "
+        "the read round trip: the assumed switch (150 ns) and derived root-complex (200 ns) latencies; the "
+        "socket crossing (+107 ns per round trip) is pcie-bench's measurement."))
     return fig
 
 
@@ -113,7 +119,10 @@ def pcie_efficiency(df: pd.DataFrame):
         ax.label_outer()
     axes.flat[0].set_ylabel("efficiency (%)\npayload / wire bytes")
     handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncol=2)
+    style.caveat(fig, (
+        "Model: byte accounting after pcie-bench (TLP framing and headers; ACK and UpdateFC DLLPs at the "
+        "spec's recommended intervals; SKIP ordered sets). No completion exceeds MPS. Efficiency only: the "
+        "time reads wait for their round trip is in Fig. 1 and in the read engine (Fig. 6)."), (handles, labels, 2))
     return fig
 
 
@@ -163,7 +172,11 @@ def buffer_under_stall(df: pd.DataFrame):
     style.bytes_axis(drops, "receiver's VL buffer")
     drops.set(title="drops vs receive buffer", ylabel="messages dropped (%)")
     handles, labels = occupancy.get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncol=3)
+    style.caveat(fig, (
+        "Simulated gpu_push. hold: the GPU reserves staging space per packet before writing it, so nothing is "
+        "lost. drop: the naive NIC without a hold buffer, a cut-through FIFO of nic.fifo_bytes = 16 KiB (an "
+        "assumption); a packet that overflows it while link credits are missing is lost with its message. How "
+        "much drop loses rests on that FIFO size, the stall pattern and the VL buffer."), (handles, labels, 3))
     return fig
 
 
@@ -267,42 +280,184 @@ TIE_PCT = 0.5   # margins smaller than this are ties (e.g. both paths at network
 SHORT = {"nic_pull": "pull", "host_staged": "staged", "gpu_push": "push", "gpu_push_inline": "inline"}
 
 
+PUSH_MAP_CAVEAT = (
+    "Model (gpuwrite model params lists every value and its source). Latency: push wins because the NIC "
+    "reads nothing; the margin grows with the read round trip, i.e. with the assumed switch (150 ns) and "
+    "derived root-complex (200 ns) latencies; the socket penalty (+107 ns per round trip) is pcie-bench's. "
+    "Throughput: every path streams per packet through the 256 KiB VL buffer, so at large sizes all reach "
+    "the 400 Gb/s line rate unless PCIe reads are slower; pull's and staged's loss across the root complex "
+    "comes from the NIC's read engine (nic.read_outstanding = 64 requests x MRRS 512 B per round trip, an "
+    "assumption) and, when set, a platform P2P read cap (off by default). The bottom panel moves both: the "
+    "margin follows the reads in flight; a P2P cap moves nothing here because the best other path across a "
+    "root complex is host_staged, whose reads of host memory are not peer-to-peer.")
+
+
+def _margin_map(fig, ax, grid, winners, title, xlabels, ylabels, gid):
+    """One heat map of push margins: colour by margin, losses hatched and the winner named."""
+    values = grid.to_numpy(dtype=float)
+    low, high = float(np.nanmin(values)), float(np.nanmax(values))
+    vmin, vmax = min(0.0, low), max(1.0, high)     # no colour-bar half that no cell uses
+    image = ax.imshow(values, cmap=style.MAP_CMAP, vmin=vmin, vmax=vmax, aspect="auto", gid=gid)
+    losses = False
+    for i in range(values.shape[0]):
+        for j in range(values.shape[1]):
+            value = values[i, j]
+            if abs(value) < TIE_PCT:
+                text = "tie"
+            elif value > 0:
+                text = f"{value:+.0f}%"
+            else:
+                text = f"{value:+.0f}%\n{SHORT.get(winners.iloc[i, j], '?')}"
+            shade = image.cmap(image.norm(value))
+            light = 0.299 * shade[0] + 0.587 * shade[1] + 0.114 * shade[2] > 0.5
+            ax.text(j, i, text, ha="center", va="center", fontsize=6, color="black" if light else "white")
+            if value <= -TIE_PCT:
+                losses = True
+                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch=style.LOSS_HATCH,
+                                       edgecolor="0.5", linewidth=0))
+    ax.set_xticks(range(len(xlabels)), xlabels, rotation=45, ha="right")
+    ax.set_yticks(range(len(ylabels)), ylabels)
+    ax.grid(False)
+    ax.set_title(title)
+    fig.colorbar(image, ax=ax, label="push margin (%)", shrink=0.9)
+    if losses:
+        ax.legend(handles=[Rectangle((0, 0), 1, 1, facecolor="white", edgecolor="0.5", hatch=style.LOSS_HATCH,
+                                     label="push loses (the winner is named)")],
+                  loc="upper left", bbox_to_anchor=(0.0, -0.28), fontsize=6.5)
+
+
 @style.styled
 def push_wins_map(df: pd.DataFrame):
-    """Where gpu_push wins: topology x size, coloured by its margin, losses hatched and named."""
-    measures = [m for m in ("latency", "throughput") if len(_select(df, backend="model", measure=m))]
-    fig, axes = style.new_figure(len(measures), 1, height=2.1 * len(measures) + 0.4)
-    for ax, measure in zip(axes.flat, measures):
-        margins = push_margin(df, measure)
+    """Where gpu_push wins: topology x size, coloured by its margin, losses hatched and named;
+    then the throughput margin's sensitivity to the read engine and the P2P read cap."""
+    maps = [m for m in ("latency", "throughput") if len(_select(df, backend="model", measure=m, sweep=m))]
+    sensitivity = _select(df, backend="model", measure="throughput", sweep="sensitivity")
+    panels = len(maps) + (1 if len(sensitivity) else 0)
+    fig, axes = style.new_figure(panels, 1, height=2.3 * panels + 0.6)
+    for ax, measure in zip(axes.flat, maps):
+        margins = push_margin(_select(df, sweep=measure), measure)
         topologies = _topologies(margins)
         sizes = sorted(margins["size_bytes"].unique())
         grid = margins.pivot(index="topology", columns="size_bytes", values="margin_pct").loc[topologies, sizes]
         winners = margins.pivot(index="topology", columns="size_bytes", values="winner").loc[topologies, sizes]
-        limit = max(1.0, float(np.nanmax(np.abs(grid.to_numpy()))))
-        image = ax.imshow(grid.to_numpy(), cmap=style.MAP_CMAP, vmin=-limit, vmax=limit, aspect="auto",
-                          gid=f"margin|{measure}")
-        for i, topology in enumerate(topologies):
-            for j, size in enumerate(sizes):
-                value = grid.loc[topology, size]
-                if abs(value) < TIE_PCT:
-                    text = "tie"
-                elif value > 0:
-                    text = f"{value:+.0f}%"
-                else:
-                    text = f"{value:+.0f}%\n{SHORT.get(winners.loc[topology, size], '?')}"
-                shade = image.cmap(image.norm(value))
-                light = 0.299 * shade[0] + 0.587 * shade[1] + 0.114 * shade[2] > 0.5
-                ax.text(j, i, text, ha="center", va="center", fontsize=6, color="black" if light else "white")
-                if value <= -TIE_PCT:
-                    ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch=style.LOSS_HATCH,
-                                           edgecolor="0.5", linewidth=0))
-        ax.set_xticks(range(len(sizes)), [style.bytes_label(s) for s in sizes], rotation=45, ha="right")
-        ax.set_yticks(range(len(topologies)), [style.TOPOLOGY_LABELS.get(t, t) for t in topologies])
-        ax.grid(False)
-        ax.set_xlabel("message size (bytes)")
         what = "zero-load latency" if measure == "latency" else "saturated throughput"
-        ax.set_title(f"{what}: gpu_push vs the best other path (hatched: push loses; winner named)")
-        fig.colorbar(image, ax=ax, label="push margin (%)", shrink=0.9)
+        _margin_map(fig, ax, grid, winners, f"{what}: gpu_push vs the best other path",
+                    [style.bytes_label(s) for s in sizes], [style.TOPOLOGY_LABELS.get(t, t) for t in topologies],
+                    f"margin|{measure}")
+        ax.set_xlabel("message size (bytes)")
+    if len(sensitivity):
+        ax = axes.flat[len(maps)]
+        rows = sensitivity.copy()
+        rows["case"] = list(zip(rows["nic.read_outstanding"], rows["platform.p2p_read_cap_gbps"]))
+        table = rows.pivot_table(index="case", columns="path", values="throughput_gbps", aggfunc="first")
+        margin = (table["gpu_push"] / table.drop(columns="gpu_push").max(axis=1) - 1) * 100
+        winner = table.idxmax(axis=1)
+        outstanding = sorted(rows["nic.read_outstanding"].unique())
+        caps = sorted(rows["platform.p2p_read_cap_gbps"].unique(), key=lambda c: (c == 0, -c))
+        grid = pd.DataFrame([[margin[(o, c)] for c in caps] for o in outstanding])
+        winners = pd.DataFrame([[winner[(o, c)] for c in caps] for o in outstanding])
+        size = int(rows["size_bytes"].iloc[0])
+        topology = style.TOPOLOGY_LABELS.get(rows["topology"].iloc[0], rows["topology"].iloc[0])
+        _margin_map(fig, ax, grid, winners,
+                    f"throughput at {style.bytes_label(size)}, {topology}: sensitivity to the read assumptions",
+                    ["no cap" if c == 0 else f"{c:g} Gb/s" for c in caps],
+                    [f"{int(o)} x {style.bytes_label(512)}" for o in outstanding], "margin|sensitivity")
+        ax.set_xlabel("platform P2P read cap (platform.p2p_read_cap_gbps)")
+        ax.set_ylabel("NIC reads in flight")
+    style.caveat(fig, PUSH_MAP_CAVEAT)
+    return fig
+
+
+# --- figure 7 ----------------------------------------------------------------------
+
+BUFFER_CAVEAT = (
+    "Simulated gpu_push with hold, one QP, 4 KiB messages, closed loop. The GPU reserves staging space "
+    "per packet and sees it freed one posted write and one poll (gpu.poll_interval_ns = 150 ns, from the "
+    "calibration's dependent load) after the packet left; lines: the closed form of gpuwrite.model.buffer "
+    "(Little's law on the staging loop), from the same parameters. With stalls, the buffer that keeps a GPU "
+    "offering a share of line rate from ever waiting adds X (D + Lc) - V to it (`gpuwrite model buffer "
+    "--check` verifies it in the simulator). How much buffer a share of line rate needs rests on the feedback "
+    "delay, the path's PCIe latencies, and under stalls on the receiver's 256 KiB VL buffer and stall pattern.")
+
+
+@style.styled
+def throughput_vs_buffer(df: pd.DataFrame):
+    """Sustained throughput vs staging buffer size per topology: simulated points, closed-form lines."""
+    from gpuwrite.model import buffer
+    from gpuwrite.model.params import Params
+
+    panels = [name for name in ("steady", "stalls") if len(_select(df, sweep=name, output="summary"))]
+    fig, axes = style.new_figure(len(panels), 1, height=2.5 * len(panels) + 0.5, sharex=True)
+    for ax, name in zip(axes.flat, panels):
+        rows = _select(df, sweep=name, output="summary")
+        for topology in _topologies(rows):
+            here = rows[rows["topology"] == topology]
+            stl = style.SERIES_STYLES[list(PRESETS).index(topology) % len(style.SERIES_STYLES)]
+            label = style.TOPOLOGY_LABELS.get(topology, topology)
+            _line(ax, here["nic.staging_buffer_bytes"], here["throughput_gbps"], f"{topology}|{name}|simulated",
+                  f"{label} (simulated)", color=stl["color"], marker=stl["marker"], linestyle="none")
+            first = here.iloc[0]
+            params = Params(topology=topology)
+            if name == "stalls":
+                params = params.updated({"receiver": {"stall_period_ns": float(first["receiver.stall_period_ns"]),
+                                                      "stall_duration_ns": float(first["receiver.stall_duration_ns"])}})
+            size = int(first["workload.size_bytes"]) if "workload.size_bytes" in here else 4096
+            if name == "steady":
+                need = buffer.need(params, 0.5, size)
+                sizes = np.geomspace(float(here["nic.staging_buffer_bytes"].min()),
+                                     float(here["nic.staging_buffer_bytes"].max()), 200)
+                packets = np.floor(sizes / need.packet_staged_bytes)
+                closed = np.minimum(need.max_gbps, packets * need.packet_payload_bytes * 8.0 / need.staging_loop_ns)
+                _line(ax, sizes, closed, f"{topology}|{name}|closed form", f"{label} (closed form)",
+                      color=stl["color"], linestyle=stl["linestyle"], marker=None, linewidth=1.0)
+        ax.set_ylabel("throughput (Gb/s)")
+        ax.set_title("steady receiver: buffered packets x 4 KiB / staging loop, up to line rate" if name == "steady"
+                     else "receiver stalls 20 µs in every 80 µs (the closed loop catches up between stalls)")
+        style.bytes_axis(ax, "NIC staging buffer")
+        ax.legend(loc="lower right", fontsize=6.5, ncol=2 if name == "steady" else 1)
+        ax.label_outer()
+    style.caveat(fig, BUFFER_CAVEAT)
+    return fig
+
+
+# --- figure 8: the validation table ---------------------------------------------------
+
+@style.styled
+def validation_table(df: pd.DataFrame):
+    """The model against measurements (gpuwrite.model.validation), as a table.
+
+    Its rows come from the measurement files the validation module reads (pcie-bench's
+    published data, this project's calibrate files); the stored sweep is the PCIe
+    accounting's link-bound read rate at pcie-bench's sizes, printed beside them.
+    """
+    from gpuwrite.model import validation
+
+    frame = validation.table()
+    link_rows = _select(df, backend="model", measure="efficiency")
+    link_rate = dict(zip(link_rows["size_bytes"], link_rows["effective_rate_gbps"])) if len(link_rows) else {}
+    cells, colours = [], []
+    for row in frame.itertuples():
+        size = "bulk" if row.size_bytes is None or pd.isna(row.size_bytes) else f"{int(row.size_bytes)} B"
+        link = link_rate.get(row.size_bytes) if row.unit == "Gb/s" else None
+        verdict = {True: "yes", False: "NO"}.get(row.within_goal, "fitted" if row.kind == "fitted" else "< 256 B")
+        cells.append([row.machine, row.quantity, size, f"{row.measured:,.1f}", f"{row.model:,.1f}", row.unit,
+                      f"{row.error_pct:+.1f}", verdict, "" if link is None else f"{link:.1f}"])
+        colours.append(["#f4d6d6" if verdict == "NO" else "white"] * 9)
+    fig, axes = style.new_figure(1, 1, height=0.19 * len(cells) + 1.0)
+    ax = axes[0, 0]
+    ax.set_axis_off()
+    shown = ax.table(cellText=cells, cellColours=colours, loc="upper center", cellLoc="left",
+                     colLabels=["machine", "quantity", "size", "measured", "model", "unit", "error %",
+                                "within 10 %", "link-bound Gb/s"],
+                     colWidths=[0.25, 0.24, 0.06, 0.08, 0.08, 0.06, 0.07, 0.07, 0.09])
+    shown.auto_set_font_size(False)
+    shown.set_fontsize(5.5)
+    shown.scale(1.0, 0.9)
+    shown.set_gid("validation")
+    style.caveat(fig, validation.summary(frame) + ". Sources: pcie-bench/data (Neugebauer et al., SIGCOMM 2018) "
+                 "NFP6000 on a Xeon E5-2630v4, one parameter set (experiments/model/validation/"
+                 "nfp6000_e5-2630v4.toml, three constants fitted on the marked rows); this project's calibrate "
+                 "files (experiments/calibration/). 'fitted' rows define a parameter and are not tests.")
     return fig
 
 
@@ -313,4 +468,6 @@ FIGURES = {
     "throughput_vs_size": throughput_vs_size,
     "latency_cdf": latency_cdf,
     "push_wins_map": push_wins_map,
+    "throughput_vs_buffer": throughput_vs_buffer,
+    "validation_table": validation_table,
 }

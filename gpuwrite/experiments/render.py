@@ -22,7 +22,8 @@ def save(fig, out_dir: Path, name: str) -> list[Path]:
     for fmt in FORMATS:
         path = out_dir / f"{name}.{fmt}"
         metadata = {"CreationDate": None} if fmt == "pdf" else {}
-        fig.savefig(path, dpi=DPI, metadata=metadata)
+        # tight: keep the caveat printed under the axes (style.caveat) on the page
+        fig.savefig(path, dpi=DPI, metadata=metadata, bbox_inches="tight", pad_inches=0.05)
         paths.append(path)
     return paths
 

@@ -91,13 +91,44 @@ def bytes_axis(ax, label: str = "message size") -> None:
 
 
 def log_numbers(ax, which: str = "y") -> None:
-    """A log axis labelled with plain numbers (1, 10, 100) rather than powers of ten."""
+    """A log axis labelled with plain numbers (1, 10, 100) rather than powers of ten.
+
+    Majors at 1, 2, 5 x 10^k; when the visible range is narrower than a factor of 5 (a
+    plateau, e.g. 300-450 Gb/s, holds no such tick) the minor ticks at 1..9 x 10^k are
+    labelled too, so a log axis never ends up with no number on it.
+    """
     getattr(ax, f"set_{which}scale")("log")
     axis = getattr(ax, f"{which}axis")
     # numticks: without it matplotlib thins a wide range down to no labelled tick at all
     axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0), numticks=30))
     axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
-    axis.set_minor_formatter(NullFormatter())
+    axis.set_minor_locator(LogLocator(base=10, subs=(1.5, 3.0, 4.0, 6.0, 7.0, 8.0, 9.0), numticks=30))
+
+    def minor(value, _):
+        low, high = sorted(axis.get_view_interval())
+        return f"{value:g}" if low > 0 and high / low < 5 else ""
+
+    axis.set_minor_formatter(FuncFormatter(minor))
+
+
+CAVEAT_CHARS_PER_LINE = 165   # at 6.5 pt across the paper's width
+
+
+def caveat(fig, text: str, legend: tuple | None = None) -> None:
+    """What the figure models and which assumption its conclusion rests on, printed under
+    the figure in a band that constrained layout leaves free. ``legend`` (handles, labels,
+    columns): a figure legend placed between the axes and that band."""
+    lines = -(-len(text) // CAVEAT_CHARS_PER_LINE)
+    height = fig.get_figheight()
+    band = (lines * 0.115 + 0.06) / height
+    bottom = band
+    if legend is not None:
+        handles, labels, ncol = legend
+        bottom += (-(-len(labels) // ncol) * 0.17 + 0.05) / height
+        fig.legend(handles, labels, loc="lower center", ncol=ncol, bbox_to_anchor=(0.5, band),
+                   bbox_transform=fig.transFigure)
+    fig.get_layout_engine().set(rect=(0.0, bottom, 1.0, 1.0 - bottom))
+    fig.text(0.01, band, text, ha="left", va="top", fontsize=6.5, wrap=True, color="0.25", gid="caveat")
 
 
 def note(ax, text: str, loc: str = "lower right") -> None:

@@ -17,11 +17,14 @@ Topologies (``gpuwrite.model.topology``, ``gpuwrite.model.sysfs``)
     from a sysfs PCI tree and ``gpu_nic_classes(topology)`` lists every GPU/NIC pair's class.
 
 Parameters (``gpuwrite.model.params``)
-    ``Params`` (path, topology: a preset name or ``"sysfs:<dir>"``, link, gpu, nic
-    (staging buffer, ``hold``/``drop`` policy, ``fifo``/``round_robin`` scheduler),
-    network (credits), receiver (drain rate, stalls)): ``to_toml``,
-    ``from_toml``, ``to_dict``/``from_dict``, ``updated(overrides)``,
-    ``with_calibration(file)`` (a measured TOML file becomes "this machine").
+    ``Params`` (path, topology: a preset name or ``"sysfs:<dir>"``, link, platform (every
+    switch, link, root-complex, socket and memory latency and rate; optional P2P read
+    caps), gpu (issue costs, poll interval), nic (staging buffer, ``hold``/``drop``
+    policy with its cut-through FIFO, ``fifo``/``round_robin`` scheduler, read engine),
+    network (credits), receiver (drain rate, stalls)): ``to_toml``, ``from_toml``,
+    ``to_dict``/``from_dict``, ``updated(overrides)``, ``flat()``, ``sources()`` (where each
+    value comes from; ``gpuwrite model params``), ``with_calibration(file)`` (a measured
+    TOML file becomes "this machine").
     ``Workload`` (sizes, open/closed arrivals, QPs) and ``SimConfig`` (seed + both).
 
 Analytical answers (``gpuwrite.model.paths``)
@@ -30,6 +33,14 @@ Analytical answers (``gpuwrite.model.paths``)
     ``rank_paths(topology, size_bytes, params, gpu=, nic=)`` (fastest path first: what
     ``doctor`` reports). ``topology`` is a preset name or a ``Topology`` (e.g. from sysfs;
     name the endpoints with ``Params(gpu_name=..., nic_name=...)`` or ``rank_paths``).
+
+Hold buffer (``gpuwrite.model.buffer``)
+    ``need(params, share, size_bytes)``: the staging buffer gpu_push needs for a share of
+    line rate (Little's law on the staging and credit loops); ``longest_gpu_wait_ns``
+    checks it in the simulator (``gpuwrite model buffer``).
+
+Validation (``gpuwrite.model.validation``)
+    ``table()``: predictions against pcie-bench's published DMA engine and calibrate files.
 
 Simulation (``gpuwrite.model.sim``)
     ``simulate(params, workload, seed) -> SimResult`` with ``.messages`` (DataFrame, one

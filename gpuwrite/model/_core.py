@@ -1,20 +1,30 @@
 """The fast simulator's hot loop, hand-written with ``numba.njit`` for speed.
 
-Plain Python cannot reach the issue's 2 million simulated messages per second; this loop
+Plain Python cannot reach the issue's 5 million simulated messages per second; this loop
 does (see BENCHMARKS.md, "Model simulator", and ``python -m gpuwrite.model.bench``).
 The readable statement of the same model is ``gpuwrite.model.simpy_ref``; a test checks
 both give identical per-message times.
 
-Why a loop over messages is a correct discrete-event simulation here: every station of the
-model (staging-buffer admission, the PCIe ingress link, credit admission, the network
-link, the receiver) serves messages first come, first served, and no message overtakes
-another between stations. So taking messages in arrival order and running each one through
-all stations before the next (a Lindley recursion per station, with FIFO queues of the
-times at which staging space and credits come back) gives the same times as an event
-calendar. Closed-loop arrivals come from a small heap of next-issue times per QP.
+The unit of the network is the packet: a message is cut into MTU packets, each takes its
+link credits (64-byte blocks) when it is sent and gives them back a delay after the
+receiver drained it. The NIC forwards each packet once its bytes are in (cut-through): a
+message longer than the receive buffer streams through it. Push paths reserve staging
+space per packet before the GPU writes it (``hold``); it comes back to the GPU a feedback
+delay after the packet left the NIC. With ``drop`` there is no staging reservation: the
+NIC has a small cut-through FIFO, and a packet that does not fit in it while earlier ones
+wait for credits is lost (and with it its message).
+
+Why a loop over packets is a correct discrete-event simulation here: every station
+(staging admission, the PCIe ingress link, the NIC FIFO, credit admission, the network
+link, the receiver) serves packets first come, first served, and no packet overtakes
+another between stations. Taking packets in order and running each through all stations
+before the next (a Lindley recursion per station, with FIFO queues of the times at which
+staging space and credits come back) gives the same times as an event calendar.
+Closed-loop arrivals come from a small heap of next-issue times per QP.
 
 The per-QP round-robin scheduler breaks first-come-first-served order at the NIC, so it
-has its own core, ``run_core_round_robin``: a plain event loop over the same stations.
+has its own core, ``run_core_round_robin``: an event loop over the same stations that
+serves one packet of the next QP in turn.
 
 All times are integer picoseconds, so both implementations agree bit for bit.
 """
@@ -110,38 +120,39 @@ def _issue_heap(mode, n, n_qps, outstanding, issue_gap):
 
 
 @njit(cache=True)
-def _transmit(j, start, drain_free, wire, flight, drain, tail, stall_period, stall_duration,
-              stall_offset, tx_start, tx_end, drain_end, done):
-    """Message ``j`` on the link from ``start``: serialisation, flight, the receiver's
-    drain (which may stall) and the completion's tail. Returns when the link and the
-    receiver are free again: (link_free, drain_free). Both schedulers' cores call it."""
-    tx_start[j] = start
-    link_free = start + wire[j]
-    tx_end[j] = link_free
-    received = link_free + flight
-    begin = received if received > drain_free else drain_free
-    drain_free = stall_finish_ps(begin, drain[j], stall_period, stall_duration, stall_offset)
-    drain_end[j] = drain_free
-    done[j] = received + tail
-    return link_free, drain_free
+def _drain(start, drain_free, work, period, duration, offset):
+    """The receiver drains a packet that arrived at ``start``: FIFO, skipping stalls."""
+    begin = start if start > drain_free else drain_free
+    return stall_finish_ps(begin, work, period, duration, offset)
 
 
 @njit(cache=True)
 def run_core(mode, open_arrival, open_qp, n_qps, outstanding, issue_gap,
-             pre, ingress, post, wire, drain, credits_need, staging_need,
-             flight, tail, error_tail, credit_return_delay, credits_total, staging_capacity,
-             is_push, hold, stall_period, stall_duration, stall_offset,
-             qp_out, arrival, reserve, at_nic, credit_time, tx_start, tx_end, drain_end, done, dropped):
-    """Run every message through the stations; fill the per-message output arrays (ps)."""
-    n = pre.shape[0]
-    heap_t, heap_s, heap_q, heap_size, issued = _issue_heap(mode, n, n_qps, outstanding, issue_gap)
+             size_index, pre_u, post_u, first_u, count_u,
+             pkt_ingress, pkt_wire, pkt_drain, pkt_credits, pkt_staging, pkt_bytes,
+             flight, tail, error_tail, credit_return_delay, staging_return_delay,
+             credits_total, staging_capacity, fifo_capacity, is_push, hold,
+             stall_period, stall_duration, stall_offset,
+             qp_out, arrival, reserve, at_nic, tx_start, tx_end, drain_end, done, dropped,
+             p_table, p_reserve, p_ready, p_tx_start, p_drain_end):
+    """Run every packet through the stations; fill the per-message and per-packet arrays (ps).
 
+    Per-packet arrays are indexed by the packet's global number (messages in order);
+    ``p_table`` maps it to its row of the per-size packet tables. A packet never sent
+    (dropped) has ``p_tx_start`` -1.
+    """
+    n = size_index.shape[0]
+    heap_t, heap_s, heap_q, heap_size, issued = _issue_heap(mode, n, n_qps, outstanding, issue_gap)
+    push_hold = is_push and hold
+    push_drop = is_push and not hold
+    k = 0
     last_reserve = 0
     staging_used = 0
     staging_head = 0
-    last_credit = 0
     credits_used = 0
     credit_head = 0
+    fifo_used = 0
+    fifo_head = 0
     ingress_free = 0
     link_free = 0
     drain_free = 0
@@ -153,80 +164,95 @@ def run_core(mode, open_arrival, open_qp, n_qps, outstanding, issue_gap,
             qp = open_qp[j]
         qp_out[j] = qp
         arrival[j] = t_arrival
-        t = t_arrival
-
-        # staging admission: the GPU reserves space before pushing (push paths, hold)
-        if is_push and hold:
-            if t < last_reserve:
-                t = last_reserve
-            while staging_head < j and tx_end[staging_head] <= t:
-                staging_used -= staging_need[staging_head]
-                staging_head += 1
-            while staging_used + staging_need[j] > staging_capacity:
-                t = tx_end[staging_head]
-                staging_used -= staging_need[staging_head]
-                staging_head += 1
-            staging_used += staging_need[j]
-            last_reserve = t
-        reserve[j] = t
-        t += pre[j]
-
-        # pull paths: the NIC takes credits before it reads the payload
-        if not is_push:
-            if t < last_credit:
-                t = last_credit
-            while credit_head < j and drain_end[credit_head] + credit_return_delay <= t:
-                credits_used -= credits_need[credit_head]
-                credit_head += 1
-            while credits_total - credits_used < credits_need[j]:
-                t = drain_end[credit_head] + credit_return_delay
-                credits_used -= credits_need[credit_head]
-                credit_head += 1
-            credits_used += credits_need[j]
-            last_credit = t
-            credit_time[j] = t
-
-        start = t if t > ingress_free else ingress_free
-        ingress_free = start + ingress[j]
-        t = ingress_free + post[j]
-        at_nic[j] = t
-
-        if is_push:
-            if hold and t < last_credit:
-                t = last_credit
-            # credits come back, in order, from messages that were sent (dropped ones skip)
-            while credit_head < j and (dropped[credit_head] == 1 or drain_end[credit_head] + credit_return_delay <= t):
-                if dropped[credit_head] == 0:
-                    credits_used -= credits_need[credit_head]
-                credit_head += 1
-            if credits_total - credits_used < credits_need[j]:
-                if not hold:
-                    dropped[j] = 1
-                    credit_time[j] = -1
-                    tx_start[j] = -1
-                    tx_end[j] = -1
-                    drain_end[j] = -1
-                    done[j] = t + error_tail
-                    if mode == MODE_CLOSED:
-                        heap_size = _heap_push(heap_t, heap_s, heap_q, heap_size, done[j], issued, qp)
-                        issued += 1
+        u = size_index[j]
+        pre = pre_u[u]
+        post = post_u[u]
+        lost = False
+        first_sent = -1
+        last_received = 0
+        for q in range(count_u[u]):
+            i = first_u[u] + q
+            p_table[k] = i
+            t = t_arrival
+            # staging admission, per packet: space comes back a feedback delay after a
+            # packet left the NIC, in sending order
+            if push_hold:
+                if t < last_reserve:
+                    t = last_reserve
+                while staging_head < k and p_tx_start[staging_head] + pkt_wire[p_table[staging_head]] \
+                        + staging_return_delay <= t:
+                    staging_used -= pkt_staging[p_table[staging_head]]
+                    staging_head += 1
+                while staging_used + pkt_staging[i] > staging_capacity:
+                    back = p_tx_start[staging_head] + pkt_wire[p_table[staging_head]] + staging_return_delay
+                    if back > t:
+                        t = back
+                    staging_used -= pkt_staging[p_table[staging_head]]
+                    staging_head += 1
+                staging_used += pkt_staging[i]
+                last_reserve = t
+            p_reserve[k] = t
+            if q == 0:
+                reserve[j] = t
+            start = t + pre
+            if start < ingress_free:
+                start = ingress_free
+            ingress_free = start + pkt_ingress[i]
+            ready = ingress_free + post
+            p_ready[k] = ready
+            if lost:
+                p_tx_start[k] = -1
+                p_drain_end[k] = -1
+                k += 1
+                continue
+            # the naive NIC: a packet that does not fit the cut-through FIFO is lost
+            if push_drop:
+                while fifo_head < k and (p_tx_start[fifo_head] == -1 or p_tx_start[fifo_head] <= ready):
+                    if p_tx_start[fifo_head] != -1:
+                        fifo_used -= pkt_bytes[p_table[fifo_head]]
+                    fifo_head += 1
+                if fifo_used + pkt_bytes[i] > fifo_capacity:
+                    lost = True
+                    p_tx_start[k] = -1
+                    p_drain_end[k] = -1
+                    k += 1
                     continue
-                while credits_total - credits_used < credits_need[j]:
-                    while dropped[credit_head] == 1:
-                        credit_head += 1
-                    t = drain_end[credit_head] + credit_return_delay
-                    credits_used -= credits_need[credit_head]
-                    credit_head += 1
-            credits_used += credits_need[j]
-            last_credit = t
-            credit_time[j] = t
-
-        link_free, drain_free = _transmit(j, t if t > link_free else link_free, drain_free,
-                                          wire, flight, drain, tail, stall_period,
-                                          stall_duration, stall_offset,
-                                          tx_start, tx_end, drain_end, done)
-        # every completion offers its QP's next issue; the n earliest offers are the
-        # messages (popping in time order), whatever order completions were computed in
+                fifo_used += pkt_bytes[i]
+            # link credits, taken when the packet is sent
+            t = ready if ready > link_free else link_free
+            while credit_head < k and (p_tx_start[credit_head] == -1
+                                       or p_drain_end[credit_head] + credit_return_delay <= t):
+                if p_tx_start[credit_head] != -1:
+                    credits_used -= pkt_credits[p_table[credit_head]]
+                credit_head += 1
+            while credits_total - credits_used < pkt_credits[i]:
+                if p_tx_start[credit_head] != -1:
+                    back = p_drain_end[credit_head] + credit_return_delay
+                    if back > t:
+                        t = back
+                    credits_used -= pkt_credits[p_table[credit_head]]
+                credit_head += 1
+            credits_used += pkt_credits[i]
+            p_tx_start[k] = t
+            link_free = t + pkt_wire[i]
+            last_received = link_free + flight
+            drain_free = _drain(last_received, drain_free, pkt_drain[i], stall_period, stall_duration, stall_offset)
+            p_drain_end[k] = drain_free
+            if first_sent == -1:
+                first_sent = t
+            k += 1
+        at_nic[j] = p_ready[k - 1]
+        if lost:
+            dropped[j] = 1
+            tx_start[j] = -1
+            tx_end[j] = -1
+            drain_end[j] = -1
+            done[j] = at_nic[j] + error_tail
+        else:
+            tx_start[j] = first_sent
+            tx_end[j] = link_free
+            drain_end[j] = drain_free
+            done[j] = last_received + tail
         if mode == MODE_CLOSED:
             heap_size = _heap_push(heap_t, heap_s, heap_q, heap_size, done[j], issued, qp)
             issued += 1
@@ -237,33 +263,36 @@ INFINITY = 1 << 62
 
 @njit(cache=True)
 def run_core_round_robin(mode, open_arrival, open_qp, n_qps, outstanding, issue_gap,
-                         pre, ingress, post, wire, drain, credits_need, staging_need,
-                         flight, tail, error_tail, credit_return_delay, credits_total, staging_capacity,
-                         hold, stall_period, stall_duration, stall_offset,
-                         qp_out, arrival, reserve, at_nic, credit_time, tx_start, tx_end, drain_end, done, dropped):
-    """Push paths with a per-QP round-robin scheduler: an event loop over five event kinds.
+                         size_index, pre_u, post_u, first_u, count_u,
+                         pkt_ingress, pkt_wire, pkt_drain, pkt_credits, pkt_staging,
+                         flight, tail, credit_return_delay, staging_return_delay,
+                         credits_total, staging_capacity,
+                         stall_period, stall_duration, stall_offset,
+                         qp_out, arrival, reserve, at_nic, tx_start, tx_end, drain_end, done,
+                         p_table, p_reserve, p_ready, p_tx_start, p_drain_end):
+    """Push paths (hold) with a per-QP round-robin scheduler: an event loop over packets.
 
-    Messages reach the NIC first come, first served (staging admission and the PCIe
-    ingress are FIFO), then wait in one queue per QP. Whenever the link is free the NIC
-    picks the next non-empty QP after the last one served; with ``hold`` it sends that
-    QP's head once enough credits are back (taken when transmission starts). With
-    ``drop`` credits are taken on arrival at the NIC, and a message without them is lost.
+    Packets are admitted into staging and cross PCIe first come, first served, then wait
+    in one queue per QP. Whenever the link is free the NIC picks the next non-empty QP
+    after the last one served and sends its head packet once enough credits are back.
     All events of one instant are applied before the scheduler decides.
     """
-    n = pre.shape[0]
+    n = size_index.shape[0]
     heap_t, heap_s, heap_q, heap_size, issued = _issue_heap(mode, n, n_qps, outstanding, issue_gap)
-
-    waiting_admission = np.empty(n, np.int64)     # arrived, FIFO for staging space
+    total = p_table.shape[0]
+    p_msg = np.empty(total, np.int64)
+    msg_left = np.zeros(n, np.int64)              # packets of each message not yet sent
+    waiting_admission = np.empty(n, np.int64)     # arrived messages, FIFO for staging space
     admission_head = 0
     admission_tail = 0
-    admitted = np.empty(n, np.int64)              # in admission order; at_nic is monotone
-    admitted_count = 0
-    nic_pointer = 0
-    queue_head = np.full(n_qps, -1, np.int64)     # per-QP FIFO of messages in the NIC
+    next_packet = 0                               # packet of the head message to admit next
+    admitted = 0                                  # packets admitted (global numbers 0..)
+    nic_pointer = 0                               # next admitted packet to reach the NIC
+    queue_head = np.full(n_qps, -1, np.int64)     # per-QP FIFO of packets in the NIC
     queue_tail = np.full(n_qps, -1, np.int64)
-    queue_next = np.full(n, -1, np.int64)
+    queue_next = np.full(total, -1, np.int64)
     waiting = 0
-    sent = np.empty(n, np.int64)                  # in transmission order
+    sent = np.empty(total, np.int64)              # in sending order
     sent_count = 0
     return_pointer = 0
     free_pointer = 0
@@ -284,12 +313,14 @@ def run_core_round_robin(mode, open_arrival, open_qp, n_qps, outstanding, issue_
                 t = open_arrival[open_pointer]
         elif heap_size > 0 and next_index < n and heap_t[0] < t:
             t = heap_t[0]
-        if nic_pointer < admitted_count and at_nic[admitted[nic_pointer]] < t:
-            t = at_nic[admitted[nic_pointer]]
-        if return_pointer < sent_count and drain_end[sent[return_pointer]] + credit_return_delay < t:
-            t = drain_end[sent[return_pointer]] + credit_return_delay
-        if hold and free_pointer < sent_count and tx_end[sent[free_pointer]] < t:
-            t = tx_end[sent[free_pointer]]
+        if nic_pointer < admitted and p_ready[nic_pointer] < t:
+            t = p_ready[nic_pointer]
+        if return_pointer < sent_count and p_drain_end[sent[return_pointer]] + credit_return_delay < t:
+            t = p_drain_end[sent[return_pointer]] + credit_return_delay
+        if free_pointer < sent_count:
+            back = p_tx_start[sent[free_pointer]] + pkt_wire[p_table[sent[free_pointer]]] + staging_return_delay
+            if back < t:
+                t = back
         if waiting > 0 and link_free > now and link_free < t:
             t = link_free
         if t == INFINITY:
@@ -298,12 +329,12 @@ def run_core_round_robin(mode, open_arrival, open_qp, n_qps, outstanding, issue_
             now = t
 
         # 1. staging space and 2. credits come back
-        if hold:
-            while free_pointer < sent_count and tx_end[sent[free_pointer]] <= now:
-                staging_used -= staging_need[sent[free_pointer]]
-                free_pointer += 1
-        while return_pointer < sent_count and drain_end[sent[return_pointer]] + credit_return_delay <= now:
-            credits += credits_need[sent[return_pointer]]
+        while free_pointer < sent_count and p_tx_start[sent[free_pointer]] \
+                + pkt_wire[p_table[sent[free_pointer]]] + staging_return_delay <= now:
+            staging_used -= pkt_staging[p_table[sent[free_pointer]]]
+            free_pointer += 1
+        while return_pointer < sent_count and p_drain_end[sent[return_pointer]] + credit_return_delay <= now:
+            credits += pkt_credits[p_table[sent[return_pointer]]]
             return_pointer += 1
         # 3. arrivals
         if mode == MODE_OPEN:
@@ -323,49 +354,44 @@ def run_core_round_robin(mode, open_arrival, open_qp, n_qps, outstanding, issue_
                 arrival[j] = t_arrival
                 waiting_admission[admission_tail] = j
                 admission_tail += 1
-        # 4. staging admission (FIFO), then the PCIe ingress (FIFO)
+        # 4. staging admission per packet (FIFO), then the PCIe ingress (FIFO)
         while admission_head < admission_tail:
             j = waiting_admission[admission_head]
-            if hold and staging_used + staging_need[j] > staging_capacity:
+            u = size_index[j]
+            i = first_u[u] + next_packet
+            if staging_used + pkt_staging[i] > staging_capacity:
                 break
-            if hold:
-                staging_used += staging_need[j]
-            reserve[j] = now
-            start = now + pre[j]
+            staging_used += pkt_staging[i]
+            k = admitted
+            p_table[k] = i
+            p_msg[k] = j
+            p_reserve[k] = now
+            if next_packet == 0:
+                reserve[j] = now
+                msg_left[j] = count_u[u]
+            start = now + pre_u[u]
             if ingress_free > start:
                 start = ingress_free
-            ingress_free = start + ingress[j]
-            at_nic[j] = ingress_free + post[j]
-            admitted[admitted_count] = j
-            admitted_count += 1
-            admission_head += 1
-        # 5. messages reach the NIC and join their QP's queue
-        while nic_pointer < admitted_count and at_nic[admitted[nic_pointer]] <= now:
-            j = admitted[nic_pointer]
+            ingress_free = start + pkt_ingress[i]
+            p_ready[k] = ingress_free + post_u[u]
+            admitted += 1
+            next_packet += 1
+            if next_packet == count_u[u]:
+                at_nic[j] = p_ready[k]
+                next_packet = 0
+                admission_head += 1
+        # 5. packets reach the NIC and join their QP's queue
+        while nic_pointer < admitted and p_ready[nic_pointer] <= now:
+            k = nic_pointer
             nic_pointer += 1
-            if not hold:
-                if credits < credits_need[j]:
-                    dropped[j] = 1
-                    credit_time[j] = -1
-                    tx_start[j] = -1
-                    tx_end[j] = -1
-                    drain_end[j] = -1
-                    done[j] = at_nic[j] + error_tail
-                    finished += 1
-                    if mode == MODE_CLOSED:
-                        heap_size = _heap_push(heap_t, heap_s, heap_q, heap_size, done[j], issued, qp_out[j])
-                        issued += 1
-                    continue
-                credits -= credits_need[j]
-                credit_time[j] = now
-            qp = qp_out[j]
+            qp = qp_out[p_msg[k]]
             if queue_tail[qp] == -1:
-                queue_head[qp] = j
+                queue_head[qp] = k
             else:
-                queue_next[queue_tail[qp]] = j
-            queue_tail[qp] = j
+                queue_next[queue_tail[qp]] = k
+            queue_tail[qp] = k
             waiting += 1
-        # 6. the scheduler: next non-empty QP after the last one served
+        # 6. the scheduler: the head packet of the next non-empty QP after the last one served
         if waiting > 0 and link_free <= now:
             q = last_served
             for _ in range(n_qps):
@@ -373,21 +399,30 @@ def run_core_round_robin(mode, open_arrival, open_qp, n_qps, outstanding, issue_
                 if queue_head[q] != -1:
                     break
             h = queue_head[q]
-            if (not hold) or credits >= credits_need[h]:
-                if hold:
-                    credits -= credits_need[h]
-                    credit_time[h] = now
+            i = p_table[h]
+            if credits >= pkt_credits[i]:
+                credits -= pkt_credits[i]
                 queue_head[q] = queue_next[h]
                 if queue_head[q] == -1:
                     queue_tail[q] = -1
                 waiting -= 1
                 last_served = q
-                link_free, drain_free = _transmit(h, now, drain_free, wire, flight, drain, tail,
-                                                  stall_period, stall_duration, stall_offset,
-                                                  tx_start, tx_end, drain_end, done)
+                p_tx_start[h] = now
+                link_free = now + pkt_wire[i]
+                received = link_free + flight
+                drain_free = _drain(received, drain_free, pkt_drain[i], stall_period, stall_duration, stall_offset)
+                p_drain_end[h] = drain_free
                 sent[sent_count] = h
                 sent_count += 1
-                finished += 1
-                if mode == MODE_CLOSED:
-                    heap_size = _heap_push(heap_t, heap_s, heap_q, heap_size, done[h], issued, qp_out[h])
-                    issued += 1
+                j = p_msg[h]
+                if msg_left[j] == count_u[size_index[j]]:
+                    tx_start[j] = now
+                msg_left[j] -= 1
+                if msg_left[j] == 0:
+                    tx_end[j] = link_free
+                    drain_end[j] = drain_free
+                    done[j] = received + tail
+                    finished += 1
+                    if mode == MODE_CLOSED:
+                        heap_size = _heap_push(heap_t, heap_s, heap_q, heap_size, done[j], issued, qp_out[j])
+                        issued += 1

@@ -41,7 +41,7 @@ def _check_int(name: str, value, minimum: int = 0) -> None:
 
 @dataclass(frozen=True)
 class GpuParams:
-    """How fast the GPU issues stores and copies."""
+    """How fast the GPU issues stores, copies and loads, and how often it polls."""
 
     # calibration: "full-grid GPU stores into mapped host memory, 256 MiB: 52.4 GB/s"
     store_rate_gbps: float = 52.4 * 8
@@ -50,11 +50,18 @@ class GpuParams:
     # Time for a store to leave the SM and reach the GPU's PCIe port: half of
     # topology.GPU_READ_ISSUE_NS (derived from the calibration's 1.14 us host read).
     write_issue_ns: float = 130.0
+    # A GPU load's own cost to leave the SM and come back (calibrate's derivation).
+    read_issue_ns: float = 260.0
+    # The push loop re-reads the NIC's staging-credit word every this often: one dependent
+    # ld.acquire.sys of GPU memory (calibration: 0.15 us) per poll.
+    poll_interval_ns: float = 150.0
 
     def __post_init__(self):
         check_positive("gpu.store_rate_gbps", self.store_rate_gbps)
         check_positive("gpu.copy_rate_gbps", self.copy_rate_gbps)
         check_positive("gpu.write_issue_ns", self.write_issue_ns, zero_ok=True)
+        check_positive("gpu.read_issue_ns", self.read_issue_ns, zero_ok=True)
+        check_positive("gpu.poll_interval_ns", self.poll_interval_ns, zero_ok=True)
 
 
 @dataclass(frozen=True)
@@ -78,6 +85,21 @@ class NicParams:
     bounce_chunk_bytes: int = 64 * 1024
     # gpu_push: how the WQE reaches the NIC (WQE_DELIVERIES).
     push_wqe_delivery: str = "blueflame"
+    # Read engine (nic_pull, host_staged): read requests the NIC keeps outstanding at
+    # once (PCIe tags; 8-bit tags allow 256): assumption, 64 x MRRS 512 = 32 KiB in
+    # flight. Bandwidth = min(link, outstanding bytes / read round trip).
+    read_outstanding: int = 64
+    # Per read request cost of the DMA engine (descriptor, tag, issue): pcie-bench/data
+    # bw_dma_sz_sweep.csv, NFP6000 on E5-2630v4: 64 B reads peak at 62.3 M/s = 16 ns each;
+    # a ConnectX-class engine is assumed 4x faster.
+    read_request_overhead_ns: float = 4.0
+    # How fast one read's completions enter the NIC's memory (its DMA engine's data path
+    # for a single transfer); 0: as fast as the link. Several reads overlap, so this
+    # bounds one read's latency, not the engine's bandwidth.
+    read_stream_gbps: float = 0.0
+    # drop policy: the naive NIC's cut-through FIFO (bytes) in front of the network link;
+    # data is lost when it overflows while link credits are missing. Assumption: 16 KiB.
+    fifo_bytes: int = 16 * 1024
 
     def __post_init__(self):
         check_positive("nic.processing_ns", self.processing_ns, zero_ok=True)
@@ -87,6 +109,10 @@ class NicParams:
         _check_int("nic.inline_max_bytes", self.inline_max_bytes, 0)
         _check_int("nic.bounce_chunk_bytes", self.bounce_chunk_bytes, 1)
         check_choice("nic.push_wqe_delivery", self.push_wqe_delivery, WQE_DELIVERIES)
+        _check_int("nic.read_outstanding", self.read_outstanding, 1)
+        check_positive("nic.read_request_overhead_ns", self.read_request_overhead_ns, zero_ok=True)
+        check_positive("nic.read_stream_gbps", self.read_stream_gbps, zero_ok=True)
+        _check_int("nic.fifo_bytes", self.fifo_bytes, 0)
 
 
 @dataclass(frozen=True)
@@ -162,14 +188,57 @@ def network_wire_bytes(network: NetworkParams, size_bytes: int) -> int:
     return size_bytes + packet_count(network, size_bytes) * network.header_bytes
 
 
+def packet_payloads(network: NetworkParams, size_bytes: int) -> list[int]:
+    """Payload bytes of each packet of one message (MTU-sized, the last one shorter)."""
+    full, rest = divmod(size_bytes, network.mtu_bytes)
+    return [network.mtu_bytes] * full + ([rest] if rest or full == 0 else [])
+
+
+def packet_credits(network: NetworkParams, payload_bytes: int) -> int:
+    """Credit blocks one packet takes when it is sent: header + payload in 64-byte blocks."""
+    return -(-(payload_bytes + network.header_bytes) // network.credit_block_bytes)
+
+
 def credits_needed(network: NetworkParams, size_bytes: int) -> int:
-    """Credit blocks one message takes: each packet rounds up to whole 64-byte blocks."""
+    """Credit blocks all packets of one message take: each rounds up to whole 64-byte blocks."""
     full, rest = divmod(size_bytes, network.mtu_bytes)
     block = network.credit_block_bytes
     credits = full * (-(-(network.mtu_bytes + network.header_bytes) // block))
     if rest or full == 0:
         credits += -(-(rest + network.header_bytes) // block)
     return credits
+
+
+SOURCES = {
+    "gpu.store_rate_gbps": "calibration h200-pcie5-2026-11.md: full-grid GPU stores to host, 52.4 GB/s",
+    "gpu.copy_rate_gbps": "calibration h200-pcie5-2026-11.md: copy engine D2H, 55.1 GB/s",
+    "gpu.write_issue_ns": "calibration: half of gpu.read_issue_ns (derived from the 1.14 us host read)",
+    "gpu.read_issue_ns": "calibration: 1.14 us GPU read of host memory minus the modelled tree round trip",
+    "gpu.poll_interval_ns": "calibration: one dependent ld.acquire.sys of GPU memory 0.15 us",
+    "nic.processing_ns": "assumption: doorbell / WQE processing in the NIC",
+    "nic.staging_buffer_bytes": "assumption: 1 MiB on-NIC staging region (ibv_alloc_dm)",
+    "nic.policy": "model choice: hold (GPU reserves staging first) or drop (naive cut-through FIFO)",
+    "nic.scheduler": "model choice: fifo or per-QP round_robin (push paths, hold)",
+    "nic.inline_max_bytes": "mlx5 layout: 256 B BlueFlame minus 16+16+4 B of headers",
+    "nic.bounce_chunk_bytes": "assumption: host_staged pipeline chunk",
+    "nic.push_wqe_delivery": "model choice: BlueFlame (WQE with the doorbell) or fetch",
+    "nic.read_outstanding": "assumption: 64 outstanding read requests (8-bit PCIe tags allow 256)",
+    "nic.read_request_overhead_ns": "pcie-bench/data bw_dma_sz_sweep.csv: NFP6000 16 ns per 64 B DMA; assumed 4x faster",
+    "nic.read_stream_gbps": "assumption: a ConnectX-class engine streams one read at link rate (0); "
+                            "pcie-bench's NFP6000 does not (experiments/model/validation)",
+    "nic.fifo_bytes": "assumption: 16 KiB cut-through FIFO of the naive (drop) NIC",
+    "network.rate_gbps": "IBTA NDR 4x: 400 Gb/s",
+    "network.propagation_ns": "assumption: ~20 m of cable at 5 ns/m",
+    "network.mtu_bytes": "IBTA spec Vol 1 7.7.1: largest MTU 4096",
+    "network.header_bytes": "IBTA spec Vol 1: LRH 8 + BTH 12 + RETH 16 + ICRC 4 + VCRC 2",
+    "network.credit_block_bytes": "IBTA spec Vol 1 7.9.4: flow-control credits are 64-byte blocks",
+    "network.vl_buffer_bytes": "assumption: 256 KiB receive buffer per VL",
+    "network.credit_update_delay_ns": "assumption: FCCL packet interval and processing, 500 ns (+ propagation)",
+    "receiver.drain_rate_gbps": "assumption: drains at line rate",
+    "receiver.stall_period_ns": "scenario: no stalls unless configured",
+    "receiver.stall_duration_ns": "scenario: no stalls unless configured",
+    "receiver.stall_offset_ns": "scenario: no stalls unless configured",
+}
 
 
 def inline_wqe_bytes(size_bytes: int) -> int:

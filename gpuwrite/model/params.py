@@ -23,23 +23,24 @@ except ModuleNotFoundError:  # Python 3.10: the tomli backport (pyproject.toml)
 from gpuwrite.model import pcie
 from gpuwrite.model import topology as topo
 from gpuwrite.model.errors import ParamError, check_choice, check_positive
+from gpuwrite.model.nic import SOURCES as nic_sources
 from gpuwrite.model.nic import GpuParams, NetworkParams, NicParams, ReceiverParams
 
 PATHS = ("nic_pull", "host_staged", "gpu_push", "gpu_push_inline")
 
-SOURCES = {
-    "link.generation, link.width": "calibration/h200-pcie5-2026-11.md (H200, PCIe Gen5 x16)",
-    "link.mps_bytes, mrrs_bytes": "assumption: common server settings (pcie-bench uses MPS 256)",
-    "link.rcb_bytes": "PCIe Base Spec 2.3.1.1 (root complex RCB 64 B)",
-    "TLP framing, DLLP and SKIP overheads": "PCIe Base Spec Tables 3-7..3-9, 2-46..2-48, via pcie-bench model/pcie.py",
-    "gpu.store_rate_gbps": "calibration: full-grid GPU stores to host, 52.4 GB/s",
-    "gpu.copy_rate_gbps": "calibration: copy engine D2H, 55.1 GB/s",
-    "topology latencies": "derived so same_switch reproduces the calibration's 1.14 us GPU read of host memory; switch latency an assumption",
-    "p2p read caps": "assumption (platforms throttle P2P reads through the root complex); calibrate",
-    "nic.*": "assumptions (mlx5 layout for WQE/CQE sizes)",
-    "network.*": "IBTA spec (64 B credit blocks, headers, MTU); rate NDR 400 Gb/s; buffer and delays are assumptions",
-    "receiver.*": "assumption: drains at line rate, no stalls unless configured",
-}
+
+def _sources() -> dict[str, str]:
+    """Where each parameter's default comes from, keyed as ``section.field``."""
+    out = {
+        "path": "model choice: the data path",
+        "topology": "model choice: a preset (nvidia-smi PIX/PXB/PHB/SYS) or sysfs:<dir>",
+        "gpu_name": "model choice: the topology's first GPU when empty",
+        "nic_name": "model choice: the topology's first NIC when empty",
+    }
+    out.update({f"link.{name}": text for name, text in pcie.LINK_SOURCES.items()})
+    out.update({f"platform.{name}": text for name, text in topo.PLATFORM_SOURCES.items()})
+    out.update(nic_sources)
+    return out
 
 
 def _section_from_dict(cls, name: str, data: dict):
@@ -69,9 +70,8 @@ class Params:
     topology: str = "same_switch"
     gpu_name: str = ""          # endpoint names; empty: the topology's first GPU / NIC
     nic_name: str = ""
-    p2p_read_cap_gbps: float = topo.P2P_READ_CAP_GBPS
-    p2p_read_cap_cross_socket_gbps: float = topo.P2P_READ_CAP_CROSS_SOCKET_GBPS
     link: pcie.LinkConfig = field(default_factory=pcie.LinkConfig)
+    platform: topo.PlatformParams = field(default_factory=topo.PlatformParams)
     gpu: GpuParams = field(default_factory=GpuParams)
     nic: NicParams = field(default_factory=NicParams)
     network: NetworkParams = field(default_factory=NetworkParams)
@@ -81,17 +81,19 @@ class Params:
         check_choice("path", self.path, PATHS)
         if not self.topology.startswith("sysfs:"):
             check_choice("topology", self.topology, (*topo.PRESETS, "sysfs:<directory>"))
-        check_positive("p2p_read_cap_gbps", self.p2p_read_cap_gbps)
-        check_positive("p2p_read_cap_cross_socket_gbps", self.p2p_read_cap_cross_socket_gbps)
         if self.nic.scheduler == "round_robin" and self.path not in ("gpu_push", "gpu_push_inline"):
             raise ParamError("nic.scheduler", self.nic.scheduler,
                              f"fifo on {self.path} (round_robin only on gpu_push and gpu_push_inline)")
+        if self.nic.scheduler == "round_robin" and self.nic.policy == "drop":
+            # the naive NIC is one cut-through FIFO: it has no queue per QP to serve in turn
+            raise ParamError("nic.scheduler", self.nic.scheduler,
+                             "fifo with nic.policy drop (round_robin needs the hold buffer's per-QP queues)")
 
-    _SECTIONS = {"link": pcie.LinkConfig, "gpu": GpuParams, "nic": NicParams,
+    _SECTIONS = {"link": pcie.LinkConfig, "platform": topo.PlatformParams, "gpu": GpuParams, "nic": NicParams,
                  "network": NetworkParams, "receiver": ReceiverParams}
 
     def build_topology(self) -> topo.Topology:
-        """The preset topology with this link configuration and these P2P caps.
+        """The preset topology with this link configuration and these platform latencies.
 
         ``topology = "sysfs:/sys/devices"`` reads this machine's tree instead (link speeds
         and widths from sysfs, the rest of ``link`` from here); name the endpoints with
@@ -99,11 +101,8 @@ class Params:
         """
         if self.topology.startswith("sysfs:"):
             from gpuwrite.model.sysfs import from_sysfs
-            read = from_sysfs(self.topology[len("sysfs:"):], default_link=self.link)
-            return dataclasses.replace(read, p2p_read_cap_gbps=self.p2p_read_cap_gbps,
-                            p2p_read_cap_cross_socket_gbps=self.p2p_read_cap_cross_socket_gbps, _adjacency=None)
-        return topo.preset(self.topology, self.link, p2p_read_cap_gbps=self.p2p_read_cap_gbps,
-                           p2p_read_cap_cross_socket_gbps=self.p2p_read_cap_cross_socket_gbps)
+            return from_sysfs(self.topology[len("sysfs:"):], default_link=self.link, platform=self.platform)
+        return topo.preset(self.topology, self.link, self.platform)
 
     def endpoints(self, topology: topo.Topology) -> tuple[str, str]:
         """(gpu, nic) endpoint names in ``topology``."""
@@ -134,6 +133,20 @@ class Params:
 
     def to_toml(self) -> str:
         return tomli_w.dumps(self.to_dict())
+
+    def flat(self) -> dict[str, object]:
+        """Every parameter as ``section.field`` (or ``field``) -> value."""
+        out = {}
+        for key, value in self.to_dict().items():
+            if isinstance(value, dict):
+                out.update({f"{key}.{name}": item for name, item in value.items()})
+            else:
+                out[key] = value
+        return out
+
+    def sources(self) -> dict[str, str]:
+        """Where each value comes from: the default's source (``SOURCES``)."""
+        return {key: SOURCES.get(key, "(no source recorded)") for key in self.flat()}
 
     @classmethod
     def from_toml(cls, text_or_path: str | Path) -> "Params":
@@ -170,6 +183,8 @@ def _load_toml(text_or_path: str | Path) -> dict:
     except tomllib.TOMLDecodeError as exc:
         raise ParamError("TOML", str(text_or_path)[:60], f"valid TOML ({exc})") from None
 
+
+SOURCES = _sources()
 
 SIZE_KINDS = ("fixed", "choice", "uniform")
 ARRIVALS = ("open", "closed")

@@ -9,9 +9,17 @@ A message's life on every path has the same shape, which the simulator reuses:
     flight   propagation to the remote NIC
     tail     the acknowledgement returns and the NIC writes the CQE into GPU memory
 
-The NIC forwards a message once all of it is inside the NIC (store and forward per
-message), on every path alike. Serialisation over the PCIe tree is counted once, at the
-narrowest link (cut-through switches).
+The network's unit is the packet (MTU): the NIC forwards each packet once its bytes are
+in (cut-through), on every path alike, and takes the packet's link credits (64-byte
+blocks) only when it sends it. The ``wire`` stage is therefore the part of the message's
+serialisation that does not overlap its PCIe ingress. Serialisation over the PCIe tree is
+counted once, at the narrowest link (cut-through switches).
+
+Reads (nic_pull's payload, host_staged's bounce buffer) go through the NIC's read engine:
+at most ``nic.read_outstanding`` requests of up to MRRS bytes in flight, each costing
+``nic.read_request_overhead_ns`` to issue, so its bandwidth is
+min(link, outstanding bytes / read round trip, request bytes / overhead), and the
+platform's optional P2P read cap (``platform.p2p_read_cap_gbps``).
 """
 from __future__ import annotations
 
@@ -58,7 +66,19 @@ class PathTiming:
     transfers: tuple[Transfer, ...]
     drain_ns: float
     credits: int
-    credit_loop_extra_ns: float   # time credits are held beyond wire+flight+drain+return
+    packet_payload_bytes: tuple[int, ...] = ()
+    packet_ingress_ns: tuple[float, ...] = ()   # each packet's share of the ingress stage
+    packet_wire_ns: tuple[float, ...] = ()
+    packet_drain_ns: tuple[float, ...] = ()
+    packet_credits: tuple[int, ...] = ()
+    packet_staging_bytes: tuple[int, ...] = ()  # staging space each packet reserves (push)
+    staging_return_ns: float = 0.0              # staging credit feedback to the GPU (push)
+    credit_return_ns: float = 0.0               # receiver drained -> sender has the credits
+
+    @property
+    def wire_busy_ns(self) -> float:
+        """Time the network link is busy with this message (all its packets)."""
+        return sum(self.packet_wire_ns)
 
     def stage_ns(self, stage: str) -> float:
         return sum(step.latency_ns for step in self.steps if step.stage == stage)
@@ -93,16 +113,43 @@ def _read_round_trip_ns(route: topo.Route, target: topo.Node) -> float:
     return 2.0 * route.one_way_latency_ns + target.latency_ns
 
 
-def _network_steps(params: Params, gpu_route: topo.Route, size_bytes: int) -> list[Step]:
-    network = params.network
-    wire = nicmod.network_wire_bytes(network, size_bytes) * 8.0 / network.rate_gbps
-    return [
-        Step("NIC serialises the message onto the network", wire, "wire"),
-        Step("propagation to the remote NIC", network.propagation_ns, "flight"),
-        Step("acknowledgement propagates back", network.propagation_ns, "tail"),
-        Step("NIC writes the CQE into GPU memory", gpu_route.one_way_latency_ns
-             + _ser_ns(gpu_route, "write", nicmod.CQE_BYTES), "tail"),
-    ]
+def read_engine_gbps(route: topo.Route, target: topo.Node, size_bytes: int, params: Params) -> float:
+    """Bandwidth of the NIC's read engine for reads of ``size_bytes`` over ``route``.
+
+    Little's law on the outstanding requests: bytes in flight / read round trip, capped
+    by the narrowest link (completions and requests, pcie.effective_rate_gbps), by the
+    engine's per-request issue cost, and by the platform's P2P read cap if one is set.
+    """
+    if size_bytes <= 0:
+        return float("inf")
+    link = route.pcie_links()[0].pcie
+    request_bytes = size_bytes / len(pcie.read_request_sizes(link, size_bytes))
+    _, link_rate = route.narrowest("read", size_bytes)
+    # the engine keeps its requests outstanding across messages, so saturated reads of any
+    # size fill the window: outstanding x request size in flight per round trip
+    in_flight_bytes = params.nic.read_outstanding * request_bytes
+    rate = min(link_rate, in_flight_bytes * 8.0 / _read_round_trip_ns(route, target))
+    overhead = params.nic.read_request_overhead_ns
+    if overhead > 0:
+        rate = min(rate, request_bytes * 8.0 / overhead)
+    return rate
+
+
+def read_ns(route: topo.Route, target: topo.Node, size_bytes: int, params: Params) -> tuple[float, float]:
+    """(busy, first-byte) of one read: the engine's time per read at its bandwidth, and the
+    rest of the zero-load time until the last byte is in (round trip, first requests)."""
+    if size_bytes <= 0:
+        return 0.0, 0.0
+    busy = size_bytes * 8.0 / read_engine_gbps(route, target, size_bytes, params)
+    _, link_rate = route.narrowest("read", size_bytes)
+    if params.nic.read_stream_gbps > 0:
+        link_rate = min(link_rate, params.nic.read_stream_gbps)
+    window = params.nic.read_outstanding * params.link.mrrs_bytes
+    # zero load: the first window's completions follow one round trip at link rate; beyond
+    # the window the engine's Little's-law rate paces the rest
+    zero_load = (_read_round_trip_ns(route, target) + min(size_bytes, window) * 8.0 / link_rate
+                 + max(0, size_bytes - window) * 8.0 / read_engine_gbps(route, target, size_bytes, params))
+    return busy, max(0.0, zero_load - busy)
 
 
 def path_timing(path: str, topology: topo.Topology, size_bytes: int, params: Params) -> PathTiming:
@@ -117,7 +164,6 @@ def path_timing(path: str, topology: topo.Topology, size_bytes: int, params: Par
     processing = params.nic.processing_ns
     wqe = nicmod.WQE_BASIC_BLOCK_BYTES
     cqe = Transfer("CQE", nic_name, gpu_name, "write", nicmod.CQE_BYTES)
-    extra_hold = 0.0
     if path == "gpu_push":
         pushed = size_bytes + nicmod.STAGE_HEADER_BYTES
         steps = [
@@ -154,25 +200,95 @@ def path_timing(path: str, topology: topo.Topology, size_bytes: int, params: Par
         transfers = [Transfer("inline WQE", gpu_name, nic_name, "write", wqe_bytes), cqe]
     elif path == "nic_pull":
         read_trip = _read_round_trip_ns(to_nic, gpu)
+        busy, first_byte = read_ns(to_nic, gpu, size_bytes, params)
         steps = [
             Step("GPU issues the doorbell store", issue, "pre"),
             Step("doorbell propagates GPU -> NIC", to_nic.one_way_latency_ns + _doorbell_ns(to_nic), "pre"),
             Step("NIC processes the doorbell", processing, "pre"),
             Step("NIC fetches the WQE from GPU memory", read_trip + _ser_ns(to_nic, "read", wqe), "pre"),
-            Step("payload read completions cross PCIe", _ser_ns(to_nic, "read", size_bytes), "ingress"),
-            Step("payload read round trip", read_trip, "post"),
+            Step("payload read: the read engine's time at its bandwidth", busy, "ingress"),
+            Step("payload read round trip (first requests)", first_byte, "post"),
         ]
         transfers = [Transfer("doorbell", gpu_name, nic_name, "write", nicmod.DOORBELL_BYTES),
                      Transfer("WQE fetch", nic_name, gpu_name, "read", wqe),
                      Transfer("payload", nic_name, gpu_name, "read", size_bytes), cqe]
-        extra_hold = steps[4].latency_ns + steps[5].latency_ns  # credits held during the read
     else:  # host_staged
-        steps, transfers, extra_hold = _host_staged(topology, gpu_name, nic_name, size_bytes, params)
+        steps, transfers = _host_staged(topology, gpu_name, nic_name, size_bytes, params)
         transfers.append(cqe)
-    steps += _network_steps(params, to_nic, size_bytes)
-    drain = nicmod.network_wire_bytes(params.network, size_bytes) * 8.0 / params.receiver.drain_rate_gbps
-    return PathTiming(path, size_bytes, tuple(steps), tuple(transfers), drain,
-                      nicmod.credits_needed(params.network, size_bytes), extra_hold)
+    return _with_network(path, size_bytes, steps, transfers, params, to_nic, topology, gpu_name, nic_name)
+
+
+def staging_return_ns(route_nic_to_gpu: topo.Route, params: Params) -> float:
+    """Staging credits reach the GPU: the NIC's posted write of its consumer index crosses
+    PCIe, and the GPU sees it at its next poll (one poll interval, the worst case)."""
+    return (route_nic_to_gpu.one_way_latency_ns + _posted_after_ns(route_nic_to_gpu, nicmod.DOORBELL_BYTES)
+            + params.gpu.poll_interval_ns)
+
+
+def _with_network(path, size_bytes, steps, transfers, params, to_nic, topology, gpu_name, nic_name) -> PathTiming:
+    """Cut the message into packets and add the network steps (cut-through at the NIC)."""
+    network = params.network
+    payloads = nicmod.packet_payloads(network, size_bytes)
+    ingress = sum(step.latency_ns for step in steps if step.stage == "ingress")
+    post = sum(step.latency_ns for step in steps if step.stage == "post")
+    if path == "gpu_push_inline":
+        staged = [nicmod.inline_wqe_bytes(size_bytes)]
+    else:
+        staged = [payload + nicmod.STAGE_HEADER_BYTES for payload in payloads]
+    shares = staged if path.startswith("gpu_push") else payloads
+    total_share = sum(shares)
+    ingress_p = [ingress * share / total_share if total_share else ingress / len(shares) for share in shares]
+    wire_p = [(payload + network.header_bytes) * 8.0 / network.rate_gbps for payload in payloads]
+    drain_p = [(payload + network.header_bytes) * 8.0 / params.receiver.drain_rate_gbps for payload in payloads]
+    credits_p = [nicmod.packet_credits(network, payload) for payload in payloads]
+    if max(credits_p) > network.credits_total:
+        raise ParamError("network.vl_buffer_bytes", network.vl_buffer_bytes,
+                         f"at least one packet ({max(credits_p)} credits of {network.credit_block_bytes} B)")
+    credit_return = network.credit_update_delay_ns + network.propagation_ns
+    last_tx_end = cut_through_ns(ingress_p, post, wire_p, drain_p, credits_p, network.credits_total,
+                                 network.propagation_ns, credit_return)
+    from_nic = topology.route(nic_name, gpu_name)
+    steps = list(steps) + [
+        Step(f"NIC serialises {len(payloads)} packet(s) onto the network (the part not overlapped "
+             "with PCIe: cut-through)", last_tx_end - ingress - post, "wire"),
+        Step("propagation to the remote NIC", network.propagation_ns, "flight"),
+        Step("acknowledgement propagates back", network.propagation_ns, "tail"),
+        Step("NIC writes the CQE into GPU memory", from_nic.one_way_latency_ns
+             + _ser_ns(from_nic, "write", nicmod.CQE_BYTES), "tail"),
+    ]
+    return PathTiming(path, size_bytes, tuple(steps), tuple(transfers), sum(drain_p), sum(credits_p),
+                      tuple(payloads), tuple(ingress_p), tuple(wire_p), tuple(drain_p), tuple(credits_p),
+                      tuple(staged), staging_return_ns(from_nic, params), credit_return)
+
+
+def cut_through_ns(ingress_ns, post_ns, wire_ns, drain_ns, credits, credits_total, propagation_ns,
+                   credit_return_ns) -> float:
+    """Zero-load time from the first packet's ingress to the last packet leaving the NIC.
+
+    A two-stage flow shop per packet (PCIe ingress, then the network link) with the
+    credit loop: packet k is sent once it is in, the link is free, and enough credits
+    came back (each packet's credits return ``credit_return_ns`` after the receiver
+    drained it).
+    """
+    ready = link_free = drain_free = 0.0
+    returns: list[tuple[float, int]] = []
+    in_use = 0
+    head = 0
+    for k, (ingress, wire, drain, need) in enumerate(zip(ingress_ns, wire_ns, drain_ns, credits)):
+        ready += ingress
+        start = max(ready + post_ns, link_free)
+        while head < len(returns) and returns[head][0] <= start:
+            in_use -= returns[head][1]
+            head += 1
+        while credits_total - in_use < need:
+            start = max(start, returns[head][0])
+            in_use -= returns[head][1]
+            head += 1
+        in_use += need
+        link_free = start + wire
+        drain_free = max(link_free + propagation_ns, drain_free) + drain
+        returns.append((drain_free + credit_return_ns, need))
+    return link_free
 
 
 def _host_staged(topology, gpu_name, nic_name, size_bytes, params):
@@ -190,14 +306,16 @@ def _host_staged(topology, gpu_name, nic_name, size_bytes, params):
     wqe_fetch = read_trip + _ser_ns(nic_to_memory, "read", nicmod.WQE_BASIC_BLOCK_BYTES)
     # After a chunk lands in host memory the GPU rings the doorbell for it; the NIC
     # fetches the WQE, then reads the chunk.
-    handoff = to_nic.one_way_latency_ns + _doorbell_ns(to_nic) + params.nic.processing_ns + wqe_fetch + read_trip
+    handoff = to_nic.one_way_latency_ns + _doorbell_ns(to_nic) + params.nic.processing_ns + wqe_fetch
     copy_ser = [_ser_ns(gpu_to_memory, "write", c, params.gpu.copy_rate_gbps) for c in chunks]
-    read_ser = [_ser_ns(nic_to_memory, "read", c) for c in chunks]
+    read_ser = [read_ns(nic_to_memory, memory, c, params)[0] for c in chunks]
+    read_first = [read_ns(nic_to_memory, memory, c, params)[1] for c in chunks]
     # two-stage flow shop: the copy of chunk k, then (after the handoff) its read
     copy_done, read_done = copy_fixed, 0.0
-    for copy_ns, read_ns in zip(copy_ser, read_ser):
+    for copy_ns, busy_ns in zip(copy_ser, read_ser):
         copy_done += copy_ns
-        read_done = max(copy_done + handoff, read_done) + read_ns
+        read_done = max(copy_done + handoff, read_done) + busy_ns
+    read_done += read_first[-1]   # the last chunk's round trip ends the pipeline
     busiest = max(sum(copy_ser), sum(read_ser))
     steps = [
         Step(f"GPU issues the copy of {len(chunks)} chunk(s) into host memory", params.gpu.write_issue_ns, "pre"),
@@ -211,7 +329,7 @@ def _host_staged(topology, gpu_name, nic_name, size_bytes, params):
                  Transfer("doorbell", gpu_name, nic_name, "write", nicmod.DOORBELL_BYTES, n),
                  Transfer("WQE fetch", nic_name, memory_name, "read", nicmod.WQE_BASIC_BLOCK_BYTES, n),
                  Transfer("payload read", nic_name, memory_name, "read", size_bytes)]
-    return steps, transfers, read_done - params.gpu.write_issue_ns
+    return steps, transfers
 
 
 # --- the API the CLI, doctor and experiments use -------------------------------------
@@ -237,17 +355,33 @@ def latency_ns(path: str, topology, size_bytes: int, params: Params | None = Non
 
 
 def resource_times_ns(timing: PathTiming, params: Params) -> dict[str, float]:
-    """Time each shared resource is busy per message when messages are back to back."""
+    """Time each shared resource is busy per message when messages are back to back.
+
+    Credits and staging space are loops (Little's law): a packet holds ``c`` of ``C``
+    credits for its credit loop (serialisation, flight, drain, the credit update and its
+    flight back), so at most C // c such packets are in the loop at once; likewise a
+    pushed packet holds its staging space from reservation until the GPU sees it freed.
+    """
     network = params.network
-    per_credit_window = max(1, network.credits_total // max(timing.credits, 1))
-    credit_loop = (timing.credit_loop_extra_ns + timing.stage_ns("wire") + 2 * network.propagation_ns
-                   + timing.drain_ns + network.credit_update_delay_ns)
-    return {
+    credit_time = 0.0
+    for wire, drain, need in zip(timing.packet_wire_ns, timing.packet_drain_ns, timing.packet_credits):
+        loop = wire + network.propagation_ns + drain + timing.credit_return_ns
+        credit_time += loop / max(1, network.credits_total // need)
+    out = {
         "pcie": timing.stage_ns("ingress"),
-        "network": timing.stage_ns("wire"),
+        "network": timing.wire_busy_ns,
         "receiver": timing.drain_ns / params.receiver.duty_cycle,
-        "credits": credit_loop / per_credit_window,
+        "credits": credit_time,
     }
+    if timing.path.startswith("gpu_push") and params.nic.policy == "hold":
+        pre, post = timing.stage_ns("pre"), timing.stage_ns("post")
+        staging_time = 0.0
+        for ingress, wire, staged in zip(timing.packet_ingress_ns, timing.packet_wire_ns,
+                                         timing.packet_staging_bytes):
+            loop = pre + ingress + post + wire + timing.staging_return_ns
+            staging_time += loop * staged / params.nic.staging_buffer_bytes
+        out["staging"] = staging_time
+    return out
 
 
 def bottleneck(path: str, topology, size_bytes: int, params: Params | None = None) -> tuple[str, float]:

@@ -72,9 +72,25 @@ _ACK_GEN3 = {
     16: (144, 168, 182, 246, 374, 630), 32: (129, 141, 148, 180, 244, 372),
 }
 ACK_INTERVAL_BYTES = {1: _ACK_GEN1, 2: _ACK_GEN2, 3: _ACK_GEN3, 4: _ACK_GEN3, 5: _ACK_GEN3, 6: _ACK_GEN3}
-# UpdateFC DLLP interval: PCIe Base Spec rev 5.0 Tables 2-46, 2-47, 2-48. pcie-bench's
-# tables equal the ACK tables (but for two Gen1/Gen2 x32 entries); we use the ACK values.
-UPDATE_FC_INTERVAL_BYTES = ACK_INTERVAL_BYTES
+# Bytes of TLP traffic between UpdateFC DLLPs: PCIe Base Spec rev 5.0 Tables 2-46, 2-47,
+# 2-48 (UpdateFC transmission latency guidelines), as tabulated in pcie-bench model/pcie.py
+# (FC_Guide). They share the ACK tables' formula and differ from them in two entries:
+# Gen1 x32 at MPS 2048 (248, ACK 148) and Gen2 x32 at MPS 4096 (327, ACK 237).
+_FC_GEN1 = {**_ACK_GEN1, 32: (33, 45, 52, 84, 248, 276)}
+_FC_GEN2 = {**_ACK_GEN2, 32: (84, 96, 103, 135, 199, 327)}
+UPDATE_FC_INTERVAL_BYTES = {1: _FC_GEN1, 2: _FC_GEN2, 3: _ACK_GEN3, 4: _ACK_GEN3, 5: _ACK_GEN3, 6: _ACK_GEN3}
+
+
+LINK_SOURCES = {
+    "generation": "calibration h200-pcie5-2026-11.md: H200 on PCIe Gen5 x16",
+    "width": "calibration h200-pcie5-2026-11.md: H200 on PCIe Gen5 x16",
+    "mps_bytes": "assumption: common server setting (pcie-bench uses MPS 256)",
+    "mrrs_bytes": "assumption: Linux default MRRS 512 for most endpoints",
+    "rcb_bytes": "PCIe Base Spec 2.3.1.1: root complex RCB 64 B",
+    "address_bits": "64-bit addressing for GPU BARs above 4 GiB",
+    "ecrc": "ECRC is off on common platforms",
+    "rcb_chunks": "pcie-bench model option: completer splits at every RCB (off: at MPS)",
+}
 
 
 @dataclass(frozen=True)
@@ -188,17 +204,19 @@ def completion_sizes(link: LinkConfig, size_bytes: int, start_address: int = 0) 
     Each request is answered by completions that end on RCB-aligned addresses (or the
     request's end); each carries at most MPS bytes, or exactly up to the next RCB
     boundary when the completer splits at every RCB (``rcb_chunks``). An unaligned start
-    therefore costs an extra short completion up to the first boundary.
+    therefore costs an extra short completion up to the first boundary. No completion
+    exceeds MPS (Base Spec 2.2.2): where RCB > MPS, completions end on MPS-aligned
+    addresses instead (MPS and RCB are powers of two, so MPS alignment is the finest
+    split that still keeps every completion within MPS).
     """
     pieces = []
     position = start_address
-    limit = link.rcb_bytes if link.rcb_chunks else link.mps_bytes
+    limit = min(link.rcb_bytes if link.rcb_chunks else link.mps_bytes, link.mps_bytes)
+    align = min(link.rcb_bytes, limit)
     for request in read_request_sizes(link, size_bytes, start_address):
         request_end = position + request
         while position < request_end:
-            end = min(request_end, (position + limit) // link.rcb_bytes * link.rcb_bytes)
-            if end <= position:  # cannot happen for limit >= rcb; kept as a guard
-                end = min(request_end, position + link.rcb_bytes)
+            end = min(request_end, (position + limit) // align * align)
             pieces.append(end - position)
             position = end
     return pieces

@@ -1,12 +1,14 @@
 """The fast discrete-event simulator: ``simulate(params, workload, seed) -> SimResult``.
 
 A Run takes a Workload through a Path on a Topology: every message is issued by the GPU,
-admitted into the NIC's staging buffer (push paths with ``hold``), crosses PCIe into the
-NIC, waits for network credits (or is dropped, push paths with ``drop``), is serialised
-onto the network link, drained by the remote receiver (which may stall), and completes
-when its CQE lands in GPU memory. Credits return to the sender a delay after the receiver
-drains the message. Pull paths take credits before reading the payload, so they never
-drop. Same seed, same parameters: the same result, bit for bit.
+cut into MTU packets; each packet is admitted into the NIC's staging buffer (push paths
+with ``hold``; the space comes back to the GPU a feedback delay after the packet left),
+crosses PCIe into the NIC, waits for link credits (push with ``drop``: in a small
+cut-through FIFO, and is lost when that overflows), is serialised onto the network link
+and drained by the remote receiver (which may stall). A message completes when the CQE
+of its last packet lands in GPU memory. Credits are taken per packet when it is sent and
+return a delay after the receiver drained it; pull paths read without holding credits and
+never drop. Same seed, same parameters: the same result, bit for bit.
 
 Results are per-message records, a time series (bytes sent, held, in flight, delivered,
 dropped; staging occupancy; credits; link utilisation) and a summary, as pandas objects.
@@ -64,26 +66,35 @@ def open_qps(workload: Workload, rng: np.random.Generator) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Inputs:
-    """Everything the simulator cores consume: per-message service times in ps and scalars."""
+    """Everything the simulator cores consume: service times in ps, per size and per packet.
+
+    Messages point into the per-size arrays (``size_index``); each size's packets are rows
+    ``first_u[u] .. first_u[u] + count_u[u]`` of the packet tables (``pkt_*``).
+    """
 
     sizes: np.ndarray
     open_arrival: np.ndarray
     open_qp: np.ndarray
-    pre: np.ndarray
-    ingress: np.ndarray
-    post: np.ndarray
-    wire: np.ndarray
-    drain: np.ndarray
-    credits_need: np.ndarray
-    staging_need: np.ndarray
-    pcie_bytes: dict          # per distinct size: wire bytes per message, by direction
     size_index: np.ndarray    # each message's index into the distinct sizes
+    pre_u: np.ndarray
+    post_u: np.ndarray
+    first_u: np.ndarray
+    count_u: np.ndarray
+    pkt_ingress: np.ndarray
+    pkt_wire: np.ndarray
+    pkt_drain: np.ndarray
+    pkt_credits: np.ndarray
+    pkt_staging: np.ndarray
+    pkt_bytes: np.ndarray
+    pcie_bytes: dict          # per distinct size: wire bytes per message, by direction
     flight: int
     tail: int
     error_tail: int
     credit_return_delay: int
+    staging_return_delay: int
     credits_total: int
     staging_capacity: int
+    fifo_capacity: int
     is_push: bool
     hold: bool
     stall_period: int
@@ -95,9 +106,30 @@ class Inputs:
     issue_gap: int
     round_robin: bool = False
 
+    @property
+    def n_packets(self) -> int:
+        return int(self.count_u[self.size_index].sum())
+
+    def per_message(self, column: np.ndarray) -> np.ndarray:
+        """A per-packet-table column summed per message (e.g. staging or credits)."""
+        per_size = np.add.reduceat(column, self.first_u) if len(column) else column
+        return per_size[self.size_index]
+
+    @property
+    def staging_need(self) -> np.ndarray:
+        return self.per_message(self.pkt_staging)
+
+    @property
+    def credits_need(self) -> np.ndarray:
+        return self.per_message(self.pkt_credits)
+
+    @property
+    def wire(self) -> np.ndarray:
+        return self.per_message(self.pkt_wire)
+
 
 def prepare(params: Params, workload: Workload, seed: int) -> Inputs:
-    """Draw the workload and turn the path model into per-message service times."""
+    """Draw the workload and turn the path model into per-size and per-packet service times."""
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ParamError("seed", seed, "an integer >= 0")
     rng = np.random.default_rng(int(seed))
@@ -106,43 +138,49 @@ def prepare(params: Params, workload: Workload, seed: int) -> Inputs:
     open_qp = open_qps(workload, rng) if workload.arrival == "open" else np.zeros(0, np.int64)
     topology = params.build_topology()
     unique, inverse = np.unique(sizes, return_inverse=True)
-    columns = {name: np.empty(len(unique), np.float64) for name in ("pre", "ingress", "post", "wire", "drain")}
-    credits = np.empty(len(unique), np.int64)
-    staging = np.empty(len(unique), np.int64)
-    pcie_per = {key: np.empty(len(unique), np.int64) for key in ("gpu_out", "gpu_in", "nic_in", "nic_out")}
     network = params.network
     is_push = params.path in PUSH_PATHS
+    hold = params.nic.policy == "hold"
+    pre, post, first, count = [], [], [], []
+    packets = {name: [] for name in ("ingress", "wire", "drain", "credits", "staging", "bytes")}
+    pcie_per = {key: np.empty(len(unique), np.int64) for key in ("gpu_out", "gpu_in", "nic_in", "nic_out")}
+    timing = None
     for k, size in enumerate(unique.tolist()):
         timing = paths.path_timing(params.path, topology, size, params)
-        for stage in ("pre", "ingress", "post", "wire"):
-            columns[stage][k] = timing.stage_ns(stage)
-        columns["drain"][k] = timing.drain_ns
-        credits[k] = timing.credits
-        if timing.credits > network.credits_total:
-            raise ParamError("message size_bytes", size,
-                             f"messages that fit the receive buffer: {timing.credits} credits needed, "
-                             f"network.vl_buffer_bytes gives {network.credits_total}")
-        staging[k] = (nicmod.inline_wqe_bytes(size) if params.path == "gpu_push_inline"
-                      else size + nicmod.STAGE_HEADER_BYTES)
-        if is_push and params.nic.policy == "hold" and staging[k] > params.nic.staging_buffer_bytes:
-            raise ParamError("message size_bytes", size,
-                             f"messages whose staged bytes ({staging[k]} here, headers included) fit "
-                             f"nic.staging_buffer_bytes ({params.nic.staging_buffer_bytes}) on {params.path}")
+        pre.append(timing.stage_ns("pre"))
+        post.append(timing.stage_ns("post"))
+        first.append(len(packets["wire"]))
+        count.append(len(timing.packet_wire_ns))
+        packets["ingress"] += timing.packet_ingress_ns
+        packets["wire"] += timing.packet_wire_ns
+        packets["drain"] += timing.packet_drain_ns
+        packets["credits"] += timing.packet_credits
+        packets["staging"] += timing.packet_staging_bytes
+        packets["bytes"] += timing.packet_payload_bytes
+        if is_push and hold and max(timing.packet_staging_bytes) > params.nic.staging_buffer_bytes:
+            raise ParamError("nic.staging_buffer_bytes", params.nic.staging_buffer_bytes,
+                             f"at least one packet's staged bytes ({max(timing.packet_staging_bytes)} on "
+                             f"{params.path}, header included)")
+        if max(timing.packet_credits) > network.credits_total:
+            raise ParamError("network.vl_buffer_bytes", network.vl_buffer_bytes,
+                             f"at least one packet ({max(timing.packet_credits)} credits of "
+                             f"{network.credit_block_bytes} B)")
         for key, value in paths.pcie_bytes(params.path, topology, size, params).items():
             pcie_per[key][k] = value
-    tail = paths.path_timing(params.path, topology, int(unique[0]), params).stage_ns("tail")
+    tail = timing.stage_ns("tail")
     error_tail = tail - network.propagation_ns  # an error CQE: no acknowledgement to wait for
     receiver = params.receiver
     return Inputs(
-        sizes=sizes, open_arrival=arrivals, open_qp=open_qp,
-        pre=_ps(columns["pre"])[inverse], ingress=_ps(columns["ingress"])[inverse],
-        post=_ps(columns["post"])[inverse], wire=_ps(columns["wire"])[inverse],
-        drain=_ps(columns["drain"])[inverse], credits_need=credits[inverse],
-        staging_need=staging[inverse], pcie_bytes=pcie_per, size_index=inverse,
+        sizes=sizes, open_arrival=arrivals, open_qp=open_qp, size_index=inverse.astype(np.int64),
+        pre_u=_ps(pre), post_u=_ps(post), first_u=np.asarray(first, np.int64), count_u=np.asarray(count, np.int64),
+        pkt_ingress=_ps(packets["ingress"]), pkt_wire=_ps(packets["wire"]), pkt_drain=_ps(packets["drain"]),
+        pkt_credits=np.asarray(packets["credits"], np.int64), pkt_staging=np.asarray(packets["staging"], np.int64),
+        pkt_bytes=np.asarray(packets["bytes"], np.int64), pcie_bytes=pcie_per,
         flight=int(_ps(network.propagation_ns)), tail=int(_ps(tail)), error_tail=int(_ps(error_tail)),
-        credit_return_delay=int(_ps(network.credit_update_delay_ns + network.propagation_ns)),
+        credit_return_delay=int(_ps(timing.credit_return_ns)),
+        staging_return_delay=int(_ps(timing.staging_return_ns)),
         credits_total=network.credits_total, staging_capacity=params.nic.staging_buffer_bytes,
-        is_push=is_push, hold=params.nic.policy == "hold",
+        fifo_capacity=params.nic.fifo_bytes, is_push=is_push, hold=hold,
         stall_period=int(_ps(receiver.stall_period_ns)), stall_duration=int(_ps(receiver.stall_duration_ns)),
         stall_offset=int(_ps(receiver.stall_offset_ns)),
         mode=_core.MODE_OPEN if workload.arrival == "open" else _core.MODE_CLOSED,
@@ -151,33 +189,40 @@ def prepare(params: Params, workload: Workload, seed: int) -> Inputs:
     )
 
 
-RECORD_FIELDS = ("qp", "arrival", "reserve", "at_nic", "credit_time", "tx_start", "tx_end", "drain_end", "done")
+RECORD_FIELDS = ("qp", "arrival", "reserve", "at_nic", "tx_start", "tx_end", "drain_end", "done")
+PACKET_FIELDS = ("p_table", "p_reserve", "p_ready", "p_tx_start", "p_drain_end")
 
 
-def run_fast(inputs: Inputs) -> dict[str, np.ndarray]:
-    """Run the numba core on prepared inputs; per-message arrays in processing order (ps)."""
+def new_records(inputs: Inputs) -> dict[str, np.ndarray]:
+    """Zeroed output arrays: per message (``RECORD_FIELDS``, dropped) and per packet."""
     n = len(inputs.sizes)
     out = {name: np.zeros(n, np.int64) for name in RECORD_FIELDS}
     out["dropped"] = np.zeros(n, np.int8)
+    total = inputs.n_packets
+    out.update({name: np.zeros(total, np.int64) for name in PACKET_FIELDS})
+    return out
+
+
+def run_fast(inputs: Inputs) -> dict[str, np.ndarray]:
+    """Run the numba core on prepared inputs; per-message and per-packet arrays (ps)."""
+    out = new_records(inputs)
+    common = (inputs.mode, inputs.open_arrival, inputs.open_qp, inputs.n_qps, inputs.outstanding, inputs.issue_gap,
+              inputs.size_index, inputs.pre_u, inputs.post_u, inputs.first_u, inputs.count_u,
+              inputs.pkt_ingress, inputs.pkt_wire, inputs.pkt_drain, inputs.pkt_credits, inputs.pkt_staging)
+    records = (out["qp"], out["arrival"], out["reserve"], out["at_nic"], out["tx_start"], out["tx_end"],
+               out["drain_end"], out["done"])
+    packets = tuple(out[name] for name in PACKET_FIELDS)
     if inputs.round_robin:
         _core.run_core_round_robin(
-            inputs.mode, inputs.open_arrival, inputs.open_qp, inputs.n_qps, inputs.outstanding, inputs.issue_gap,
-            inputs.pre, inputs.ingress, inputs.post, inputs.wire, inputs.drain,
-            inputs.credits_need, inputs.staging_need,
-            inputs.flight, inputs.tail, inputs.error_tail, inputs.credit_return_delay,
-            inputs.credits_total, inputs.staging_capacity, inputs.hold,
-            inputs.stall_period, inputs.stall_duration, inputs.stall_offset,
-            out["qp"], out["arrival"], out["reserve"], out["at_nic"], out["credit_time"],
-            out["tx_start"], out["tx_end"], out["drain_end"], out["done"], out["dropped"])
+            *common, inputs.flight, inputs.tail, inputs.credit_return_delay, inputs.staging_return_delay,
+            inputs.credits_total, inputs.staging_capacity,
+            inputs.stall_period, inputs.stall_duration, inputs.stall_offset, *records, *packets)
         return out
-    _core.run_core(inputs.mode, inputs.open_arrival, inputs.open_qp, inputs.n_qps, inputs.outstanding, inputs.issue_gap,
-                   inputs.pre, inputs.ingress, inputs.post, inputs.wire, inputs.drain,
-                   inputs.credits_need, inputs.staging_need,
-                   inputs.flight, inputs.tail, inputs.error_tail, inputs.credit_return_delay,
-                   inputs.credits_total, inputs.staging_capacity, inputs.is_push, inputs.hold,
+    _core.run_core(*common, inputs.pkt_bytes, inputs.flight, inputs.tail, inputs.error_tail,
+                   inputs.credit_return_delay, inputs.staging_return_delay,
+                   inputs.credits_total, inputs.staging_capacity, inputs.fifo_capacity, inputs.is_push, inputs.hold,
                    inputs.stall_period, inputs.stall_duration, inputs.stall_offset,
-                   out["qp"], out["arrival"], out["reserve"], out["at_nic"], out["credit_time"],
-                   out["tx_start"], out["tx_end"], out["drain_end"], out["done"], out["dropped"])
+                   *records, out["dropped"], *packets)
     return out
 
 
@@ -199,7 +244,7 @@ class SimResult:
 
         def ns(name):
             values = raw[name].astype(np.float64) / PS_PER_NS
-            if name in ("credit_time", "tx_start", "tx_end", "drain_end"):
+            if name in ("tx_start", "tx_end", "drain_end"):
                 values[dropped] = np.nan
             return values
 
@@ -241,19 +286,19 @@ class SimResult:
         left_nic = cumulative(raw["tx_end"], sizes, sent)
         received = cumulative(raw["tx_end"] + inputs.flight, sizes, sent)
         lost = cumulative(raw["at_nic"], sizes, dropped)
-        if inputs.is_push and inputs.hold:
-            staging = cumulative(raw["reserve"], inputs.staging_need, sent) - cumulative(raw["tx_end"], inputs.staging_need, sent)
-        elif inputs.is_push:
-            staging = cumulative(raw["at_nic"], inputs.staging_need, sent) - cumulative(raw["tx_end"], inputs.staging_need, sent)
-        else:
-            staging = np.zeros(len(times), np.int64)
-        credits_out = (cumulative(raw["credit_time"], inputs.credits_need, sent)
-                       - cumulative(raw["drain_end"] + inputs.credit_return_delay, inputs.credits_need, sent))
-        # link busy time up to each sample, then utilisation per sample interval
-        on_link = np.argsort(raw["tx_start"][sent], kind="stable")   # round_robin sends out of index order
-        tx_start, wire = raw["tx_start"][sent][on_link], inputs.wire[sent][on_link]
+        staging_in, staging_out, staging_w = self._staging_events()
+        staging = (cumulative(staging_in, staging_w, np.ones(len(staging_w), bool))
+                   - cumulative(staging_out, staging_w, np.ones(len(staging_w), bool)))
+        taken, back, credit_w = self._credit_events()
+        every = np.ones(len(credit_w), bool)
+        credits_out = cumulative(taken, credit_w, every) - cumulative(back, credit_w, every)
+        # link busy time up to each sample (packets in sending order), then utilisation per interval
+        sent_packets = raw["p_tx_start"] >= 0
+        on_link = np.argsort(raw["p_tx_start"][sent_packets], kind="stable")
+        tx_start = raw["p_tx_start"][sent_packets][on_link]
+        wire = inputs.pkt_wire[raw["p_table"][sent_packets]][on_link]
         cum_wire = np.concatenate([[0], np.cumsum(wire)])
-        index = np.searchsorted(tx_start, times, side="right")  # messages started by then
+        index = np.searchsorted(tx_start, times, side="right")  # packets started by then
         busy = cum_wire[index].astype(np.float64)
         last = np.maximum(index - 1, 0)
         overrun = np.where(index > 0, tx_start[last] + wire[last] - times, 0) if len(wire) else np.zeros(len(times))
@@ -272,6 +317,40 @@ class SimResult:
             "credits_available": inputs.credits_total - credits_out,
             "link_utilisation": utilisation,
         })
+
+    def _staging_events(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(taken, given back, bytes) per packet of the NIC's staging or FIFO space.
+
+        Push with hold: reserved by the GPU, back when the GPU sees it freed. Push with
+        drop: the cut-through FIFO, from the packet's arrival until it starts sending.
+        """
+        raw, inputs = self.raw, self.inputs
+        sent = raw["p_tx_start"] >= 0
+        rows = raw["p_table"][sent]
+        if inputs.is_push and inputs.hold:
+            back = raw["p_tx_start"][sent] + inputs.pkt_wire[rows] + inputs.staging_return_delay
+            return raw["p_reserve"][sent], back, inputs.pkt_staging[rows]
+        if inputs.is_push:
+            return raw["p_ready"][sent], raw["p_tx_start"][sent], inputs.pkt_bytes[rows]
+        empty = np.zeros(0, np.int64)
+        return empty, empty, empty
+
+    def _credit_events(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(taken, back, credits) per sent packet: taken when sent, back after the update delay."""
+        raw, inputs = self.raw, self.inputs
+        sent = raw["p_tx_start"] >= 0
+        back = raw["p_drain_end"][sent] + inputs.credit_return_delay
+        return raw["p_tx_start"][sent], back, inputs.pkt_credits[raw["p_table"][sent]]
+
+    @staticmethod
+    def _peak(taken: np.ndarray, back: np.ndarray, weights: np.ndarray) -> int:
+        """Exact largest sum of weights held at once; what comes back at t is free at t."""
+        if len(weights) == 0:
+            return 0
+        times = np.concatenate([back, taken])
+        deltas = np.concatenate([-weights, weights])
+        order = np.lexsort((deltas, times))     # at equal times, give-backs first
+        return int(max(0, np.cumsum(deltas[order]).max()))
 
     @cached_property
     def summary(self) -> pd.Series:
@@ -303,8 +382,8 @@ class SimResult:
         for q in (50, 90, 99, 99.9):
             out[f"latency_p{q:g}_ns"] = float(np.percentile(latency_ns, q)) if ok.any() else float("nan")
         out["latency_max_ns"] = float(latency_ns.max()) if ok.any() else float("nan")
-        out["staging_peak_bytes"] = int(series["staging_bytes"].max())
-        out["credits_min"] = int(series["credits_available"].min())
+        out["staging_peak_bytes"] = self._peak(*self._staging_events())
+        out["credits_min"] = inputs.credits_total - self._peak(*self._credit_events())
         # pushed payloads cross PCIe even when the NIC then drops them
         counted = np.ones(len(ok), bool) if inputs.is_push else ok
         per_size = np.bincount(inputs.size_index[counted], minlength=len(inputs.pcie_bytes["gpu_out"]))

@@ -83,8 +83,11 @@ def _first_numa(path: Path) -> int:
 
 
 def from_sysfs(root: str | Path = "/sys/devices", name: str = "sysfs",
-               default_link: pcie.LinkConfig | None = None) -> topo.Topology:
-    """Read the PCI tree under ``root`` into a Topology (GPUs and NICs named by BDF)."""
+               default_link: pcie.LinkConfig | None = None,
+               platform: topo.PlatformParams = topo.DEFAULT_PLATFORM) -> topo.Topology:
+    """Read the PCI tree under ``root`` into a Topology (GPUs and NICs named by BDF).
+
+    Latencies come from ``platform`` (sysfs holds none)."""
     root = Path(root)
     if not root.is_dir():
         raise ParamError("sysfs path", str(root), "a directory holding pciDDDD:BB host bridges")
@@ -103,8 +106,9 @@ def from_sysfs(root: str | Path = "/sys/devices", name: str = "sysfs",
                 return
             # a switch's upstream port: the switch node; its children are downstream ports
             switch = device.name
-            nodes[switch] = topo.Node(switch, "switch", topo.SWITCH_LATENCY_NS, socket)
-            links.append(topo.Link(attach, switch, "pcie", link_config_of(device, default_link)))
+            nodes[switch] = topo.Node(switch, "switch", platform.switch_latency_ns, socket)
+            links.append(topo.Link(attach, switch, "pcie", link_config_of(device, default_link),
+                                   platform.pcie_link_latency_ns))
             for downstream in _children(device):
                 for child in _children(downstream):
                     add_endpoint_or_switch(child, switch, socket, "switch")
@@ -112,9 +116,10 @@ def from_sysfs(root: str | Path = "/sys/devices", name: str = "sysfs",
         kind = _endpoint_kind(device)
         if kind is None:
             return
-        latency = topo.GPU_MEMORY_LATENCY_NS if kind == "gpu" else 0.0
+        latency = platform.gpu_memory_latency_ns if kind == "gpu" else 0.0
         nodes[device.name] = topo.Node(device.name, kind, latency, socket)
-        links.append(topo.Link(attach, device.name, "pcie", link_config_of(device, default_link)))
+        links.append(topo.Link(attach, device.name, "pcie", link_config_of(device, default_link),
+                               platform.pcie_link_latency_ns))
 
     sockets = []
     for bridge in host_bridges:
@@ -122,16 +127,16 @@ def from_sysfs(root: str | Path = "/sys/devices", name: str = "sysfs",
         rc = f"rc{socket}"
         if socket not in sockets:
             sockets.append(socket)
-            nodes[rc] = topo.Node(rc, "root_complex", topo.ROOT_COMPLEX_LATENCY_NS, socket)
-            nodes[f"mem{socket}"] = topo.Node(f"mem{socket}", "host_memory", topo.HOST_MEMORY_LATENCY_NS, socket)
-            links.append(topo.Link(rc, f"mem{socket}", "memory", None, 0.0, topo.HOST_MEMORY_RATE_GBPS))
+            nodes[rc] = topo.Node(rc, "root_complex", platform.root_complex_latency_ns, socket)
+            nodes[f"mem{socket}"] = topo.Node(f"mem{socket}", "host_memory", platform.host_memory_latency_ns, socket)
+            links.append(topo.memory_link(socket, platform))
         for device in _children(bridge):
             add_endpoint_or_switch(device, rc, socket, "root_complex")
     sockets.sort()
     for left, right in zip(sockets, sockets[1:]):
-        links.append(topo.Link(f"rc{left}", f"rc{right}", "socket", None,
-                               topo.SOCKET_LINK_LATENCY_NS, topo.SOCKET_LINK_RATE_GBPS))
-    return topo.Topology(name, tuple(nodes.values()), tuple(links))
+        links.append(topo.socket_link(f"rc{left}", f"rc{right}", platform))
+    return topo.Topology(name, tuple(nodes.values()), tuple(links), platform.p2p_read_cap_gbps,
+                         platform.p2p_read_cap_cross_socket_gbps)
 
 
 def gpu_nic_classes(topology: topo.Topology) -> list[tuple[str, str, str]]:

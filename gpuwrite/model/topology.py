@@ -22,33 +22,65 @@ ENDPOINT_KINDS = ("gpu", "nic", "host_memory")
 LINK_KINDS = ("pcie", "socket", "memory")
 PATH_CLASSES = ("same_switch", "across_switches", "across_root_ports", "across_sockets")
 
-# --- default latencies and rates, each with its source --------------------------------
-# Assumption (vendor class of Gen5 switches, e.g. Broadcom PEX89000 datasheets quote
-# ~100-150 ns port to port); re-measure with `gpuwrite calibrate`.
-SWITCH_LATENCY_NS = 150.0
-# Per-link PHY + data-link latency; assumption of the same order as pcie-bench's
-# observations (tens of ns per link).
-PCIE_LINK_LATENCY_NS = 20.0
-# Root complex traversal and DRAM access: chosen together with GPU_READ_ISSUE_NS so that
-# the same_switch preset reproduces the 1.14 us GPU read of host memory measured in
-# ../shared/calibration/h200-pcie5-2026-11.md (see tests/model/test_topology.py).
-ROOT_COMPLEX_LATENCY_NS = 200.0
-HOST_MEMORY_LATENCY_NS = 100.0
+# --- platform latencies and rates: every one a field of PlatformParams, with its source --
+# The GPU's own read issue cost lives in nic.GpuParams; this default is shared with it.
 # Time from a GPU load leaving the SM to the request entering the PCIe link and back again.
 GPU_READ_ISSUE_NS = 260.0
-# A read of GPU memory answered by the GPU: calibration, "one GPU dependent ld.acquire.sys
-# of its own memory 0.15 us" (assumed the same for a peer reading the GPU's BAR).
-GPU_MEMORY_LATENCY_NS = 150.0
-# Socket interconnect (UPI/xGMI class): assumptions, one-way latency and payload rate.
-SOCKET_LINK_LATENCY_NS = 150.0
-SOCKET_LINK_RATE_GBPS = 480.0
-# Memory controller to root complex: a non-limiting link (assumption: 8 DDR5 channels).
-HOST_MEMORY_RATE_GBPS = 2400.0
-# Peer-to-peer reads through a root complex are throttled by many platforms; assumption,
-# to be replaced by a calibration (pcie-bench and NVIDIA's GPUDirect notes both report
-# P2P reads across the root complex far below link rate).
-P2P_READ_CAP_GBPS = 100.0
-P2P_READ_CAP_CROSS_SOCKET_GBPS = 40.0
+
+# Cross-socket penalty, published: pcie-bench/data (Neugebauer et al., SIGCOMM 2018),
+# NFP6000 on a dual Xeon E5-2630v4 (dell-t430), lat_dma_sizes.csv, LAT_DMA_RD median:
+# 64 B reads of local memory (s0-s0-s0) 546.7 ns, of the other socket's memory (s0-s1-s1)
+# 653.3 ns: +106.7 ns per round trip (Ivy Bridge E5-2620v2, dell-t620: 560.0 -> 666.7 ns,
+# the same +106.7 ns). One way: 53.3 ns, the far root complex included.
+CROSS_SOCKET_ROUND_TRIP_NS = 653.3 - 546.7
+
+PLATFORM_SOURCES = {
+    "switch_latency_ns": "assumption: Gen5 switch port to port (Broadcom PEX89000 class datasheets quote ~100-150 ns)",
+    "pcie_link_latency_ns": "assumption: PHY + data link per link, tens of ns as pcie-bench observes",
+    "root_complex_latency_ns": "derived: with host_memory_latency_ns and gpu.read_issue_ns reproduces the "
+                               "calibration's 1.14 us GPU read of host memory (h200-pcie5-2026-11.md)",
+    "host_memory_latency_ns": "derived together with root_complex_latency_ns (see there); DRAM access ~100 ns",
+    "gpu_memory_latency_ns": "calibration: one GPU dependent ld.acquire.sys of its own memory 0.15 us",
+    "socket_link_latency_ns": "pcie-bench/data lat_dma_sizes.csv (Neugebauer et al., SIGCOMM 2018): remote-socket "
+                              "DMA reads +106.7 ns per round trip (E5-2630v4 s0-s1-s1 vs s0-s0-s0); half one way",
+    "socket_link_rate_gbps": "assumption: UPI/xGMI class interconnect payload rate",
+    "host_memory_rate_gbps": "assumption: 8 DDR5 channels, never the bottleneck here",
+    "p2p_read_cap_gbps": "optional platform limit on P2P reads through a root complex; 0 = off (default). "
+                         "Set it from a measurement; figures sweep it",
+    "p2p_read_cap_cross_socket_gbps": "optional limit on P2P reads across sockets; 0 = off (default)",
+}
+
+
+@dataclass(frozen=True)
+class PlatformParams:
+    """Latencies and rates of the PCIe tree, the root complexes, the sockets and memory.
+
+    One-way latencies in ns; node latencies are traversal times, or for an endpoint the
+    time it takes to answer a read of its memory. ``PLATFORM_SOURCES`` names the source
+    of every default. A P2P read cap of 0 means the platform does not throttle P2P reads.
+    """
+
+    switch_latency_ns: float = 150.0
+    pcie_link_latency_ns: float = 20.0
+    root_complex_latency_ns: float = 200.0
+    host_memory_latency_ns: float = 100.0
+    gpu_memory_latency_ns: float = 150.0
+    socket_link_latency_ns: float = round(CROSS_SOCKET_ROUND_TRIP_NS / 2, 2)
+    socket_link_rate_gbps: float = 480.0
+    host_memory_rate_gbps: float = 2400.0
+    p2p_read_cap_gbps: float = 0.0
+    p2p_read_cap_cross_socket_gbps: float = 0.0
+
+    def __post_init__(self):
+        for name in ("switch_latency_ns", "pcie_link_latency_ns", "root_complex_latency_ns",
+                     "host_memory_latency_ns", "gpu_memory_latency_ns", "socket_link_latency_ns",
+                     "p2p_read_cap_gbps", "p2p_read_cap_cross_socket_gbps"):
+            check_positive(f"platform.{name}", getattr(self, name), zero_ok=True)
+        check_positive("platform.socket_link_rate_gbps", self.socket_link_rate_gbps)
+        check_positive("platform.host_memory_rate_gbps", self.host_memory_rate_gbps)
+
+
+DEFAULT_PLATFORM = PlatformParams()
 
 
 @dataclass(frozen=True)
@@ -75,7 +107,7 @@ class Link:
     b: str
     kind: str = "pcie"
     pcie: pcie.LinkConfig | None = None
-    latency_ns: float = PCIE_LINK_LATENCY_NS
+    latency_ns: float = DEFAULT_PLATFORM.pcie_link_latency_ns
     rate_gbps: float | None = None  # payload rate for non-PCIe links
 
     def __post_init__(self):
@@ -116,7 +148,10 @@ class Route:
             hops.append((f"link {link.a}-{link.b}", link.latency_ns))
             if index + 1 < len(self.links):
                 node = self.nodes[index + 1]
-                hops.append((f"{node.kind} {node.name}", node.latency_ns))
+                # the far root complex of a socket crossing is inside the measured socket
+                # penalty (platform.socket_link_latency_ns)
+                far_side = node.kind == "root_complex" and link.kind == "socket"
+                hops.append((f"{node.kind} {node.name}", 0.0 if far_side else node.latency_ns))
         return hops
 
     @property
@@ -157,7 +192,7 @@ class Route:
             rate = link.effective_rate_gbps(operation, size_bytes)
             if rate < best_rate:
                 best_link, best_rate = link, rate
-        if operation == "read" and self.is_peer_to_peer and self.p2p_read_cap_gbps is not None:
+        if operation == "read" and self.is_peer_to_peer and self.p2p_read_cap_gbps:
             if self.p2p_read_cap_gbps < best_rate:
                 return None, float(self.p2p_read_cap_gbps)
         return best_link, best_rate
@@ -173,8 +208,8 @@ class Topology:
     name: str
     nodes: tuple[Node, ...]
     links: tuple[Link, ...]
-    p2p_read_cap_gbps: float = P2P_READ_CAP_GBPS
-    p2p_read_cap_cross_socket_gbps: float = P2P_READ_CAP_CROSS_SOCKET_GBPS
+    p2p_read_cap_gbps: float = 0.0              # 0: no platform cap (PlatformParams)
+    p2p_read_cap_cross_socket_gbps: float = 0.0
     _adjacency: dict = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
@@ -189,8 +224,8 @@ class Topology:
                     raise ParamError(f"link {link.a}-{link.b} endpoint", end, ", ".join(names))
             adjacency[link.a].append((link.b, link))
             adjacency[link.b].append((link.a, link))
-        check_positive("p2p_read_cap_gbps", self.p2p_read_cap_gbps)
-        check_positive("p2p_read_cap_cross_socket_gbps", self.p2p_read_cap_cross_socket_gbps)
+        check_positive("p2p_read_cap_gbps", self.p2p_read_cap_gbps, zero_ok=True)
+        check_positive("p2p_read_cap_cross_socket_gbps", self.p2p_read_cap_cross_socket_gbps, zero_ok=True)
         object.__setattr__(self, "_adjacency", adjacency)
 
     def node(self, name: str) -> Node:
@@ -246,9 +281,9 @@ class Topology:
         nodes = tuple(self.node(name) for name in names)
         cap = None
         if any(link.kind == "socket" for link in links):
-            cap = self.p2p_read_cap_cross_socket_gbps
+            cap = self.p2p_read_cap_cross_socket_gbps or None
         elif any(node.kind == "root_complex" for node in nodes[1:-1]):
-            cap = self.p2p_read_cap_gbps
+            cap = self.p2p_read_cap_gbps or None
         return Route(nodes, tuple(links), cap)
 
     def with_links(self, link_config: pcie.LinkConfig) -> "Topology":
@@ -264,73 +299,73 @@ def classify(topology: Topology, a: str, b: str) -> str:
 
 # --- presets -------------------------------------------------------------------------
 
-def _socket(index: int) -> list[Node]:
+def _socket(index: int, platform: PlatformParams) -> list[Node]:
     return [
-        Node(f"rc{index}", "root_complex", ROOT_COMPLEX_LATENCY_NS, index),
-        Node(f"mem{index}", "host_memory", HOST_MEMORY_LATENCY_NS, index),
+        Node(f"rc{index}", "root_complex", platform.root_complex_latency_ns, index),
+        Node(f"mem{index}", "host_memory", platform.host_memory_latency_ns, index),
     ]
 
 
-def _memory_link(index: int) -> Link:
-    return Link(f"rc{index}", f"mem{index}", "memory", None, 0.0, HOST_MEMORY_RATE_GBPS)
+def memory_link(index: int, platform: PlatformParams) -> Link:
+    """The memory controller to root complex link of socket ``index``."""
+    return Link(f"rc{index}", f"mem{index}", "memory", None, 0.0, platform.host_memory_rate_gbps)
 
 
-def _build(name, nodes, pcie_pairs, extra_links=(), link_config=None, **caps) -> Topology:
+def socket_link(a: str, b: str, platform: PlatformParams) -> Link:
+    """The socket interconnect between two root complexes."""
+    return Link(a, b, "socket", None, platform.socket_link_latency_ns, platform.socket_link_rate_gbps)
+
+
+def _build(name, nodes, pcie_pairs, extra_links, link_config, platform) -> Topology:
     config = link_config or pcie.LinkConfig()
-    links = [Link(a, b, "pcie", config) for a, b in pcie_pairs]
+    links = [Link(a, b, "pcie", config, platform.pcie_link_latency_ns) for a, b in pcie_pairs]
     links += list(extra_links)
-    return Topology(name, tuple(nodes), tuple(links), **caps)
+    return Topology(name, tuple(nodes), tuple(links), platform.p2p_read_cap_gbps,
+                    platform.p2p_read_cap_cross_socket_gbps)
 
 
-def same_switch(link_config: pcie.LinkConfig | None = None, **caps) -> Topology:
+def _switch(name: str, platform: PlatformParams, socket: int = 0) -> Node:
+    return Node(name, "switch", platform.switch_latency_ns, socket)
+
+
+def _gpu(platform: PlatformParams, socket: int = 0) -> Node:
+    return Node("gpu0", "gpu", platform.gpu_memory_latency_ns, socket)
+
+
+def same_switch(link_config: pcie.LinkConfig | None = None, platform: PlatformParams = DEFAULT_PLATFORM) -> Topology:
     """GPU and NIC below one PCIe switch (nvidia-smi: PIX)."""
-    nodes = _socket(0) + [
-        Node("sw0", "switch", SWITCH_LATENCY_NS),
-        Node("gpu0", "gpu", GPU_MEMORY_LATENCY_NS),
-        Node("nic0", "nic", 0.0),
-    ]
+    nodes = _socket(0, platform) + [_switch("sw0", platform), _gpu(platform), Node("nic0", "nic", 0.0)]
     pairs = [("rc0", "sw0"), ("sw0", "gpu0"), ("sw0", "nic0")]
-    return _build("same_switch", nodes, pairs, [_memory_link(0)], link_config, **caps)
+    return _build("same_switch", nodes, pairs, [memory_link(0, platform)], link_config, platform)
 
 
-def across_switches(link_config: pcie.LinkConfig | None = None, **caps) -> Topology:
+def across_switches(link_config: pcie.LinkConfig | None = None, platform: PlatformParams = DEFAULT_PLATFORM) -> Topology:
     """GPU and NIC below different switches joined by a switch under one root port (PXB)."""
-    nodes = _socket(0) + [
-        Node("sw_top", "switch", SWITCH_LATENCY_NS),
-        Node("sw_gpu", "switch", SWITCH_LATENCY_NS),
-        Node("sw_nic", "switch", SWITCH_LATENCY_NS),
-        Node("gpu0", "gpu", GPU_MEMORY_LATENCY_NS),
-        Node("nic0", "nic", 0.0),
-    ]
+    nodes = _socket(0, platform) + [_switch("sw_top", platform), _switch("sw_gpu", platform),
+                                    _switch("sw_nic", platform), _gpu(platform), Node("nic0", "nic", 0.0)]
     pairs = [("rc0", "sw_top"), ("sw_top", "sw_gpu"), ("sw_top", "sw_nic"),
              ("sw_gpu", "gpu0"), ("sw_nic", "nic0")]
-    return _build("across_switches", nodes, pairs, [_memory_link(0)], link_config, **caps)
+    return _build("across_switches", nodes, pairs, [memory_link(0, platform)], link_config, platform)
 
 
-def across_root_ports(link_config: pcie.LinkConfig | None = None, **caps) -> Topology:
+def across_root_ports(link_config: pcie.LinkConfig | None = None,
+                      platform: PlatformParams = DEFAULT_PLATFORM) -> Topology:
     """GPU and NIC below different root ports of one socket: through the root complex (PHB)."""
-    nodes = _socket(0) + [
-        Node("sw_gpu", "switch", SWITCH_LATENCY_NS),
-        Node("sw_nic", "switch", SWITCH_LATENCY_NS),
-        Node("gpu0", "gpu", GPU_MEMORY_LATENCY_NS),
-        Node("nic0", "nic", 0.0),
-    ]
+    nodes = _socket(0, platform) + [_switch("sw_gpu", platform), _switch("sw_nic", platform),
+                                    _gpu(platform), Node("nic0", "nic", 0.0)]
     pairs = [("rc0", "sw_gpu"), ("rc0", "sw_nic"), ("sw_gpu", "gpu0"), ("sw_nic", "nic0")]
-    return _build("across_root_ports", nodes, pairs, [_memory_link(0)], link_config, **caps)
+    return _build("across_root_ports", nodes, pairs, [memory_link(0, platform)], link_config, platform)
 
 
-def across_sockets(link_config: pcie.LinkConfig | None = None, **caps) -> Topology:
+def across_sockets(link_config: pcie.LinkConfig | None = None, platform: PlatformParams = DEFAULT_PLATFORM) -> Topology:
     """GPU on socket 0, NIC on socket 1: through both root complexes and the interconnect (SYS)."""
-    nodes = _socket(0) + _socket(1) + [
-        Node("sw_gpu", "switch", SWITCH_LATENCY_NS, 0),
-        Node("sw_nic", "switch", SWITCH_LATENCY_NS, 1),
-        Node("gpu0", "gpu", GPU_MEMORY_LATENCY_NS, 0),
-        Node("nic0", "nic", 0.0, 1),
+    nodes = _socket(0, platform) + _socket(1, platform) + [
+        _switch("sw_gpu", platform, 0), _switch("sw_nic", platform, 1),
+        _gpu(platform, 0), Node("nic0", "nic", 0.0, 1),
     ]
     pairs = [("rc0", "sw_gpu"), ("rc1", "sw_nic"), ("sw_gpu", "gpu0"), ("sw_nic", "nic0")]
-    extra = [_memory_link(0), _memory_link(1),
-             Link("rc0", "rc1", "socket", None, SOCKET_LINK_LATENCY_NS, SOCKET_LINK_RATE_GBPS)]
-    return _build("across_sockets", nodes, pairs, extra, link_config, **caps)
+    extra = [memory_link(0, platform), memory_link(1, platform), socket_link("rc0", "rc1", platform)]
+    return _build("across_sockets", nodes, pairs, extra, link_config, platform)
 
 
 PRESETS = {
@@ -341,7 +376,8 @@ PRESETS = {
 }
 
 
-def preset(name: str, link_config: pcie.LinkConfig | None = None, **caps) -> Topology:
+def preset(name: str, link_config: pcie.LinkConfig | None = None,
+           platform: PlatformParams = DEFAULT_PLATFORM) -> Topology:
     """A preset topology by name: one of ``PRESETS``."""
     check_choice("topology", name, tuple(PRESETS))
-    return PRESETS[name](link_config, **caps)
+    return PRESETS[name](link_config, platform)

@@ -82,9 +82,12 @@ def test_sim_runs_an_example_config_and_writes_results(tmp_path, capsys):
 
 
 def test_benchmark_agrees_and_reports_a_speedup():
-    figures = bench.run(messages=20_000, reference_messages=600, seed=2)
+    figures = bench.run(messages=20_000, reference_messages=600, seed=2, repeats=2)
     assert figures["agree"] is True
     assert figures["round_robin_agree"] is True
     assert figures["sim_dropped"] == 0
     assert figures["fast_messages_per_s"] > figures["simpy_messages_per_s"]
     assert figures["speedup_same_workload"] > 10
+    for key in ("fast_messages_per_s_spread", "simpy_messages_per_s_spread", "speedup_spread"):
+        spread = figures[key]
+        assert spread["min"] <= spread["median"] <= spread["max"], key

@@ -93,3 +93,28 @@ def test_bad_sizes_and_operations_are_errors():
         pcie.write_wire_bytes(pcie.LinkConfig(), -1)
     with pytest.raises(ParamError, match="operation='copy'"):
         pcie.wire_bytes(pcie.LinkConfig(), "copy", 64)
+
+
+def test_completions_never_exceed_mps_when_rcb_is_larger():
+    # Gen2 x8, MPS 128, MRRS 512, RCB 512: a 1500 B read is three 512 B requests and a
+    # 476 B one; each is answered in MPS-aligned completions of at most 128 B (Base Spec
+    # 2.2.2: no TLP payload exceeds MPS), 12 completions in all
+    link = pcie.LinkConfig(generation=2, width=8, mps_bytes=128, mrrs_bytes=512, rcb_bytes=512)
+    sizes = pcie.completion_sizes(link, 1500)
+    assert sizes == [128] * 11 + [92]
+    assert pcie.read_wire_bytes(link, 1500).data_direction_bytes == 1500 + 12 * 20
+    # unaligned start: the first completion ends on the first 128 B boundary
+    assert pcie.completion_sizes(link, 300, start_address=100) == [28, 128, 128, 16]
+    # RCB-chunked completers split at RCB, still within MPS
+    chunked = pcie.LinkConfig(generation=2, width=8, mps_bytes=128, mrrs_bytes=512, rcb_bytes=256, rcb_chunks=True)
+    assert max(pcie.completion_sizes(chunked, 1500)) == 128
+
+
+def test_update_fc_intervals_follow_their_own_spec_tables():
+    # PCIe Base Spec rev 5.0 Tables 2-46/2-47 (UpdateFC) differ from Tables 3-7/3-8 (ACK)
+    # at Gen1 x32 MPS 2048 and Gen2 x32 MPS 4096; elsewhere the two tables agree
+    assert pcie.UPDATE_FC_INTERVAL_BYTES[1][32][4] == 248 and pcie.ACK_INTERVAL_BYTES[1][32][4] == 148
+    assert pcie.UPDATE_FC_INTERVAL_BYTES[2][32][5] == 327 and pcie.ACK_INTERVAL_BYTES[2][32][5] == 237
+    assert pcie.UPDATE_FC_INTERVAL_BYTES[3][16][1] == pcie.ACK_INTERVAL_BYTES[3][16][1] == 168
+    link = pcie.LinkConfig(generation=1, width=32, mps_bytes=2048)
+    assert pcie.dllp_overhead_fraction(link) == pytest.approx(8 / 148 + 8 / 248 + 4 / 1538)

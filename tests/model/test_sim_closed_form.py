@@ -44,7 +44,7 @@ def test_saturated_throughput_equals_the_narrowest_links_effective_bandwidth():
 
 
 def test_saturated_pull_across_root_complex_hits_the_p2p_cap():
-    params = Params(path="nic_pull", topology="across_root_ports", p2p_read_cap_gbps=60.0)
+    params = Params(path="nic_pull", topology="across_root_ports").updated({"platform": {"p2p_read_cap_gbps": 60.0}})
     workload = Workload(n_messages=3000, size_bytes=16384, n_qps=4, outstanding=8)
     measured = sim.simulate(params, workload, 0).summary["throughput_gbps"]
     assert measured == pytest.approx(60.0, rel=0.01)

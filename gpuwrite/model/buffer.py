@@ -1,0 +1,123 @@
+"""How large must the NIC's hold (staging) buffer be to sustain a share of line rate?
+
+Little's law on the two loops a pushed byte travels (gpu_push, ``hold``), at payload rate X:
+
+* the staging loop: the GPU reserves space, writes the packet, the NIC sends it and the
+  space comes back to the GPU with the staging-credit feedback (a posted write seen at its
+  next poll). Each byte holds space for at least L0 = issue + PCIe + post + wire + feedback,
+  so X * L0 bytes are always in the loop.
+* the credit loop: a packet holds link credits from being sent until the receiver drained
+  it and the credit update came back, Lc = wire + flight + drain + update + flight back.
+  The VL buffer V covers X * Lc; when the receiver stalls for D, the sender can go on for
+  what the free credits cover, V - X * Lc, and what the GPU pushes beyond that waits in
+  the hold buffer: X * (D + Lc) - V.
+
+So   B(X) = X * L0 + max(0, X * (D + Lc) - V), rounded up to whole staged packets,
+feasible when X is within what every other resource carries (paths.throughput_gbps with
+an unlimited buffer), X <= V / Lc (credits), and X <= drain rate x duty cycle (the receiver
+catches up between stalls). ``simulated_share`` checks it with the simulator.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuwrite.model import paths
+from gpuwrite.model.errors import ParamError
+from gpuwrite.model.params import Params, Workload
+
+
+@dataclass(frozen=True)
+class BufferNeed:
+    """The hold buffer needed for ``share`` of line rate at one message size, and why."""
+
+    topology: str
+    size_bytes: int
+    share: float
+    target_gbps: float
+    staging_loop_ns: float         # L0
+    credit_loop_ns: float          # Lc
+    stall_ns: float                # D
+    loop_bytes: float              # X * L0
+    stall_backlog_bytes: float     # max(0, X * (D + Lc) - V)
+    feasible: bool
+    limit: str                     # what caps X when infeasible ("" when feasible)
+    max_gbps: float                # the most this configuration can sustain with any buffer
+
+    packet_payload_bytes: int = 4096
+    packet_staged_bytes: int = 4112
+
+    @property
+    def buffer_bytes(self) -> int:
+        """Whole staged packets covering both terms (the buffer holds packets, not fluid)."""
+        packets = -(-(self.loop_bytes + self.stall_backlog_bytes) // self.packet_payload_bytes)
+        return int(packets) * self.packet_staged_bytes
+
+
+def line_rate_gbps(params: Params, size_bytes: int) -> float:
+    """Payload rate of the network link for messages of ``size_bytes`` (headers deducted)."""
+    timing = paths.path_timing("gpu_push", params.build_topology(), size_bytes, params)
+    return size_bytes * 8.0 / timing.wire_busy_ns
+
+
+def need(params: Params, share: float, size_bytes: int = 4096) -> BufferNeed:
+    """Closed form of the hold buffer for gpu_push at ``share`` of line rate."""
+    if not 0.0 < share <= 1.0:
+        raise ParamError("share", share, "a number in (0, 1]")
+    params = params.updated({"path": "gpu_push", "nic": {"policy": "hold", "scheduler": "fifo",
+                                                          "staging_buffer_bytes": 1 << 40}})
+    topology = params.build_topology()
+    timing = paths.path_timing("gpu_push", topology, size_bytes, params)
+    network, receiver = params.network, params.receiver
+    packets = len(timing.packet_wire_ns)
+    wire = timing.wire_busy_ns / packets
+    drain = timing.drain_ns / packets
+    staging_loop = (timing.stage_ns("pre") + timing.stage_ns("ingress") / packets + timing.stage_ns("post")
+                    + wire + timing.staging_return_ns)
+    credit_loop = wire + network.propagation_ns + drain + timing.credit_return_ns
+    stall = receiver.stall_duration_ns if receiver.stall_period_ns > 0 else 0.0
+    target = share * line_rate_gbps(params, size_bytes)
+    x = target / 8.0                                              # bytes per ns
+    payload_per_wire = size_bytes / (timing.wire_busy_ns * network.rate_gbps / 8.0)
+    bottleneck, busy_ns = paths.bottleneck("gpu_push", topology, size_bytes, params)
+    limits = {
+        bottleneck: size_bytes * 8.0 / busy_ns,
+        "credits (V / Lc)": network.vl_buffer_bytes * payload_per_wire * 8.0 / credit_loop,
+        "receiver duty cycle": receiver.drain_rate_gbps * payload_per_wire * receiver.duty_cycle,
+    }
+    limit = min(limits, key=limits.get)
+    feasible = target <= limits[limit] * (1 + 1e-9)
+    backlog = max(0.0, x * (stall + credit_loop) - network.vl_buffer_bytes * payload_per_wire)
+    return BufferNeed(params.topology, size_bytes, share, target, staging_loop, credit_loop, stall,
+                      x * staging_loop, backlog, feasible, "" if feasible else limit, limits[limit],
+                      timing.packet_payload_bytes[0], timing.packet_staging_bytes[0])
+
+
+def simulated_share(params: Params, buffer_bytes: int, size_bytes: int = 4096, n_messages: int = 20000,
+                    seed: int = 0) -> float:
+    """Throughput the simulator sustains with a staging buffer of ``buffer_bytes``, as a share
+    of line rate (closed loop with enough messages outstanding that the buffer is the limit)."""
+    run = params.updated({"path": "gpu_push", "nic": {"policy": "hold", "scheduler": "fifo",
+                                                       "staging_buffer_bytes": int(buffer_bytes)}})
+    outstanding = max(8, int(4 * buffer_bytes // max(size_bytes, 1)) + 8)
+    workload = Workload(n_messages=n_messages, size_bytes=size_bytes, n_qps=1, outstanding=min(outstanding, 4096))
+    from gpuwrite.model import sim
+
+    summary = sim.simulate(run, workload, seed).summary
+    return float(summary["throughput_gbps"]) / line_rate_gbps(run, size_bytes)
+
+
+def longest_gpu_wait_ns(params: Params, buffer_bytes: int, share: float, size_bytes: int = 4096,
+                        periods: int = 6, seed: int = 0) -> float:
+    """The longest time the GPU waits for staging space when it offers ``share`` of line rate
+    (periodic, open loop) for ``periods`` receiver stall periods: ~0 when the buffer sustains
+    that share without ever throttling the GPU."""
+    from gpuwrite.model import sim
+
+    run = params.updated({"path": "gpu_push", "nic": {"policy": "hold", "scheduler": "fifo",
+                                                       "staging_buffer_bytes": int(buffer_bytes)}})
+    interval_ns = size_bytes * 8.0 / (share * line_rate_gbps(run, size_bytes))
+    span_ns = periods * (run.receiver.stall_period_ns or 20_000.0)
+    workload = Workload(n_messages=max(100, int(span_ns / interval_ns)), size_bytes=size_bytes, arrival="open",
+                        process="periodic", interval_ns=interval_ns, samples=10)
+    records = sim.simulate(run, workload, seed).messages
+    return float((records["reserve_ns"] - records["arrival_ns"]).max())

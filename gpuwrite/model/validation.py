@@ -1,0 +1,172 @@
+"""The model's predictions against measurements: this project's GPUs and a published NIC.
+
+Two sources, one parameter set per machine (no per-size fitting):
+
+* pcie-bench's NFP6000 DMA engine (Neugebauer et al., SIGCOMM 2018; the data repository's
+  values copied into experiments/model/validation/pcie_bench_nfp6000_e5-2630v4.csv):
+  latency of one DMA read of host memory vs size, and DMA read bandwidth vs size, with
+  the parameter file nfp6000_e5-2630v4.toml beside it. Model: ``paths.read_ns`` (one read
+  at zero load) and ``paths.read_engine_gbps`` (saturated reads) on the route NIC -> host
+  memory, local or across sockets.
+* this project's GPU as a PCIe requester (``gpuwrite calibrate`` files in
+  experiments/calibration/): its loads of mapped host memory are reads of 128-byte lines
+  (assumption: one L2 line per request), its copy engine reads (H2D) and writes (D2H) in
+  MRRS / MPS-sized TLPs, its stores are posted writes. Bandwidth predictions are the PCIe
+  accounting's link-bound rates; the sweeps calibrate adds (reads vs outstanding loads,
+  latency vs size, copy engine vs size) are predicted with Little's law on the read
+  round trip. Rows the model was calibrated from are marked ``fitted``: they are not tests.
+
+``table()`` gives one row per comparison: source, machine, quantity, size, measured, model,
+error %, and whether it counts toward the goal (within 10 % for transfers of 256 B and more).
+"""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pandas as pd
+
+from gpuwrite.model import paths, pcie
+from gpuwrite.model.params import Params, _load_toml
+
+ROOT = Path(__file__).resolve().parents[2]
+VALIDATION_DIR = ROOT / "experiments" / "model" / "validation"
+CALIBRATION_DIR = ROOT / "experiments" / "calibration"
+PCIE_BENCH_DATA = VALIDATION_DIR / "pcie_bench_nfp6000_e5-2630v4.csv"
+PCIE_BENCH_PARAMS = VALIDATION_DIR / "nfp6000_e5-2630v4.toml"
+GOAL_PCT = 10.0
+GOAL_MIN_BYTES = 256
+GPU_LOAD_BYTES = 128     # assumption: a GPU load of host memory asks for one 128-byte L2 line
+
+
+def _row(source, machine, quantity, size_bytes, measured, model, unit, kind="prediction", note=""):
+    error = (model / measured - 1.0) * 100.0 if measured else float("nan")
+    counts = kind == "prediction" and (size_bytes is None or size_bytes >= GOAL_MIN_BYTES)
+    return {"source": source, "machine": machine, "quantity": quantity, "size_bytes": size_bytes,
+            "measured": measured, "model": model, "unit": unit, "error_pct": error, "kind": kind,
+            "within_goal": bool(counts and abs(error) <= GOAL_PCT) if counts else None, "note": note}
+
+
+def pcie_bench_rows(data: Path = PCIE_BENCH_DATA, params_file: Path = PCIE_BENCH_PARAMS) -> list[dict]:
+    """pcie-bench's NFP6000: DMA read latency and bandwidth vs size, local and remote socket."""
+    params = Params().with_calibration(params_file)
+    local = params.build_topology()
+    remote = params.updated({"topology": "across_sockets"}).build_topology()
+    routes = {"s0-s0-s0": (local, "nic0", "mem0"), "s0-s1-s1": (remote, "nic0", "mem0")}
+    source = "pcie-bench (Neugebauer et al., SIGCOMM 2018), NFP6000 / Xeon E5-2630v4"
+    out = []
+    with data.open() as handle:
+        for record in csv.DictReader(line for line in handle if not line.startswith("#")):
+            topology, nic, memory = routes[record["topology"]]
+            route, target = topology.route(nic, memory), topology.node(memory)
+            size = int(record["size_bytes"])
+            measured = float(record["value"])
+            where = "local memory" if record["topology"] == "s0-s0-s0" else "remote socket's memory"
+            if record["measure"] == "latency":
+                busy, first = paths.read_ns(route, target, size, params)
+                kind = "fitted" if size in (64, 2048) and record["topology"] == "s0-s0-s0" else "prediction"
+                if size == 64 and record["topology"] == "s0-s1-s1":
+                    kind = "fitted"     # platform.socket_link_latency_ns comes from this point
+                out.append(_row(source, f"NFP6000, {where}", "DMA read latency", size, measured, busy + first,
+                                "ns", kind))
+            else:
+                model = paths.read_engine_gbps(route, target, size, params)
+                kind = "fitted" if size == 64 and record["topology"] == "s0-s0-s0" else "prediction"
+                out.append(_row(source, f"NFP6000, {where}", "DMA read bandwidth", size, measured, model, "Gb/s",
+                                kind))
+    return out
+
+
+def _gpu_round_trip_ns(params: Params) -> float:
+    topology = params.build_topology()
+    gpu = params.endpoints(topology)[0]
+    memory = topology.host_memory_near(gpu)
+    route = topology.route(gpu, memory)
+    return 2 * route.one_way_latency_ns + topology.node(memory).latency_ns + params.gpu.read_issue_ns
+
+
+def calibration_rows(file: Path) -> list[dict]:
+    """One calibrate file: the model with that file applied, against what it measured."""
+    data = _load_toml(file)
+    params = Params().with_calibration(file)
+    link = params.link
+    machine = f"{data.get('device', {}).get('name', file.stem)}, {data.get('device', {}).get('date', '')}"
+    source = "gpuwrite calibrate"
+    measured = {name: entry["value"] for name, entry in data.get("measurements", {}).items()}
+    out = []
+    gbytes = lambda gbps: gbps / 8.0   # noqa: E731 (a unit conversion)
+    large = 1 << 20
+    predictions = {
+        "bulk_load_from_host": ("GPU loads of host memory, full grid", None,
+                                gbytes(pcie.effective_rate_gbps(link, "read", GPU_LOAD_BYTES)), "GB/s",
+                                f"link-bound reads of {GPU_LOAD_BYTES} B lines"),
+        "copy_engine_h2d": ("copy engine H2D (DMA reads)", None, gbytes(pcie.effective_rate_gbps(link, "read", large)),
+                            "GB/s", "link-bound, MRRS requests, MPS completions"),
+        "copy_engine_d2h": ("copy engine D2H (DMA writes)", None,
+                            gbytes(pcie.effective_rate_gbps(link, "write", large)), "GB/s", "link-bound, MPS TLPs"),
+        "bulk_store_to_host": ("GPU stores to host memory, full grid", None,
+                               gbytes(pcie.effective_rate_gbps(link, "write", large)), "GB/s",
+                               "link-bound, MPS TLPs (write combining assumed)"),
+    }
+    for name, (quantity, size, model, unit, note) in predictions.items():
+        if name in measured:
+            out.append(_row(source, machine, quantity, size, measured[name], model, unit, note=note))
+    # the bulk transfers are 64-256 MiB: size None (they count toward the goal)
+    if "host_read_round_trip" in measured:
+        out.append(_row(source, machine, "GPU dependent read of host memory", 4, measured["host_read_round_trip"] * 1e3,
+                        _gpu_round_trip_ns(params), "ns", "fitted", "defines gpu.read_issue_ns"))
+    if "device_read_round_trip" in measured:
+        out.append(_row(source, machine, "GPU dependent read of its own memory", 4,
+                        measured["device_read_round_trip"] * 1e3, params.platform.gpu_memory_latency_ns, "ns",
+                        "fitted", "defines platform.gpu_memory_latency_ns"))
+    out += _sweep_rows(data.get("sweeps", {}), params, source, machine)
+    return out
+
+
+def _sweep_rows(sweeps: dict, params: Params, source: str, machine: str) -> list[dict]:
+    """Calibrate's sweeps (present in files it writes from now on), predicted by Little's law."""
+    out = []
+    link = params.link
+    round_trip = _gpu_round_trip_ns(params)
+    line_rate = pcie.effective_rate_gbps(link, "read", GPU_LOAD_BYTES)
+    for point in sweeps.get("host_loads_vs_outstanding", []):
+        outstanding = int(point["outstanding"])
+        # each load in flight asks for one line; loads per us = outstanding / round trip, until the link
+        model = min(outstanding * 1e3 / round_trip, line_rate * 1e3 / (GPU_LOAD_BYTES * 8))
+        out.append(_row(source, machine, f"host loads in flight: {outstanding}", None, point["loads_per_us"], model,
+                        "loads/us", note="Little's law on the read round trip"))
+    for point in sweeps.get("host_read_latency_vs_size", []):
+        size = int(point["size_bytes"])
+        model = round_trip + size * 8.0 / pcie.effective_rate_gbps(link, "read", max(size, GPU_LOAD_BYTES))
+        out.append(_row(source, machine, "one warp reads host memory", size, point["latency_us"] * 1e3, model, "ns",
+                        note="round trip + size at the link's read rate"))
+    for point in sweeps.get("copy_engine_vs_size", []):
+        size = int(point["size_bytes"])
+        operation = "read" if point["direction"] == "h2d" else "write"
+        model = pcie.effective_rate_gbps(link, operation, size) / 8.0
+        out.append(_row(source, machine, f"copy engine {point['direction']} (one copy)", size, point["gbytes_per_s"],
+                        model, "GB/s", note="link-bound; the copy's launch and setup are not modelled"))
+    return out
+
+
+def summary(frame: pd.DataFrame) -> str:
+    """One line: how many counted predictions are within the goal, and which miss."""
+    counted = frame[frame["within_goal"].notna()]
+    misses = counted[counted["within_goal"] == False]  # noqa: E712 (a column of booleans and None)
+    text = (f"{int((counted['within_goal'] == True).sum())} of {len(counted)} predictions for transfers of "  # noqa: E712
+            f"{GOAL_MIN_BYTES} B and more are within {GOAL_PCT:g} %")
+    if len(misses):
+        text += "; misses: " + "; ".join(f"{r.machine} {r.quantity} at {int(r.size_bytes)} B ({r.error_pct:+.0f} %)"
+                                         for r in misses.itertuples())
+    return text
+
+
+def table(calibration_dir: Path = CALIBRATION_DIR) -> pd.DataFrame:
+    """Every comparison, published NIC first, then each calibrate file."""
+    rows = pcie_bench_rows()
+    for file in sorted(Path(calibration_dir).glob("*.toml")):
+        data = _load_toml(file)
+        if data.get("device", {}).get("simulator"):
+            continue                        # the CUDA simulator's timings are not measurements
+        rows += calibration_rows(file)
+    return pd.DataFrame(rows)

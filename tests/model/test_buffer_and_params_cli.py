@@ -1,0 +1,78 @@
+"""The hold-buffer closed form against the simulator, and `gpuwrite model buffer / params`."""
+import argparse
+import json
+
+import pytest
+
+from gpuwrite.cli import UsageError, model_cmd
+from gpuwrite.model import buffer, paths
+from gpuwrite.model.params import Params
+
+
+def run_cli(argv, capsys):
+    parser = argparse.ArgumentParser(prog="gpuwrite")
+    model_cmd.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(argv)
+    return args.func(args), capsys.readouterr().out
+
+STALLS = {"receiver": {"stall_period_ns": 80_000.0, "stall_duration_ns": 20_000.0}}
+
+
+def test_buffer_closed_form_is_littles_law_on_the_staging_loop():
+    params = Params()
+    result = buffer.need(params, 0.5)
+    timing = paths.path_timing("gpu_push", params.build_topology(), 4096, params)
+    loop_ns = (timing.stage_ns("pre") + timing.stage_ns("ingress") + timing.stage_ns("post")
+               + timing.wire_busy_ns + timing.staging_return_ns)
+    rate_bytes_per_ns = 0.5 * 4096 / timing.wire_busy_ns
+    assert result.staging_loop_ns == pytest.approx(loop_ns)
+    assert result.loop_bytes == pytest.approx(rate_bytes_per_ns * loop_ns)
+    assert result.stall_backlog_bytes == 0          # no stalls: the VL buffer covers the credit loop
+    assert result.buffer_bytes == -(-result.loop_bytes // 4096) * 4112
+
+
+def test_buffer_backlog_is_what_a_stall_pushes_beyond_the_free_credits():
+    params = Params().updated(STALLS)
+    result = buffer.need(params, 0.5)
+    x = result.target_gbps / 8
+    vl_payload = params.network.vl_buffer_bytes * 4096 / 4138
+    assert result.stall_backlog_bytes == pytest.approx(x * (20_000.0 + result.credit_loop_ns) - vl_payload)
+    assert not buffer.need(params, 0.9).feasible and buffer.need(params, 0.9).limit == "receiver"
+
+
+@pytest.mark.parametrize("topology", ["same_switch", "across_sockets"])
+@pytest.mark.parametrize("stalls", [{}, STALLS], ids=["steady", "stalls"])
+def test_the_simulator_sustains_the_share_with_that_buffer_and_not_with_less(topology, stalls):
+    params = Params(topology=topology).updated(stalls) if stalls else Params(topology=topology)
+    result = buffer.need(params, 0.7)
+    wire_ns = 4138 * 8 / params.network.rate_gbps
+    assert buffer.longest_gpu_wait_ns(params, result.buffer_bytes, 0.7) <= wire_ns   # never throttled
+    assert buffer.longest_gpu_wait_ns(params, int(0.8 * result.buffer_bytes), 0.7) > 10 * wire_ns
+
+
+def test_model_buffer_command(capsys):
+    code, out = run_cli(["model", "--json", "buffer", "--share", "0.5", "--topology", "same_switch",
+                         "--stall-period", "80000", "--stall-duration", "20000", "--check"], capsys)
+    row = json.loads(out)["rows"][0]
+    assert code == 0 and row["feasible"] and row["simulated_longest_gpu_wait_ns"] < 100
+    assert row["buffer_bytes"] == buffer.need(Params().updated(STALLS), 0.5).buffer_bytes
+    with pytest.raises(UsageError, match=r"share=1.5.*\(0, 1\]"):
+        run_cli(["model", "buffer", "--share", "1.5"], capsys)
+
+
+def test_model_params_prints_every_value_with_its_source_and_dumps_a_config(tmp_path, capsys):
+    dump = tmp_path / "all.toml"
+    code, out = run_cli(["model", "--json", "params", "--dump", str(dump)], capsys)
+    rows = json.loads(out)["parameters"]
+    assert code == 0 and len(rows) == len(Params().flat())
+    assert all(row["source"] and "no source" not in row["source"] for row in rows)
+    by_name = {row["parameter"]: row for row in rows}
+    assert "pcie-bench/data" in by_name["platform.socket_link_latency_ns"]["source"]
+    assert Params.from_toml(dump) == Params()
+    text = dump.read_text().replace("switch_latency_ns = 150.0", "switch_latency_ns = 90.0")
+    dump.write_text(text)
+    code, out = run_cli(["model", "--json", "params", "--config", str(dump)], capsys)
+    by_name = {row["parameter"]: row for row in json.loads(out)["parameters"]}
+    assert by_name["platform.switch_latency_ns"]["value"] == 90.0
+    assert "config file" in by_name["platform.switch_latency_ns"]["source"]
+    assert Params.from_toml(dump).build_topology().node("sw0").latency_ns == 90.0
