@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpuwrite.cli import UsageError
-from gpuwrite.cli.common import add_json_flag, console, print_json, table
+from gpuwrite.cli.common import add_json_flag, check_writable, console, print_json, table
 
 DEFAULT_DIR = Path("experiments") / "calibration"
 
@@ -39,10 +39,11 @@ def main(args) -> int:
     from gpuwrite.bench import calib
     from gpuwrite.model.params import Params
 
+    out = check_writable(args.out, "--out") if args.out else None
     with console.status("calibrating", spinner="dots") as status:
         data = calib.calibrate(args.runs, args.quick,
                                progress=None if args.json else lambda message: status.update(message))
-    out = Path(args.out) if args.out else DEFAULT_DIR / calib.default_file_name(data)
+    out = out or DEFAULT_DIR / calib.default_file_name(data)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(calib.to_toml(data))
     Params().with_calibration(out)  # the model accepts what was written

@@ -11,30 +11,40 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 
 from gpuwrite.cli import UsageError
+from gpuwrite.cli.common import check_result_path, check_writable, parse_size, parse_sizes, provenance, write_rows
 from gpuwrite.model import paths, pcie, sysfs
 from gpuwrite.model import topology as topo
 from gpuwrite.model.errors import ParamError
 from gpuwrite.model.params import PATHS, Params
 
-_UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1 << 20, "MB": 1 << 20, "MIB": 1 << 20}
+def _check_calibration(file) -> None:
+    """A calibration file must hold measurements of a real GPU: an empty file, or one that
+    ``gpuwrite calibrate --allow-simulator`` wrote (Python's timings), is refused."""
+    from pathlib import Path
 
+    from gpuwrite.model.params import _load_toml
 
-def parse_size(text: str) -> int:
-    """'4096', '4K', '64KiB', '1M' -> bytes."""
-    match = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", str(text))
-    if not match or match.group(2).upper() not in _UNITS:
-        raise UsageError(f"size {text!r} is not allowed; allowed: an integer number of bytes, "
-                         "optionally with K/KiB or M/MiB (e.g. 4096, 4K, 1MiB)")
-    return int(match.group(1)) * _UNITS[match.group(2).upper()]
+    path = Path(file)
+    if not path.is_file():
+        raise UsageError(f"--calibration={file!r} is not allowed; allowed: an existing TOML file",
+                         value=str(file), allowed="an existing TOML file")
+    data = _load_toml(path)
+    if not data.get("params", data):
+        raise UsageError(f"--calibration={file!r} is not allowed (it sets no parameter); allowed: a file "
+                         "`gpuwrite calibrate` wrote on a GPU", value=str(file), allowed="a calibration file")
+    if data.get("device", {}).get("simulator", False):
+        raise UsageError(f"--calibration={file!r} is not allowed (it was measured on the CUDA simulator, so its "
+                         "timings are Python's); allowed: a file `gpuwrite calibrate` wrote on a GPU",
+                         value=str(file), allowed="a calibration file measured on a GPU")
 
 
 def _params(args) -> Params:
     try:
         params = Params.from_toml(args.config) if getattr(args, "config", None) else Params()
         if getattr(args, "calibration", None):
+            _check_calibration(args.calibration)
             params = params.with_calibration(args.calibration)
         overrides = {}
         if getattr(args, "path", None):
@@ -70,7 +80,7 @@ def _table(title, columns):
 
 def cmd_path(args) -> int:
     params = _params(args)
-    size = parse_size(args.size)
+    size = parse_size(args.size, "--size")
     try:
         topology = params.build_topology()
         timing = paths.path_timing(params.path, topology, size, params)
@@ -96,7 +106,8 @@ def cmd_path(args) -> int:
 
 def cmd_compare(args) -> int:
     params = _params(args)
-    sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
+    sizes = parse_sizes(args.sizes, "--sizes")
+    check_result_path(args.out)
     topologies = list(topo.PRESETS) if args.topology in (None, "all") else [args.topology]
     rows = []
     for topology_name in topologies:
@@ -120,14 +131,19 @@ def cmd_compare(args) -> int:
             latency = row[f"{path}_latency_ns"]
             cells.append("-" if latency is None else f"{latency:,.0f} / {row[f'{path}_throughput_gbps']:,.0f}")
         table.add_row(row["topology"], str(row["size_bytes"]), *cells, f"{row['push_speedup_vs_pull']:.2f}x")
-    return _emit(args, {"rows": rows}, table)
+    data = {"rows": rows}
+    if args.out:
+        prov = provenance("model compare", {"sizes": sizes, "topology": args.topology,
+                                            "params": params.to_dict()}, "model")
+        data["out"] = str(write_rows(rows, args.out, prov))
+    return _emit(args, data, table)
 
 
 def cmd_pcie(args) -> int:
     try:
         link = pcie.LinkConfig(args.gen, args.width, args.mps, args.mrrs, args.rcb, args.address_bits,
                                args.ecrc, args.rcb_chunks)
-        size = parse_size(args.size)
+        size = parse_size(args.size, "--size")
         wire = pcie.wire_bytes(link, args.operation, size, args.start)
     except ParamError as exc:
         raise UsageError(str(exc)) from None
@@ -150,6 +166,9 @@ def cmd_pcie(args) -> int:
 
 
 def cmd_topology(args) -> int:
+    if args.sysfs is not None and not str(args.sysfs).strip():
+        raise UsageError("--sysfs='' is not allowed; allowed: a sysfs devices directory, e.g. /sys/devices",
+                         value="", allowed="a directory")
     try:
         topology = sysfs.from_sysfs(args.sysfs) if args.sysfs else topo.preset(args.preset or "same_switch")
     except ParamError as exc:
@@ -180,8 +199,7 @@ def cmd_params(args) -> int:
             sources[key] = f"config file {args.config}"
     rows = [{"parameter": key, "value": value, "source": sources[key]} for key, value in params.flat().items()]
     if args.dump:
-        from pathlib import Path
-        Path(args.dump).write_text(params.to_toml())
+        check_writable(args.dump, "--dump").write_text(params.to_toml())
     table = _table("model parameters" + (f" (written to {args.dump})" if args.dump else ""),
                    ["parameter", "value", "source"])
     table.columns[2].justify = "left"
@@ -201,7 +219,7 @@ def cmd_buffer(args) -> int:
                                  "stall_duration_ns": args.stall_duration or 0.0}
     if args.poll_interval is not None:
         overrides["gpu"] = {"poll_interval_ns": args.poll_interval}
-    size = parse_size(args.size)
+    size = parse_size(args.size, "--size")
     topologies = list(topo.PRESETS) if args.topology in (None, "all") else [args.topology]
     rows = []
     try:
@@ -289,6 +307,7 @@ def register(subparsers) -> None:
     p = leaf("compare", "every path on every topology at several sizes", cmd_compare)
     p.add_argument("--topology", choices=(*topo.PRESETS, "all"), default="all")
     p.add_argument("--sizes", default="64,256,4K,64K", help="comma-separated sizes")
+    p.add_argument("--out", help="also write the rows as a table (.parquet or .csv), with how they were made")
     machine_options(p)
 
     p = leaf("pcie", "bytes on the wire and efficiency of one PCIe read or write", cmd_pcie)

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 from gpuwrite.cli import UsageError
+from gpuwrite.cli.common import check_writable, provenance, write_rows
 from gpuwrite.model.errors import ParamError
 from gpuwrite.model.params import SimConfig
 
@@ -33,6 +34,7 @@ def cmd_sim(args) -> int:
     from gpuwrite.model.sim import simulate_config
 
     config = load_config(args)
+    out = check_writable(args.out, "--out", folder=True) if args.out else None
     try:
         if args.json:
             result = simulate_config(config)
@@ -44,12 +46,13 @@ def cmd_sim(args) -> int:
     except ParamError as exc:
         raise UsageError(f"{args.config}: {exc}") from None
     data = {key: (value.item() if hasattr(value, "item") else value) for key, value in summary.items()}
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
+    data["provenance"] = provenance("sim", config.to_dict(), "model")
+    if out is not None:
         result.messages.to_parquet(out / "messages.parquet")
         result.timeseries().to_parquet(out / "timeseries.parquet")
         (out / "summary.json").write_text(json.dumps(data, indent=2))
+        write_rows([{k: v for k, v in data.items() if k != "provenance"}], out / "summary.parquet",
+                   data["provenance"])
         (out / "config.toml").write_text(config.to_toml())
         data["out"] = str(out)
     if args.json:
@@ -62,6 +65,8 @@ def cmd_sim(args) -> int:
     table.add_column("figure")
     table.add_column("value", justify="right")
     for key, value in data.items():
+        if key == "provenance":
+            continue
         table.add_row(key, f"{value:,.2f}" if isinstance(value, float) else str(value))
     Console().print(table)
     return 0
