@@ -61,7 +61,8 @@ from gpuwrite import layouts as L
 from gpuwrite._gw_cffi import lib
 from gpuwrite.cudaenv import SIMULATOR, cuda
 from gpuwrite.device import verbs as dv
-from gpuwrite.device.intrinsics import address_of, bswap32, st_relaxed_sys_u32, st_v4_u32
+from gpuwrite.device.intrinsics import (address_of, backoff, bswap32, globaltimer_ns,
+                                        ld_acquire_sys_u32, st_relaxed_sys_u32, st_v4_u32)
 
 # -- paths and scopes -----------------------------------------------------------------
 # The same numbers as gpuwrite.paths.kernels.PATH_IDS (a test checks).
@@ -74,9 +75,11 @@ WARP_THREADS = 32
 
 # -- status codes -----------------------------------------------------------------------
 OK = dv.OK
-E_BAD_PATH = -16    # a path number that is none of GPU_PUSH .. AUTO
+E_BAD_PATH = -16        # a path number that is none of GPU_PUSH .. AUTO
+E_TIMEOUT_SIGNAL = -17  # wait_signal: the signal did not reach its value in time
 ERROR_NAMES = dict(dv.ERROR_NAMES)
 ERROR_NAMES[E_BAD_PATH] = "unknown path number (allowed 0 to 4: api.PATH_IDS)"
+ERROR_NAMES[E_TIMEOUT_SIGNAL] = "timed out waiting for a signal"
 
 
 def error_name(status: int) -> str:
@@ -309,6 +312,23 @@ def close(h):
 def status_of(h):
     """The handle's sticky status, as the leader sees it (call on the leader)."""
     return h[2][A_STATUS]
+
+
+@cuda.jit(device=True)
+def wait_signal(sig_words, slot, value, timeout_ns):
+    """Waits (one thread) until signal ``slot`` of a signal region (a uint32 view: two
+    words per 8-byte signal, low word first) reaches ``value`` (compared as a counter:
+    ``>=``, on the low 32 bits); returns OK or E_TIMEOUT_SIGNAL. Its acquire load orders
+    the caller's later loads of the data the signal covers; other threads that read the
+    data must synchronise with this one after it returns (a barrier)."""
+    start = globaltimer_ns()
+    pause = 64
+    while ld_acquire_sys_u32(sig_words, 2 * slot) < (value & 0xFFFFFFFF):
+        if globaltimer_ns() - start > timeout_ns:
+            return E_TIMEOUT_SIGNAL
+        backoff(pause)
+        pause = min(2 * pause, 1024)
+    return OK
 
 
 # -- path choice --------------------------------------------------------------------------
