@@ -541,10 +541,12 @@ def put_signal(h, src, src_word, nbytes, raddr, rkey, lkey, path, sig_raddr, sig
 # ======================================================================================
 # Host side
 # ======================================================================================
-# Message sizes the model is asked about: powers of two from 4 B to 64 MiB, and the
+# Message sizes the model is asked about: powers of two from 4 B to 16 MiB, and the
 # largest inline payload; between two sizes whose winners differ the crossover is
-# found by bisection.
-_GRID_BYTES = tuple(1 << k for k in range(2, 27))
+# found by bisection, to within 1/CROSSOVER_RESOLUTION of its size (the model's cost
+# grows with the size: it counts every TLP).
+_GRID_BYTES = tuple(1 << k for k in range(2, 25))
+CROSSOVER_RESOLUTION = 64
 _DEFAULT_TOPOLOGY = "same_switch"
 
 
@@ -597,7 +599,15 @@ class Thresholds:
         return cls(((1 << 62, path),), source=f"fixed: {path}")
 
     @classmethod
-    def from_model(cls, calibration: str | None = "newest", topology: str = _DEFAULT_TOPOLOGY,
+    def from_model(cls, *args, **kwargs) -> "Thresholds":
+        """``_from_model`` (below), computed once per process for each set of arguments."""
+        key = (args, tuple(sorted(kwargs.items())))
+        if key not in _MODEL_CACHE:
+            _MODEL_CACHE[key] = cls._from_model(*args, **kwargs)
+        return _MODEL_CACHE[key]
+
+    @classmethod
+    def _from_model(cls, calibration: str | None = "newest", topology: str = _DEFAULT_TOPOLOGY,
                    paths: tuple[str, ...] = ("gpu_push", "gpu_push_inline", "nic_pull",
                                              "host_staged")) -> "Thresholds":
         """The fastest path per size by the model's zero-load latency
@@ -606,7 +616,7 @@ class Thresholds:
         experiments/calibration/; None: the model's defaults). The crossovers are the
         model's, on real hardware; emulated mode's costs differ (its staging region is
         host memory), so measure before trusting them there."""
-        from gpuwrite.model import Params, rank_paths
+        from gpuwrite.model import Params, preset, rank_paths
 
         params = Params()
         used = "model defaults"
@@ -616,10 +626,16 @@ class Thresholds:
             params = params.with_calibration(calibration)
             used = f"calibration {os.path.basename(calibration)}"
 
+        topo = preset(topology)
+        known: dict[int, str] = {}
+
         def best(size: int) -> str:
-            for entry in rank_paths(topology, size, params):
+            if size in known:
+                return known[size]
+            for entry in rank_paths(topo, size, params):
                 if entry["path"] in paths and (entry["path"] != "gpu_push_inline" or
                                                size <= _MAX_INLINE):
+                    known[size] = entry["path"]
                     return entry["path"]
             raise ValueError(f"paths={paths}: none can carry {size} bytes")
 
@@ -631,7 +647,7 @@ class Thresholds:
             while won != winners[k + 1]:
                 # The largest size in [lo, hi) that ``won`` still wins: the crossover.
                 a, b = lo, hi
-                while b - a > 1:
+                while b - a > max(1, a // CROSSOVER_RESOLUTION):
                     mid = (a + b) // 2
                     if best(mid) == won:
                         a = mid
@@ -648,6 +664,9 @@ class Thresholds:
                 merged.append(rule)
         return cls(tuple(merged[-MAX_RULES:]),
                    source=f"model rank_paths on {topology}, {used}")
+
+
+_MODEL_CACHE: dict = {}
 
 
 def newest_calibration() -> str | None:
