@@ -61,6 +61,7 @@ from gpuwrite import layouts as L
 from gpuwrite._gw_cffi import lib
 from gpuwrite.cudaenv import SIMULATOR, cuda
 from gpuwrite.device import verbs as dv
+from gpuwrite.device.copy import copy_bytes as _copy_bytes   # 16-byte vectors (issue 14)
 from gpuwrite.device.intrinsics import (address_of, backoff, bswap32, globaltimer_ns,
                                         ld_acquire_sys_u32, st_relaxed_sys_u32, st_v4_u32)
 
@@ -180,18 +181,6 @@ def _rank(scope):
     if scope == SCOPE_WARP:
         return cuda.threadIdx.x & (WARP_THREADS - 1), WARP_THREADS
     return 0, 1
-
-
-@cuda.jit(device=True)
-def _copy_bytes(dst, dst_word, src, src_word, nbytes, rank, nranks):
-    """Copies ``nbytes`` from word ``src_word`` of ``src`` to word ``dst_word`` of
-    ``dst``, threads ``rank`` of ``nranks`` sharing the words. Stands in for
-    ``gpuwrite.device.copy.copy_bytes`` (issue 14), which has this signature."""
-    k = rank
-    nwords = (nbytes + 3) >> 2
-    while k < nwords:
-        dst[dst_word + k] = src[src_word + k]
-        k += nranks
 
 
 # -- opening and closing ----------------------------------------------------------------
