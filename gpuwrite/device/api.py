@@ -107,7 +107,10 @@ A_STATUS = 2    # sticky: the first error of this handle (leader only)
 A_SIG_END = 3   # producer index just after the last WQE that asks for a completion
 A_BC_ST = 4     # the leader's status, broadcast to the scope
 A_BC_WORD = 5   # the leader's reserved word, broadcast to the scope
-A_COLS = 8
+A_TIMEOUT_NS = 6    # cfg[C_TIMEOUT_NS], C_CHUNK_BYTES and C_RING_EACH_BYTES, copied at open:
+A_CHUNK_BYTES = 7   # a put reads them from shared memory, not from global memory
+A_RING_EACH_BYTES = 8
+A_COLS = 9
 ROW_COLS = _A0 + A_COLS
 
 
@@ -193,6 +196,9 @@ def _open(Q, cfg, qp, sh, slot, scope, leader):
         sh[slot, _A0 + A_QP] = qp
         sh[slot, _A0 + A_SCOPE] = scope
         sh[slot, _A0 + A_STATUS] = OK
+        sh[slot, _A0 + A_TIMEOUT_NS] = cfg[C_TIMEOUT_NS]
+        sh[slot, _A0 + A_CHUNK_BYTES] = cfg[C_CHUNK_BYTES]
+        sh[slot, _A0 + A_RING_EACH_BYTES] = cfg[C_RING_EACH_BYTES]
         # A QP left by ``close`` (or never used) asks for a completion at its last WQE.
         sh[slot, _A0 + A_SIG_END] = state_row[0, dv.S_PI]
     _sync(scope)
@@ -277,7 +283,7 @@ def quiet(h):
         st = a[A_STATUS]
         if st == OK:
             _flush(h)
-            st = dv.wait_done(q, 0, q[dv.Q_STATE][0, dv.S_PI], cfg[C_TIMEOUT_NS])
+            st = dv.wait_done(q, 0, q[dv.Q_STATE][0, dv.S_PI], a[A_TIMEOUT_NS])
             a[A_STATUS] = st
     st, w = _broadcast(a, scope, rank == 0, st, 0)
     _sync(scope)
@@ -394,7 +400,7 @@ def _leader_reserve(h, path, src, src_word, n, raddr, rkey, with_sig, sig_raddr,
         return st, 0
     if path < 0 or path > HOST_STAGED:
         return E_BAD_PATH, 0
-    timeout = cfg[C_TIMEOUT_NS]
+    timeout = a[A_TIMEOUT_NS]
     extra = 1 if with_sig else 0
     if n == 0 or small:
         st = OK
@@ -448,7 +454,7 @@ def _post(h, path, src, src_word, n, raddr, rkey, lkey, last, with_sig, sig_radd
     ring_now = False
     if leader:
         state = q[dv.Q_STATE]
-        ring_now = (not last) or n >= cfg[C_RING_EACH_BYTES]
+        ring_now = (not last) or n >= a[A_RING_EACH_BYTES]
         # A completion at least every quarter of the SQ: a wait for SQ space always has
         # one to wait for. host_staged's completions return bounce space: all ask.
         signaled = ring_now or path == HOST_STAGED or \
@@ -491,7 +497,7 @@ def _put(h, src, src_word, nbytes, raddr, rkey, lkey, path, with_sig, sig_raddr,
         path = path_for(cfg, nbytes)
     chunk = nbytes
     if path == GPU_PUSH or path == HOST_STAGED:
-        chunk = cfg[C_CHUNK_BYTES]
+        chunk = a[A_CHUNK_BYTES]
     chunks = 1
     if nbytes > chunk:
         chunks = (nbytes + chunk - 1) // chunk

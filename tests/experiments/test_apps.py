@@ -68,3 +68,48 @@ def test_bench_runs_end_to_end_at_toy_sizes(tmp_path):
         assert out[key]["send_messages"]["delivered"] == out[key]["send_messages"]["messages"]
         assert np.isfinite(out[key]["ratio"])
     assert out["alltoall"]["all_verified"]
+
+
+_PTX_SCRIPT = """
+import os, sys
+os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
+from numba import cuda, int64, uint32, uint64, types
+from numba.cuda import dispatcher
+# No GPU here: device functions ask the current device for its compute capability, so
+# name sm_90's (NVVM compiles without a GPU).
+class _Hopper:
+    compute_capability = (9, 0)
+dispatcher.get_current_device = lambda: _Hopper()
+from experiments.apps import alltoall, bench, pipeline
+u32, i64, u32_2d, i64_2d = uint32[::1], int64[::1], uint32[:, ::1], int64[:, ::1]
+# QueueSet.device_args on a GPU: mapped and device arrays, in verbs.Q_* order.
+Q = types.Tuple((u32_2d, u32_2d, uint64[::1], u32_2d, u32_2d, u32_2d, u32_2d, i64_2d, i64_2d,
+                 i64_2d, u32_2d))
+kernels = [(alltoall.dispatch, (Q, i64, u32, i64_2d, int64, i64)),
+           (pipeline.produce, (Q, i64, u32, i64, int64, i64, i64)),
+           (pipeline.consume, (u32, u32, int64, int64, uint64[::1], i64, i64)),
+           (bench.put_stream, (Q, i64, u32, i64, int64, types.boolean, i64, i64, i64))]
+for kernel, sig in kernels:
+    ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=(9, 0))
+    print(kernel.py_func.__name__, ptx.count("bar.warp.sync"), ptx.count("bar.sync"))
+"""
+
+
+def test_app_kernels_compile_for_a_gpu():
+    """The simulator runs kernels as Python and checks no types: compile every app
+    kernel (warp and block scope, put_signal, wait_signal) to sm_90 PTX."""
+    import os
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-c", _PTX_SCRIPT], capture_output=True, text=True,
+                       env=dict(os.environ, NUMBA_ENABLE_CUDASIM="0"), timeout=600)
+    if p.returncode != 0:
+        if "NVVM" in p.stderr or "libnvvm" in p.stderr:
+            pytest.skip("no NVVM on this machine to compile PTX with")
+        pytest.fail(p.stderr[-3000:])
+    counts = {line.split()[0]: tuple(map(int, line.split()[1:])) for line in p.stdout.split("\n")
+              if line.strip()}
+    assert counts["dispatch"][0] > 0          # warp scope: warp barriers
+    assert counts["produce"][1] > 0           # block scope: block barriers
+    assert set(counts) == {"dispatch", "produce", "consume", "put_stream"}
