@@ -393,3 +393,14 @@ def test_testbed_world_says_why_it_cannot_run():
         pytest.skip("an RDMA NIC is present: this checks the no-NIC message")
     with pytest.raises(api.TestbedNotReady, match="testbed mode unavailable: no"):
         api.Session(1, world="testbed", thresholds=api.Thresholds.fixed("gpu_push"))
+
+
+def test_the_readme_example_runs():
+    """The README's "Write your own kernel" example, as printed there."""
+    import pathlib
+    import re
+
+    text = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = text.split("## Write your own kernel", 1)[1].split("\n## ", 1)[0]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    exec(compile(code, "README.md: Write your own kernel", "exec"), {"__name__": "readme"})
