@@ -359,17 +359,14 @@ def _post_signal(q, raddr, rkey, value):
 
 @cuda.jit(device=True)
 def _inline_payload(q, src, src_word, nbytes, rank, nranks):
-    """The scope's share of an inline WQE's payload words, from word _W_DATA + 1 of the
-    WQE at the producer index on, BB by BB around the ring."""
-    pi = q[dv.Q_STATE][0, dv.S_PI]
+    """The scope's share of an inline WQE's payload, from word _W_DATA + 1 of the WQE at
+    the producer index on: one contiguous run, or two where it wraps the ring's end."""
     mask = q[dv.Q_INFO][0, dv.I_SQ_BBS] - 1
     sq = q[dv.Q_SQ][0]
-    k = rank
-    nwords = (nbytes + 3) >> 2
-    while k < nwords:
-        w = _W_DATA + 1 + k
-        sq[((pi + w // _BB_WORDS) & mask) * _BB_WORDS + w % _BB_WORDS] = src[src_word + k]
-        k += nranks
+    at = (q[dv.Q_STATE][0, dv.S_PI] & mask) * _BB_WORDS + _W_DATA + 1
+    first = min(nbytes, ((mask + 1) * _BB_WORDS - at) * 4)
+    _copy_bytes(sq, at, src, src_word, first, rank, nranks)
+    _copy_bytes(sq, 0, src, src_word + (first >> 2), nbytes - first, rank, nranks)
 
 
 @cuda.jit(device=True)

@@ -114,10 +114,10 @@ class Layout:
 
 
 def _run(kernel, grid, threads, path, sizes, thresholds=None, chunk_bytes=256, link=None,
-         n_qps=2):
+         n_qps=2, sq_bbs=256):
     layout = Layout(n_qps, sizes)
     with api.Session(n_qps, thresholds=thresholds or api.Thresholds.fixed("gpu_push"),
-                     chunk_bytes=chunk_bytes, link=link, timeout_s=20) as s:
+                     chunk_bytes=chunk_bytes, link=link, timeout_s=20, sq_bbs=sq_bbs) as s:
         src, smr = s.source(layout.payload)
         dst, dmr = s.receive(layout.words, fill=CANARY)
         plan = layout.plan.copy()
@@ -144,6 +144,15 @@ def test_put_delivers_exact_bytes_in_qp_order(scope, path):
     column = {"gpu_push": "bytes_pushed", "gpu_push_inline": "bytes_inline",
               "nic_pull": "bytes_pulled", "host_staged": "bytes_host_read"}[path]
     assert counters[column] == int(layout.plan[:, :, M_BYTES].sum()), counters
+
+
+def test_inline_payloads_wrap_the_send_queue():
+    # 300-byte inline WQEs take 6 BBs: in a 64-BB ring the 11th starts at BB 60 and its
+    # payload runs past the ring's end into BB 0.
+    layout, got, status, counters, errors = _run(_send_block, 1, 8, "gpu_push_inline",
+                                                 [300] * 11, n_qps=1, sq_bbs=64)
+    assert list(status) == [api.OK], errors
+    assert np.array_equal(got, layout.want())
 
 
 def test_path_numbers_are_the_kernels():
