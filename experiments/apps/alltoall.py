@@ -18,7 +18,6 @@ to the bytes moved over the bulk GPU-store bandwidth (the push ceiling).
 """
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass
 
@@ -189,11 +188,8 @@ def run(ranks: int = 4, tokens: int = 16, token_bytes: int = 64, paths=common.PA
                 "gbytes_per_s": out["bytes_moved"] / seconds / 1e9,
                 "ratio_to_bulk_store_time": seconds / ideal_s if ideal_s == ideal_s else None,
                 "verified": not bad and not errors, "bad_pairs": bad[:10], "errors": errors}
-    out["all_verified"] = all(v.get("verified", True) for v in out["paths"].values())
-    if SIMULATOR:
-        out["note"] = ("CUDA simulator: times are a Python interpreter's, not a GPU's; only "
-                       "the byte checks mean anything here")
-    return out
+    return common.verdict(out, "times are a Python interpreter's, not a GPU's; only the "
+                               "byte checks mean anything here")
 
 
 def main(argv=None) -> int:
@@ -206,14 +202,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.ranks < 2 or args.ranks > 64:
         parser.error(f"--ranks {args.ranks}: allowed 2 to 64")
-    try:
-        out = run(args.ranks, args.tokens, args.token_bytes, args.paths, args.repeats, args.world)
-    except api.TestbedNotReady as exc:
-        return common.skip(exc.reason, args.json)
-    if args.json:
-        print(json.dumps(out, indent=2, default=str))
-    else:
-        print(out["world"])
+
+    def table(out):
         print(f"{args.ranks} ranks x {args.tokens} tokens of {args.token_bytes} B: "
               f"{out['bytes_moved']} bytes; bulk store {out['bulk_store_gbytes']:.1f} GB/s "
               f"({out['bulk_store_source']})")
@@ -221,13 +211,12 @@ def main(argv=None) -> int:
             if "skipped" in row:
                 print(f"  {path:16s} skipped: {row['skipped']}")
                 continue
-            ratio = row["ratio_to_bulk_store_time"]
             print(f"  {path:16s} {row['seconds'] * 1e6:10.1f} us  {row['gbytes_per_s']:7.2f} GB/s  "
-                  f"x{ratio:.2f} of bytes/bulk-store  verified={row['verified']}"
-                  + (f"  errors={row['errors']}" if row["errors"] else ""))
-        if "note" in out:
-            print(out["note"])
-    return 0 if out["all_verified"] else 1
+                  f"x{row['ratio_to_bulk_store_time']:.2f} of bytes/bulk-store  "
+                  f"verified={row['verified']}" + (f"  errors={row['errors']}" if row["errors"] else ""))
+
+    return common.emit(lambda: run(args.ranks, args.tokens, args.token_bytes, args.paths,
+                                   args.repeats, args.world), args.json, table)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 
 import numpy as np
@@ -92,6 +91,32 @@ def skip(reason: str, as_json: bool) -> int:
     """Says why the chosen world cannot run here; the exit status to return."""
     print(json.dumps({"skipped": reason}) if as_json else f"skipped: {reason}")
     return EXIT_UNAVAILABLE
+
+
+def emit(run, as_json: bool, print_table) -> int:
+    """Runs an application (``run()`` returns its table), prints it as JSON or through
+    ``print_table``; the exit status: 0 if every byte checked out, 1 if not, 3 where the
+    chosen world cannot run here."""
+    try:
+        out = run()
+    except api.TestbedNotReady as exc:
+        return skip(exc.reason, as_json)
+    if as_json:
+        print(json.dumps(out, indent=2, default=str))
+    else:
+        print(out["world"])
+        print_table(out)
+        if "note" in out:
+            print(out["note"])
+    return 0 if out["all_verified"] else 1
+
+
+def verdict(out: dict, simulator_note: str) -> dict:
+    """Marks the table verified if every path's run was, and notes the simulator."""
+    out["all_verified"] = all(v.get("verified", True) for v in out["paths"].values())
+    if SIMULATOR:
+        out["note"] = f"CUDA simulator: {simulator_note}"
+    return out
 
 
 def default_repeats(repeats: int | None) -> int:

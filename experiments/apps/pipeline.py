@@ -19,7 +19,6 @@ tile seen, per path.
 """
 from __future__ import annotations
 
-import json
 import sys
 
 import numpy as np
@@ -162,12 +161,9 @@ def run(tiles: int = 6, tile_bytes: int = 1000, producers: int = 2, consumers: i
                 "verified": all(r["verified"] for r in runs),
                 "producer_errors": {k: v for r in runs for k, v in r["producer_errors"].items()},
                 "consumer_errors": {k: v for r in runs for k, v in r["consumer_errors"].items()}}
-    out["all_verified"] = all(v.get("verified", True) for v in out["paths"].values())
-    if SIMULATOR:
-        out["note"] = ("CUDA simulator: the producer runs before the consumer (one kernel at a "
-                       "time) and times are a Python interpreter's; only the checks mean "
-                       "anything here")
-    return out
+    return common.verdict(out, "the producer runs before the consumer (one kernel at a "
+                               "time) and times are a Python interpreter's; only the checks "
+                               "mean anything here")
 
 
 def main(argv=None) -> int:
@@ -181,15 +177,8 @@ def main(argv=None) -> int:
     parser.add_argument("--consumers", type=common.positive, default=2 if SIMULATOR else 8,
                         help="consumer blocks")
     args = parser.parse_args(argv)
-    try:
-        out = run(args.tiles, args.tile_bytes, args.producers, args.consumers,
-                  paths=args.paths, repeats=args.repeats, world_name=args.world)
-    except api.TestbedNotReady as exc:
-        return common.skip(exc.reason, args.json)
-    if args.json:
-        print(json.dumps(out, indent=2, default=str))
-    else:
-        print(out["world"])
+
+    def table(out):
         print(f"{args.tiles} tiles of {args.tile_bytes} B, {args.producers} producer and "
               f"{args.consumers} consumer blocks")
         for path, row in out["paths"].items():
@@ -200,9 +189,10 @@ def main(argv=None) -> int:
             print(f"  {path:16s} {row['seconds'] * 1e6:10.1f} us  "
                   f"{row['gbytes_per_s'] or 0:7.2f} GB/s  verified={row['verified']}"
                   + (f"  errors={errors}" if errors else ""))
-        if "note" in out:
-            print(out["note"])
-    return 0 if out["all_verified"] else 1
+
+    return common.emit(lambda: run(args.tiles, args.tile_bytes, args.producers, args.consumers,
+                                   paths=args.paths, repeats=args.repeats,
+                                   world_name=args.world), args.json, table)
 
 
 if __name__ == "__main__":

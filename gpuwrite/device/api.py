@@ -55,7 +55,7 @@ import os
 from dataclasses import dataclass
 
 import numpy as np
-from numba import int64, uint32
+from numba import uint32
 
 from gpuwrite import layouts as L
 from gpuwrite._gw_cffi import lib
@@ -244,8 +244,8 @@ def _flush(h):
 
 @cuda.jit(device=True)
 def _broadcast(a, scope, leader, status, word):
-    """The leader's (status, word) on every thread of the scope. Two barriers: the
-    second keeps the leader from writing the next broadcast before all have read."""
+    """The leader's (status, word) on every thread of the scope. The caller's next
+    barrier keeps the leader from writing the next broadcast before all have read."""
     if scope == SCOPE_THREAD:
         return status, word
     if leader:
@@ -256,8 +256,8 @@ def _broadcast(a, scope, leader, status, word):
 
 
 @cuda.jit(device=True)
-def flush(h):
-    """Rings the doorbell for every put not yet announced; returns the handle's status."""
+def _announce(h, wait):
+    """Rings for every put not yet announced and, if ``wait``, waits for all of them."""
     Q, q, a, cfg = h
     scope = a[A_SCOPE]
     rank, nranks = _rank(scope)
@@ -266,28 +266,25 @@ def flush(h):
         st = a[A_STATUS]
         if st == OK:
             _flush(h)
+            if wait:
+                st = dv.wait_done(q, 0, q[dv.Q_STATE][0, dv.S_PI], a[A_TIMEOUT_NS])
+                a[A_STATUS] = st
     st, w = _broadcast(a, scope, rank == 0, st, 0)
     _sync(scope)
     return st
 
 
 @cuda.jit(device=True)
+def flush(h):
+    """Rings the doorbell for every put not yet announced; returns the handle's status."""
+    return _announce(h, False)
+
+
+@cuda.jit(device=True)
 def quiet(h):
     """Waits until every put of this handle's QP has completed; returns OK or the first
     error (a timeout after ``cfg[C_TIMEOUT_NS]``, an error completion, a QP in error)."""
-    Q, q, a, cfg = h
-    scope = a[A_SCOPE]
-    rank, nranks = _rank(scope)
-    st = OK
-    if rank == 0:
-        st = a[A_STATUS]
-        if st == OK:
-            _flush(h)
-            st = dv.wait_done(q, 0, q[dv.Q_STATE][0, dv.S_PI], a[A_TIMEOUT_NS])
-            a[A_STATUS] = st
-    st, w = _broadcast(a, scope, rank == 0, st, 0)
-    _sync(scope)
-    return st
+    return _announce(h, True)
 
 
 @cuda.jit(device=True)

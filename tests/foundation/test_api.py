@@ -26,11 +26,9 @@ M_SRC, M_BYTES, M_DST = range(3)
 SLOW_GBPS = 2e-5
 
 
-@cuda.jit
-def _send_block(Q, cfg, src, plan, keys, path, status):
-    sh = cuda.shared.array(SLOTS2, int64)
-    qp = cuda.blockIdx.x
-    h = api.open_block(Q, cfg, qp, sh)
+@cuda.jit(device=True)
+def _put_plan(h, src, plan, qp, keys, path):
+    """QP ``qp``'s messages of the plan, in order, then quiet; the first error."""
     st = api.OK
     for m in range(plan.shape[1]):
         if st == api.OK:
@@ -38,24 +36,25 @@ def _send_block(Q, cfg, src, plan, keys, path, status):
                          keys[0], keys[1], path)
     done = api.quiet(h)
     api.close(h)
+    return st if st != api.OK else done
+
+
+@cuda.jit
+def _send_block(Q, cfg, src, plan, keys, path, status):
+    sh = cuda.shared.array(SLOTS2, int64)
+    qp = cuda.blockIdx.x
+    st = _put_plan(api.open_block(Q, cfg, qp, sh), src, plan, qp, keys, path)
     if cuda.threadIdx.x == 0:
-        status[qp] = st if st != api.OK else done
+        status[qp] = st
 
 
 @cuda.jit
 def _send_warp(Q, cfg, src, plan, keys, path, status):
     sh = cuda.shared.array(SLOTS2, int64)
     qp = cuda.blockIdx.x * 2 + cuda.threadIdx.x // 32    # two warps, two QPs per block
-    h = api.open_warp(Q, cfg, qp, sh)
-    st = api.OK
-    for m in range(plan.shape[1]):
-        if st == api.OK:
-            st = api.put(h, src, plan[qp, m, M_SRC], plan[qp, m, M_BYTES], plan[qp, m, M_DST],
-                         keys[0], keys[1], path)
-    done = api.quiet(h)
-    api.close(h)
+    st = _put_plan(api.open_warp(Q, cfg, qp, sh), src, plan, qp, keys, path)
     if cuda.threadIdx.x % 32 == 0:
-        status[qp] = st if st != api.OK else done
+        status[qp] = st
 
 
 @cuda.jit
@@ -64,15 +63,7 @@ def _send_thread(Q, cfg, src, plan, keys, path, status):
     t = cuda.threadIdx.x
     if t < 2:                                           # two threads, a QP each
         qp = cuda.blockIdx.x * 2 + t
-        h = api.open_thread(Q, cfg, qp, sh, t)
-        st = api.OK
-        for m in range(plan.shape[1]):
-            if st == api.OK:
-                st = api.put(h, src, plan[qp, m, M_SRC], plan[qp, m, M_BYTES],
-                             plan[qp, m, M_DST], keys[0], keys[1], path)
-        done = api.quiet(h)
-        api.close(h)
-        status[qp] = st if st != api.OK else done
+        status[qp] = _put_plan(api.open_thread(Q, cfg, qp, sh, t), src, plan, qp, keys, path)
 
 
 SCOPES = {"thread": (_send_thread, 1, 32), "warp": (_send_warp, 1, 64), "block": (_send_block, 2, 8)}
