@@ -78,9 +78,11 @@ WARP_THREADS = 32
 OK = dv.OK
 E_BAD_PATH = -16        # a path number that is none of GPU_PUSH .. AUTO
 E_TIMEOUT_SIGNAL = -17  # wait_signal: the signal did not reach its value in time
+E_BAD_SIZE = -18        # a negative message size
 ERROR_NAMES = dict(dv.ERROR_NAMES)
 ERROR_NAMES[E_BAD_PATH] = "unknown path number (allowed 0 to 4: api.PATH_IDS)"
 ERROR_NAMES[E_TIMEOUT_SIGNAL] = "timed out waiting for a signal"
+ERROR_NAMES[E_BAD_SIZE] = "negative message size (allowed: 0 or more bytes)"
 
 
 def error_name(status: int) -> str:
@@ -484,9 +486,27 @@ def _post(h, path, src, src_word, n, raddr, rkey, lkey, last, with_sig, sig_radd
 
 
 @cuda.jit(device=True)
+def _fail(h, code):
+    """Makes ``code`` the handle's status unless it has one; returns the status."""
+    Q, q, a, cfg = h
+    scope = a[A_SCOPE]
+    leader = _rank(scope)[0] == 0
+    st = OK
+    if leader:
+        if a[A_STATUS] == OK:
+            a[A_STATUS] = code
+        st = a[A_STATUS]
+    st, w = _broadcast(a, scope, leader, st, 0)
+    _sync(scope)
+    return st
+
+
+@cuda.jit(device=True)
 def _put(h, src, src_word, nbytes, raddr, rkey, lkey, path, with_sig, sig_raddr, sig_rkey,
          sig_value):
     Q, q, a, cfg = h
+    if nbytes < 0:
+        return _fail(h, E_BAD_SIZE)
     if path == AUTO:
         path = path_for(cfg, nbytes)
     chunk = nbytes
@@ -787,6 +807,11 @@ class Session:
         return out
 
     def close(self) -> None:
+        """Deregisters the session's regions (no byte lands there again) and closes the
+        context if the session opened it."""
+        if getattr(self, "pd", None) is not None:
+            self.pd.close()
+            self.pd = None
         if getattr(self, "context", None) is not None and self._own_ctx:
             self.context.stop()
             self.context.close()

@@ -323,6 +323,27 @@ def test_a_bad_rkey_ends_quiet_with_the_named_error_completion():
     assert not dst.any()                          # no byte landed
 
 
+@cuda.jit
+def _put_negative(Q, cfg, src, out):
+    sh = cuda.shared.array(SLOTS2, int64)
+    h = api.open_warp(Q, cfg, 0, sh)
+    a = api.put(h, src, 0, -4, 0, 0, 0, api.GPU_PUSH)
+    b = api.quiet(h)
+    api.close(h)
+    if cuda.threadIdx.x == 0:
+        out[0], out[1] = a, b
+
+
+def test_a_negative_size_is_an_error():
+    with api.Session(1, thresholds=api.Thresholds.fixed("gpu_push")) as s:
+        src, _ = s.source(np.zeros(4, dtype=np.uint32))
+        out = cuda.to_device(np.zeros(2, dtype=np.int64))
+        s.start()
+        _put_negative[1, 32](s.Q, s.cfg, src, out)
+        assert list(out.copy_to_host()) == [api.E_BAD_SIZE] * 2
+    assert "negative message size" in api.error_name(api.E_BAD_SIZE)
+
+
 def test_an_unknown_path_is_an_error_and_it_sticks():
     got, errors, dst = _put_twice_run(7)
     assert list(got) == [api.E_BAD_PATH] * 3      # the second put and quiet keep the first
