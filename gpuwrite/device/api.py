@@ -452,9 +452,13 @@ def _post(h, path, src, src_word, n, raddr, rkey, lkey, last, with_sig, sig_radd
         state = q[dv.Q_STATE]
         ring_now = (not last) or n >= a[A_RING_EACH_BYTES]
         # A completion at least every quarter of the SQ: a wait for SQ space always has
-        # one to wait for. host_staged's completions return bounce space: all ask.
-        signaled = ring_now or path == HOST_STAGED or \
-            state[0, dv.S_PI] - a[A_SIG_END] >= (q[dv.Q_INFO][0, dv.I_SQ_BBS] >> 2)
+        # one to wait for. host_staged's completions return bounce space: all ask. A put
+        # on an idle QP asks too: a quiet right after it then needs no CQ_UPDATE patch
+        # (one more write to the SQ before the doorbell), and while puts stream the QP
+        # is not idle as the kernel sees it (it reads completions only when it waits).
+        pi = state[0, dv.S_PI]
+        signaled = ring_now or path == HOST_STAGED or pi == state[0, dv.S_DONE] or \
+            pi - a[A_SIG_END] >= (q[dv.Q_INFO][0, dv.I_SQ_BBS] >> 2)
         st, word = _leader_reserve(h, path, src, src_word, n, raddr, rkey, with_sig, sig_raddr,
                                    sig_rkey, sig_value, signaled, ring_now, small)
         if st != OK:

@@ -236,6 +236,7 @@ def test_put_signal_never_shows_the_signal_before_the_data(path, words):
         s.start()
         _signal_race[2, 4](s.Q, s.cfg, src, cuda.to_device(prm), api.PATH_IDS[path],
                            recv.kernel, sig.kernel, out)
+        cuda.synchronize()     # a GPU launch returns at once: the engine must outlive it
     assert list(out[:2]) == [api.OK, api.OK], [api.error_name(x) for x in out[:2]]
     assert out[2] == 1, "the NIC had delivered every signal before the consumer began"
     assert out[3] == 0, f"{out[3]} words read after their signal were not the data"
@@ -282,6 +283,7 @@ def test_quiet_returns_only_when_every_put_completed(path):
         s.start()
         _quiet_then_look[1, 8](s.Q, s.cfg, src, cuda.to_device(prm), api.PATH_IDS[path],
                                recv.kernel, out)
+        cuda.synchronize()
     assert out[2] == api.OK, api.error_name(out[2])
     assert out[0] == 0, "the last message had landed before quiet: nothing to wait for"
     assert out[1] == 0, f"{out[1]} words had not landed when quiet returned"
