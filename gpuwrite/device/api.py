@@ -681,6 +681,21 @@ class Thresholds:
 
 _MODEL_CACHE: dict = {}
 
+# Where the model cannot be imported (its table libraries missing): the crossovers it
+# computes for the reference H200 (experiments/calibration/nvidia-h200-2026-11-21.toml,
+# same_switch): inline up to 220 B, gpu_push up to 3.8 MiB, nic_pull above.
+FALLBACK_RULES = ((220, "gpu_push_inline"), (3833856, "gpu_push"), (1 << 62, "nic_pull"))
+
+
+def default_thresholds() -> Thresholds:
+    """``Thresholds.from_model()``, or ``FALLBACK_RULES`` where the model is not
+    importable (the source says which)."""
+    try:
+        return Thresholds.from_model()
+    except ImportError as exc:
+        return Thresholds(FALLBACK_RULES, source=f"fallback FALLBACK_RULES (the model did "
+                                                 f"not import: {exc})")
+
 
 def newest_calibration() -> str | None:
     """The newest ``gpuwrite calibrate`` file in the checkout's experiments/calibration/."""
@@ -741,7 +756,7 @@ class Session:
         if sq_bbs < 64:
             raise ValueError(f"sq_bbs={sq_bbs}: at least 64 (a completion is asked for every "
                              "quarter of the SQ, and an inline WQE takes up to 8 BBs)")
-        self.thresholds = thresholds or Thresholds.from_model()
+        self.thresholds = thresholds or default_thresholds()
         self.chunk_bytes = chunk_bytes
         if stage_slots is None:
             stage_slots = max(64, 4 * L.stage_slots_needed(chunk_bytes, stage_slot_bytes))

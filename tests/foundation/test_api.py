@@ -381,7 +381,15 @@ def test_thresholds_validate_themselves():
 
 
 def test_model_thresholds_follow_the_model_winner():
+    pytest.importorskip("pandas")         # gpuwrite.model's simulator needs it
     from gpuwrite.model import Params, rank_paths
+
+    import pathlib
+
+    h200 = pathlib.Path(__file__).resolve().parents[2] / "experiments" / "calibration" / \
+        "nvidia-h200-2026-11-21.toml"
+    assert api.Thresholds(api.FALLBACK_RULES).rules == \
+        api.Thresholds.from_model(calibration=str(h200)).rules    # as its comment says
 
     t = api.Thresholds.from_model(calibration=None)
     assert "model defaults" in t.source
