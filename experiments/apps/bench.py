@@ -37,6 +37,9 @@ TARGET_LATENCY_RATIO_MAX = 1.05
 TARGET_BANDWIDTH_RATIO_MIN = 0.95
 TARGET_RATE_RATIO_MIN = 0.95
 SLOT1 = api.slots_shape(1)
+# The rings runner.run gives 64-byte messages (64 staging slots of 256 B, a 64 KiB bounce
+# ring): a larger staging ring spreads the engine's reads over more memory.
+SMALL_RINGS = dict(sq_bbs=256, stage_slots=64, stage_slot_bytes=256, bounce_bytes=65536)
 # Kernel parameters: destination address, rkey, source lkey, message bytes, messages per
 # QP, doorbell batch.
 B_DST, B_RKEY, B_LKEY, B_BYTES, B_PER_QP, B_BATCH = range(6)
@@ -117,7 +120,7 @@ def _prm(dmr, smr, size_bytes, per_qp, batch):
 
 def put_latency_run(n_msgs: int, size_bytes: int = 64, path: str = "gpu_push") -> dict:
     """The put kernel's post-to-completion latency, one message in flight."""
-    with api.Session(1, thresholds=api.Thresholds.fixed(path), sq_bbs=256) as s:
+    with api.Session(1, thresholds=api.Thresholds.fixed(path), **SMALL_RINGS) as s:
         payload, src, smr, dst, dmr = _buffers(s, n_msgs, size_bytes)
         t_ns = cuda.to_device(np.zeros(n_msgs, dtype=np.int64))
         status = cuda.to_device(np.full(1, 99, dtype=np.int64))
@@ -232,7 +235,7 @@ def run(quick: bool = False, toy: bool = False, progress=None) -> dict:
     for k in range(reps):
         step(f"64-byte message rate ({k + 1} of {reps})")
         put_runs.append(put_stream_run(n_qps, per_qp, 64, threads=32, batch=16,
-                                       warp_scope=True, workers=workers))
+                                       warp_scope=True, workers=workers, **SMALL_RINGS))
         sm_runs.append(_sm_stream(runner.run("gpu_push", [64] * (n_qps * per_qp), n_qps=n_qps,
                                              batch=16, block_threads=32, workers=workers)))
     out["rate_64B"] = _compare(put_runs, sm_runs, "mpps", False, TARGET_RATE_RATIO_MIN)
