@@ -171,7 +171,7 @@ def run(ranks: int = 4, tokens: int = 16, token_bytes: int = 64, paths=common.PA
             if not SIMULATOR:
                 a2a.reset()
                 a2a.launch(path)     # warm-up: compiles the kernel; checked too
-                cuda.synchronize()
+                common.sync()
                 checks.append(a2a.check())
             times = []
             for _ in range(repeats):

@@ -127,7 +127,7 @@ def put_latency_run(n_msgs: int, size_bytes: int = 64, path: str = "gpu_push") -
         s.start()
         put_latency[1, 32](s.Q, s.cfg, src, _prm(dmr, smr, size_bytes, n_msgs, 1),
                            api.PATH_IDS[path], t_ns, status)
-        cuda.synchronize()
+        common.sync()
         lat = t_ns.copy_to_host()
         st = int(status.copy_to_host()[0])
         return {"p50_us": float(np.percentile(lat, 50) / 1e3),
@@ -148,7 +148,7 @@ def put_stream_run(n_qps: int, per_qp: int, size_bytes: int, *, threads: int, ba
         s.start()
         put_stream[n_qps, threads](s.Q, s.cfg, src, _prm(dmr, smr, size_bytes, per_qp, batch),
                                    api.PATH_IDS[path], warp_scope, t_first, t_last, status)
-        cuda.synchronize()
+        common.sync()
         span_ns = int(t_last.copy_to_host().max() - t_first.copy_to_host().min())
         st = status.copy_to_host()
         return {"gbytes": n_msgs * size_bytes / span_ns if span_ns > 0 else 0.0,

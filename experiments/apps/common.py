@@ -67,6 +67,17 @@ class Timer:
             self.seconds = cuda.event_elapsed_time(self._start, self._end) / 1e3
 
 
+def sync(*streams) -> None:
+    """Waits for the kernels launched on the legacy default stream and on ``streams``,
+    not for the whole device: a persistent kernel (issue 14's nic_pull agent) may run
+    beside them on a stream of its own until it is stopped."""
+    if SIMULATOR:
+        return
+    cuda.default_stream().synchronize()
+    for stream in streams:
+        stream.synchronize()
+
+
 def bulk_store_gbytes() -> tuple[float, str]:
     """The push ceiling, GB/s, and where it came from: measured now on a GPU (full-grid
     stores into mapped host memory, as ``gpuwrite bench`` does), or on the simulator

@@ -140,7 +140,7 @@ def run(tiles: int = 6, tile_bytes: int = 1000, producers: int = 2, consumers: i
                     s_consumer, s_producer = cuda.stream(), cuda.stream()
                     consume[consumers, threads, s_consumer](*c_args)
                     produce[producers, threads, s_producer](*p_args)
-                    cuda.synchronize()
+                    common.sync(s_consumer, s_producer)
                 ps, cs = p_status.copy_to_host(), c_status.copy_to_host()
                 got = recv.host.reshape(tiles, tile_words)
                 sig_ok = np.array_equal(sig.host.view(np.uint64), np.arange(1, tiles + 1))
