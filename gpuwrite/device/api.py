@@ -39,7 +39,8 @@ Semantics:
     last one asks for a completion (completions retire every WQE before the one they
     name): if it did not, its control segment's CQ_UPDATE bit is set before the doorbell
     announces it.
-  * Status codes are the verbs' (``gpuwrite.device.verbs.E_*``), plus ``E_BAD_PATH``.
+  * Status codes are the verbs' (``gpuwrite.device.verbs.E_*``), plus ``E_BAD_PATH``,
+    ``E_BAD_SIZE`` and ``wait_signal``'s ``E_TIMEOUT_SIGNAL``.
     An error is sticky: once a put or a wait of a handle fails, every later call on
     it returns the first error without touching the QP (``error_name`` names it;
     ``Session.qp_errors`` adds the syndrome of an error completion).
