@@ -141,6 +141,15 @@ class AllToAll:
                 "errors": self.session.qp_errors(status)}
 
 
+def _auto_choices(thresholds: api.Thresholds, routing: Routing) -> dict:
+    """How many pairs ``auto`` sends on each path (the host's twin of ``api.path_for``)."""
+    out: dict = {}
+    for n in routing.run_bytes.ravel():
+        path = thresholds.path_for(int(n))
+        out[path] = out.get(path, 0) + 1
+    return out
+
+
 def run(ranks: int = 4, tokens: int = 16, token_bytes: int = 64, paths=common.PATH_CHOICES,
         repeats: int | None = None, world_name: str = "emulated", seed: int = 5,
         session_kwargs: dict | None = None) -> dict:
@@ -155,7 +164,7 @@ def run(ranks: int = 4, tokens: int = 16, token_bytes: int = 64, paths=common.PA
            "largest_pair_bytes": int(r.run_bytes.max()),
            "thresholds": {"rules": [list(x) for x in session.thresholds.rules],
                           "source": session.thresholds.source},
-           "paths": {}}
+           "auto_pairs_per_path": _auto_choices(session.thresholds, r), "paths": {}}
     gbytes, source = common.bulk_store_gbytes()
     out["bulk_store_gbytes"], out["bulk_store_source"] = gbytes, source
     ideal_s = out["bytes_moved"] / (gbytes * 1e9) if gbytes == gbytes else float("nan")

@@ -17,6 +17,7 @@ def test_alltoall_delivers_every_byte_on_every_path():
         assert row["seconds"] > 0 and row["ratio_to_bulk_store_time"] > 0
     assert out["all_verified"]
     assert out["bytes_moved"] == 2 * 3 * 62
+    assert sum(out["auto_pairs_per_path"].values()) == 4
 
 
 def test_alltoall_check_finds_what_did_not_arrive():
