@@ -1,0 +1,279 @@
+"""A kernel written with put + quiet against ``send_messages``, in the same run, and the
+all-to-all's time per path.
+
+Targets (issue 15), gpu_push, each a ratio of the put kernel to ``send_messages``
+(``gpuwrite.paths.runner.run``) measured in the same process, runs interleaved:
+  * 64-byte latency, post to completion seen by the kernel, one QP, one message in
+    flight: put kernel p50 <= 1.05 x send_messages p50 (median of three runs each);
+  * 1 MiB bandwidth, 128 QPs, 64 KiB WQEs, the configuration of ``gpuwrite bench``
+    (``gpuwrite.bench.suite.BANDWIDTH_RUN``): >= 0.95 x (median of five runs each);
+  * 64-byte message rate, 256 QPs of one warp, a doorbell every 16 messages:
+    >= 0.95 x (median of three runs each).
+And the all-to-all (``experiments.apps.alltoall``) per path, with its ratio to the
+bytes moved over the bulk-store bandwidth measured in the same run.
+
+    python3 -m experiments.apps.bench --out put_api_bench.json     # on a GPU, ~2 minutes
+
+On the CUDA simulator ``--toy`` runs every step at toy sizes (what CI checks); its
+timings are a Python interpreter's.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import numpy as np
+from numba import int64
+
+from experiments.apps import alltoall, common
+from gpuwrite.bench import suite
+from gpuwrite.cudaenv import SIMULATOR, cuda
+from gpuwrite.device import api
+from gpuwrite.device.intrinsics import globaltimer_ns
+from gpuwrite.paths import runner
+
+TARGET_LATENCY_RATIO_MAX = 1.05
+TARGET_BANDWIDTH_RATIO_MIN = 0.95
+TARGET_RATE_RATIO_MIN = 0.95
+SLOT1 = api.slots_shape(1)
+# The rings runner.run gives 64-byte messages (64 staging slots of 256 B, a 64 KiB bounce
+# ring): a larger staging ring spreads the engine's reads over more memory.
+SMALL_RINGS = dict(sq_bbs=256, stage_slots=64, stage_slot_bytes=256, bounce_bytes=65536)
+# Kernel parameters: destination address, rkey, source lkey, message bytes, messages per
+# QP, doorbell batch.
+B_DST, B_RKEY, B_LKEY, B_BYTES, B_PER_QP, B_BATCH = range(6)
+
+
+@cuda.jit
+def put_latency(Q, cfg, src, prm, path, t_ns, status):
+    """One warp, QP 0: each message is put, then quieted; t_ns[m] = post to completion."""
+    sh = cuda.shared.array(SLOT1, int64)
+    h = api.open_warp(Q, cfg, 0, sh)
+    words = (prm[B_BYTES] + 3) // 4
+    st = api.OK
+    m = 0
+    while m < prm[B_PER_QP] and st == api.OK:
+        t0 = globaltimer_ns()
+        st = api.put(h, src, m * words, prm[B_BYTES], prm[B_DST] + m * words * 4, prm[B_RKEY],
+                     prm[B_LKEY], path)
+        if st == api.OK:
+            st = api.quiet(h)
+        if cuda.threadIdx.x == 0:
+            t_ns[m] = globaltimer_ns() - t0
+        m += 1
+    api.close(h)
+    if cuda.threadIdx.x == 0:
+        status[0] = st
+
+
+@cuda.jit
+def put_stream(Q, cfg, src, prm, path, warp_scope, t_first, t_last, status):
+    """Block b drives QP b (the whole block, or its one warp): its messages are put one
+    after another, a doorbell every ``batch``, then one quiet."""
+    sh = cuda.shared.array(SLOT1, int64)
+    qp = cuda.blockIdx.x
+    if warp_scope:
+        h = api.open_warp(Q, cfg, qp, sh)
+    else:
+        h = api.open_block(Q, cfg, qp, sh)
+    words = (prm[B_BYTES] + 3) // 4
+    first = qp * prm[B_PER_QP]
+    if cuda.threadIdx.x == 0:
+        t_first[qp] = globaltimer_ns()
+    st = api.OK
+    m = 0
+    while m < prm[B_PER_QP] and st == api.OK:
+        k = first + m
+        st = api.put(h, src, k * words, prm[B_BYTES], prm[B_DST] + k * words * 4, prm[B_RKEY],
+                     prm[B_LKEY], path)
+        m += 1
+        if st == api.OK and m % prm[B_BATCH] == 0:
+            st = api.flush(h)
+    if st == api.OK:
+        st = api.quiet(h)
+    api.close(h)
+    if cuda.threadIdx.x == 0:
+        t_last[qp] = globaltimer_ns()
+        status[qp] = st
+
+
+def _buffers(session: api.Session, n_msgs: int, size_bytes: int, seed: int = 7):
+    words = (size_bytes + 3) // 4
+    payload = np.random.default_rng(seed).integers(0, 2**32, n_msgs * words, dtype=np.uint32)
+    src, smr = session.source(payload)
+    dst, dmr = session.receive(n_msgs * words)
+    return payload, src, smr, dst, dmr
+
+
+def _delivered(payload: np.ndarray, dst, n_msgs: int) -> int:
+    """Messages whose every byte arrived (whole words: the sizes here are word multiples)."""
+    return int(np.all(dst.host.reshape(n_msgs, -1) == payload.reshape(n_msgs, -1), axis=1).sum())
+
+
+def _prm(dmr, smr, size_bytes, per_qp, batch):
+    prm = np.zeros(6, dtype=np.int64)
+    prm[[B_DST, B_RKEY, B_LKEY, B_BYTES, B_PER_QP, B_BATCH]] = (
+        dmr.address, dmr.rkey, smr.lkey, size_bytes, per_qp, batch)
+    return cuda.to_device(prm)
+
+
+def put_latency_run(n_msgs: int, size_bytes: int = 64, path: str = "gpu_push") -> dict:
+    """The put kernel's post-to-completion latency, one message in flight."""
+    with api.Session(1, thresholds=api.Thresholds.fixed(path), **SMALL_RINGS) as s:
+        payload, src, smr, dst, dmr = _buffers(s, n_msgs, size_bytes)
+        t_ns = cuda.to_device(np.zeros(n_msgs, dtype=np.int64))
+        status = cuda.to_device(np.full(1, 99, dtype=np.int64))
+        s.start()
+        put_latency[1, 32](s.Q, s.cfg, src, _prm(dmr, smr, size_bytes, n_msgs, 1),
+                           api.PATH_IDS[path], t_ns, status)
+        common.sync()
+        lat = t_ns.copy_to_host()
+        st = int(status.copy_to_host()[0])
+        return {"p50_us": float(np.percentile(lat, 50) / 1e3),
+                "p99_us": float(np.percentile(lat, 99) / 1e3),
+                "delivered": _delivered(payload, dst, n_msgs), "messages": n_msgs,
+                "status": api.error_name(st)}
+
+
+def put_stream_run(n_qps: int, per_qp: int, size_bytes: int, *, threads: int, batch: int,
+                   warp_scope: bool, path: str = "gpu_push", **session_kwargs) -> dict:
+    """The put kernel's throughput: bytes over first post to last completion."""
+    n_msgs = n_qps * per_qp
+    with api.Session(n_qps, thresholds=api.Thresholds.fixed(path), **session_kwargs) as s:
+        payload, src, smr, dst, dmr = _buffers(s, n_msgs, size_bytes)
+        t_first = cuda.to_device(np.zeros(n_qps, dtype=np.int64))
+        t_last = cuda.to_device(np.zeros(n_qps, dtype=np.int64))
+        status = cuda.to_device(np.full(n_qps, 99, dtype=np.int64))
+        s.start()
+        put_stream[n_qps, threads](s.Q, s.cfg, src, _prm(dmr, smr, size_bytes, per_qp, batch),
+                                   api.PATH_IDS[path], warp_scope, t_first, t_last, status)
+        common.sync()
+        span_ns = int(t_last.copy_to_host().max() - t_first.copy_to_host().min())
+        st = status.copy_to_host()
+        return {"gbytes": n_msgs * size_bytes / span_ns if span_ns > 0 else 0.0,
+                "mpps": n_msgs / span_ns * 1e3 if span_ns > 0 else 0.0,
+                "delivered": _delivered(payload, dst, n_msgs), "messages": n_msgs,
+                "errors": s.qp_errors(st)}
+
+
+def _sm_stream(result: runner.PathResult) -> dict:
+    span_s = result.bytes * 8 / (result.throughput_gbps * 1e9) if result.throughput_gbps else 0
+    return {"gbytes": result.throughput_gbps / 8,
+            "mpps": result.delivered / span_s / 1e6 if span_s else 0.0,
+            "delivered": result.delivered, "messages": result.messages,
+            "errors": result.qp_errors}
+
+
+def _compare(put_runs: list[dict], sm_runs: list[dict], key: str, lower_is_better: bool,
+             target: float) -> dict:
+    put = dict(put_runs[-1], **{key: common.median([r[key] for r in put_runs]),
+                                f"runs_{key}": [r[key] for r in put_runs],
+                                "delivered": min(r["delivered"] for r in put_runs)})
+    sm = dict(sm_runs[-1], **{key: common.median([r[key] for r in sm_runs]),
+                              f"runs_{key}": [r[key] for r in sm_runs],
+                              "delivered": min(r["delivered"] for r in sm_runs)})
+    ratio = put[key] / sm[key] if sm[key] else float("nan")
+    met = ratio <= target if lower_is_better else ratio >= target
+    return {"put": put, "send_messages": sm, "ratio": ratio,
+            "target": f"{'<=' if lower_is_better else '>='} {target}", "met": bool(met)}
+
+
+def run(quick: bool = False, toy: bool = False, progress=None) -> dict:
+    """Every measurement; ``toy`` shrinks them to simulator sizes."""
+    if SIMULATOR and not toy:
+        raise RuntimeError("the put bench measures a real GPU; none was found (on the "
+                           "CUDA simulator, --toy runs it at toy sizes to check it works)")
+    step = progress or (lambda msg: None)
+    reps = 1 if (quick or toy) else 3
+    out: dict = {"world": common.header(), "path": "gpu_push", "toy": toy}
+
+    # 64-byte latency: one QP, one message in flight.
+    lat_n = 5 if toy else (200 if quick else 2000)
+    lat_kw = dict(n_qps=1, wait_each=True, block_threads=32)
+    if not toy:
+        step("warm-up")
+        put_latency_run(50)
+        runner.run("gpu_push", [64] * 50, **lat_kw)
+    put_runs, sm_runs = [], []
+    for k in range(reps):
+        step(f"64-byte latency ({k + 1} of {reps})")
+        put_runs.append(put_latency_run(lat_n))
+        r = runner.run("gpu_push", [64] * lat_n, **lat_kw)
+        sm_runs.append({"p50_us": r.latency_p50_us, "p99_us": r.latency_p99_us,
+                        "delivered": r.delivered, "messages": r.messages})
+    out["latency_64B"] = _compare(put_runs, sm_runs, "p50_us", True, TARGET_LATENCY_RATIO_MAX)
+
+    # 1 MiB bandwidth, gpuwrite bench's configuration for gpu_push.
+    cfg = dict(suite.BANDWIDTH_RUN["gpu_push"])
+    size = 1 << 20
+    n_qps, per_qp = cfg["n_qps"], (2 if quick else 8)
+    threads, workers, batch = cfg["block_threads"], cfg["workers"], cfg["batch"]
+    if toy:
+        size, n_qps, per_qp, threads, workers = 4096, 2, 2, 8, 1
+        cfg.update(chunk_bytes=1024, stage_slot_bytes=256, stage_slots=64)
+    session_kw = dict(chunk_bytes=cfg["chunk_bytes"], ring_each_bytes=cfg["chunk_bytes"],
+                      stage_slot_bytes=cfg["stage_slot_bytes"], stage_slots=cfg["stage_slots"],
+                      workers=workers)
+    put_runs, sm_runs = [], []
+    bw_reps = 1 if (quick or toy) else suite.BANDWIDTH_REPEATS
+    for k in range(bw_reps):
+        step(f"1 MiB bandwidth ({k + 1} of {bw_reps})")
+        put_runs.append(put_stream_run(n_qps, per_qp, size, threads=threads, batch=batch,
+                                       warp_scope=False, **session_kw))
+        sm_runs.append(_sm_stream(runner.run(
+            "gpu_push", [size] * (n_qps * per_qp), n_qps=n_qps, batch=batch,
+            block_threads=threads, workers=workers, chunk_bytes=cfg["chunk_bytes"],
+            stage_slot_bytes=cfg["stage_slot_bytes"], stage_slots=cfg["stage_slots"])))
+    out["bandwidth_1MiB"] = _compare(put_runs, sm_runs, "gbytes", False,
+                                     TARGET_BANDWIDTH_RATIO_MIN)
+    out["bandwidth_1MiB"]["size_bytes"] = size
+
+    # 64-byte message rate: 256 QPs of one warp each, a doorbell every 16 messages.
+    n_qps, per_qp, workers = (2, 8, 1) if toy else (256, 500 if quick else 2000, 14)
+    put_runs, sm_runs = [], []
+    for k in range(reps):
+        step(f"64-byte message rate ({k + 1} of {reps})")
+        put_runs.append(put_stream_run(n_qps, per_qp, 64, threads=32, batch=16,
+                                       warp_scope=True, workers=workers, **SMALL_RINGS))
+        sm_runs.append(_sm_stream(runner.run("gpu_push", [64] * (n_qps * per_qp), n_qps=n_qps,
+                                             batch=16, block_threads=32, workers=workers)))
+    out["rate_64B"] = _compare(put_runs, sm_runs, "mpps", False, TARGET_RATE_RATIO_MIN)
+
+    step("all-to-all per path")
+    if toy:
+        out["alltoall"] = alltoall.run(ranks=2, tokens=2, token_bytes=32,
+                                       paths=("gpu_push", "auto"), repeats=1)
+    else:
+        out["alltoall"] = alltoall.run(ranks=8, tokens=256 if quick else 1024, token_bytes=4096,
+                                       repeats=reps)
+    out["verdict"] = {k: out[k]["met"] for k in ("latency_64B", "bandwidth_1MiB", "rate_64B")}
+    if SIMULATOR:
+        out["note"] = "CUDA simulator: the timings are a Python interpreter's"
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description="put + quiet against send_messages, and "
+                                                 "the all-to-all per path, as JSON")
+    parser.add_argument("--out", help="write the JSON here (default: print it)")
+    parser.add_argument("--quick", action="store_true", help="fewer messages and runs")
+    parser.add_argument("--toy", action="store_true",
+                        help="toy sizes (the CUDA simulator can run these)")
+    args = parser.parse_args(argv)
+    try:
+        out = run(args.quick, args.toy, progress=lambda m: print(m, file=sys.stderr))
+    except RuntimeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    text = json.dumps(out, indent=2, default=str)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""What both applications share: argument handling, timing, the bulk-store ceiling."""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+from gpuwrite.cudaenv import SIMULATOR, cuda, world
+from gpuwrite.device import api
+
+# Exit status when the chosen world cannot run here (as `gpuwrite testbed` uses).
+EXIT_UNAVAILABLE = 3
+PATH_CHOICES = ("gpu_push", "gpu_push_inline", "nic_pull", "host_staged", "auto")
+
+
+def positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: a whole number is needed") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: must be at least 1")
+    return value
+
+
+def paths_arg(text: str) -> tuple[str, ...]:
+    names = tuple(p for p in text.split(",") if p)
+    bad = [p for p in names if p not in PATH_CHOICES]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"paths {text!r}: allowed a comma-separated list "
+                                         f"of {', '.join(PATH_CHOICES)}")
+    return names
+
+
+def base_parser(description: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--world", choices=api.WORLDS, default="emulated",
+                        help="emulated (software NIC; GPU or CUDA simulator) or testbed")
+    parser.add_argument("--paths", type=paths_arg, default=PATH_CHOICES,
+                        help="comma-separated paths to run (default: all, and auto)")
+    parser.add_argument("--repeats", type=positive, default=None,
+                        help="timed runs per path (default: 3 on a GPU, 1 on the simulator)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    return parser
+
+
+class Timer:
+    """Wall time of kernel launches: CUDA events on a GPU; on the simulator, the
+    process clock (a Python interpreter's time, not a GPU's: meaningless as a number)."""
+
+    def __enter__(self):
+        if SIMULATOR:
+            self._t0 = time.perf_counter()
+        else:
+            self._start, self._end = cuda.event(), cuda.event()
+            self._start.record()
+        return self
+
+    def __exit__(self, *exc):
+        if SIMULATOR:
+            self.seconds = time.perf_counter() - self._t0
+        else:
+            self._end.record()
+            self._end.synchronize()
+            self.seconds = cuda.event_elapsed_time(self._start, self._end) / 1e3
+
+
+def sync(*streams) -> None:
+    """Waits for the kernels launched on the legacy default stream and on ``streams``,
+    not for the whole device: a persistent kernel (issue 14's nic_pull agent) may run
+    beside them on a stream of its own until it is stopped."""
+    if SIMULATOR:
+        return
+    cuda.default_stream().synchronize()
+    for stream in streams:
+        stream.synchronize()
+
+
+def bulk_store_gbytes() -> tuple[float, str]:
+    """The push ceiling, GB/s, and where it came from: measured now on a GPU (full-grid
+    stores into mapped host memory, as ``gpuwrite bench`` does), or on the simulator
+    the calibration file's measurement of the same thing."""
+    if not SIMULATOR:
+        from gpuwrite.bench.suite import bulk_store_gbytes as measure
+
+        return measure(64 << 20), "measured in this run (full-grid stores to mapped host memory)"
+    path = api.newest_calibration()
+    if path:
+        import tomllib
+
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+        value = data.get("measurements", {}).get("bulk_store_to_host", {}).get("value")
+        if value:
+            return float(value), f"calibration file {path.rsplit('/', 1)[-1]} (another machine)"
+    return float("nan"), "unknown: no GPU and no calibration file"
+
+
+def skip(reason: str, as_json: bool) -> int:
+    """Says why the chosen world cannot run here; the exit status to return."""
+    print(json.dumps({"skipped": reason}) if as_json else f"skipped: {reason}")
+    return EXIT_UNAVAILABLE
+
+
+def emit(run, as_json: bool, print_table) -> int:
+    """Runs an application (``run()`` returns its table), prints it as JSON or through
+    ``print_table``; the exit status: 0 if every byte checked out, 1 if not, 3 where the
+    chosen world cannot run here."""
+    try:
+        out = run()
+    except api.TestbedNotReady as exc:
+        return skip(exc.reason, as_json)
+    if as_json:
+        print(json.dumps(out, indent=2, default=str))
+    else:
+        print(out["world"])
+        print_table(out)
+        if "note" in out:
+            print(out["note"])
+    return 0 if out["all_verified"] else 1
+
+
+def verdict(out: dict, simulator_note: str) -> dict:
+    """Marks the table verified if every path's run was, and notes the simulator."""
+    out["all_verified"] = all(v.get("verified", True) for v in out["paths"].values())
+    if SIMULATOR:
+        out["note"] = f"CUDA simulator: {simulator_note}"
+    return out
+
+
+def default_repeats(repeats: int | None) -> int:
+    return repeats or (1 if SIMULATOR else 3)
+
+
+def header() -> str:
+    return f"world: {world()}"
+
+
+def median(values) -> float:
+    return float(np.median(np.asarray(values, dtype=float)))

@@ -1,0 +1,844 @@
+"""Put, signal, quiet: the device API a researcher's own kernel calls.
+
+The layer between the bus-step verbs (:mod:`gpuwrite.device.verbs`) and kernels, in the
+shape NVSHMEM and NCCL's device API give CUDA C++ kernels: open a QP at a scope, ``put``
+bytes to a remote address, ``put_signal`` when a receiver polls for them, ``quiet`` to
+wait for completion. The data path is an argument of each put, or ``AUTO``: the host's
+size thresholds (``Thresholds``) pick it per message.
+
+Kernel side (every function is called by every thread of the scope, with the same
+arguments, unless it says otherwise)::
+
+    sh = cuda.shared.array(SLOTS, int64)     # SLOTS = api.slots_shape(warps), a global
+    h = api.open_warp(Q, cfg, qp, sh)        # or open_block / open_thread
+    st = api.put(h, src, src_word, nbytes, raddr, rkey, lkey, api.AUTO)
+    st = api.put_signal(h, ..., sig_raddr, sig_rkey, sig_value)
+    st = api.quiet(h)                        # every earlier put of this QP completed
+    api.close(h)                             # announce what is left, keep the QP's state
+
+Scopes: a *block* drives the QP (thread 0 keeps the books, the block copies payloads);
+a *warp* drives it (lane 0 keeps the books; blocks must be whole warps), so a block of
+``k`` warps drives ``k`` QPs; a *thread* drives it alone (for small payloads: one thread
+copies everything). Each handle keeps its QP's state in one row of ``sh``.
+
+Semantics:
+  * ``put`` is non-blocking: it returns once the payload is in staging, bounce or SQ
+    memory (or, for nic_pull, once the WQE is written: the source must not change until
+    ``quiet``). Doorbells are batched: a put rings only for a message of at least
+    ``ring_each_bytes`` or between the chunks of a split one; ``quiet``, ``flush``,
+    ``close``, ``put_signal`` and every wait ring first.
+  * ``put_signal`` posts, after the data, an 8-byte RDMA write of ``sig_value`` (inline,
+    signaled, with the mlx5 fence flag). The receiver sees the signal only after every
+    byte of the data, and of every earlier put on the QP: the emulated NIC delivers a
+    QP's WQEs strictly in order (gw_engine.c, ``progress``); a real mlx5 NIC executes
+    a reliable-connected QP's RDMA writes in order and writes them to the responder's
+    memory as PCIe posted writes, which PCIe keeps in order, so this holds as long as
+    the destination region is not registered with relaxed ordering
+    (IBV_ACCESS_RELAXED_ORDERING), which lets those writes pass each other.
+  * ``quiet`` waits until every WQE posted on the QP has completed. It makes sure the
+    last one asks for a completion (completions retire every WQE before the one they
+    name): if it did not, its control segment's CQ_UPDATE bit is set before the doorbell
+    announces it.
+  * Status codes are the verbs' (``gpuwrite.device.verbs.E_*``), plus ``E_BAD_PATH``,
+    ``E_BAD_SIZE`` and ``wait_signal``'s ``E_TIMEOUT_SIGNAL``.
+    An error is sticky: once a put or a wait of a handle fails, every later call on
+    it returns the first error without touching the QP (``error_name`` names it;
+    ``Session.qp_errors`` adds the syndrome of an error completion).
+
+Host side: :class:`Session` builds what kernels need (the queues' tuple ``Q``, the
+configuration array ``cfg`` with the timeout and the auto thresholds, registered send
+and receive buffers).
+"""
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import dataclass
+
+import numpy as np
+from numba import uint32
+
+from gpuwrite import layouts as L
+from gpuwrite._gw_cffi import lib
+from gpuwrite.cudaenv import SIMULATOR, cuda
+from gpuwrite.device import verbs as dv
+from gpuwrite.device.copy import copy_bytes as _copy_bytes   # 16-byte vectors (issue 14)
+from gpuwrite.device.intrinsics import (address_of, backoff, bswap32, globaltimer_ns,
+                                        ld_acquire_sys_u32, st_relaxed_sys_u32, st_v4_u32)
+
+# -- paths and scopes -----------------------------------------------------------------
+# The same numbers as gpuwrite.paths.kernels.PATH_IDS (a test checks).
+GPU_PUSH, GPU_PUSH_INLINE, NIC_PULL, HOST_STAGED, AUTO = range(5)
+PATH_IDS = {"gpu_push": GPU_PUSH, "gpu_push_inline": GPU_PUSH_INLINE, "nic_pull": NIC_PULL,
+            "host_staged": HOST_STAGED, "auto": AUTO}
+PATH_NAMES = {v: k for k, v in PATH_IDS.items()}
+SCOPE_THREAD, SCOPE_WARP, SCOPE_BLOCK = range(3)
+WARP_THREADS = 32
+
+# -- status codes -----------------------------------------------------------------------
+OK = dv.OK
+E_BAD_PATH = -16        # a path number that is none of GPU_PUSH .. AUTO
+E_TIMEOUT_SIGNAL = -17  # wait_signal: the signal did not reach its value in time
+E_BAD_SIZE = -18        # a negative message size
+ERROR_NAMES = dict(dv.ERROR_NAMES)
+ERROR_NAMES[E_BAD_PATH] = "unknown path number (allowed 0 to 4: api.PATH_IDS)"
+ERROR_NAMES[E_TIMEOUT_SIGNAL] = "timed out waiting for a signal"
+ERROR_NAMES[E_BAD_SIZE] = "negative message size (allowed: 0 or more bytes)"
+
+
+def error_name(status: int) -> str:
+    """What a status code returned by put/put_signal/quiet means."""
+    return ERROR_NAMES.get(int(status), f"unknown status {int(status)}")
+
+
+# -- the configuration array (int64) the host hands to kernels ---------------------------
+C_TIMEOUT_NS = 0       # every wait gives up after this long
+C_CHUNK_BYTES = 1      # gpu_push / host_staged messages go as WQEs of at most this size
+C_RING_EACH_BYTES = 2  # a WQE this large is announced at once (overlaps the next copy)
+C_NRULES = 3           # auto: rules in use
+C_RULES = 4            # auto: (max_bytes, path) pairs, smallest max first
+MAX_RULES = 8
+C_COLS = C_RULES + 2 * MAX_RULES
+
+# -- a handle's row in the kernel's shared array ----------------------------------------
+# [QP state (verbs S_*) | QP description (verbs I_*) | this layer's columns (A_*)]
+_INFO0 = dv.S_COLS
+_A0 = dv.S_COLS + dv.I_COLS
+A_QP = 0        # the QP's row in Q
+A_SCOPE = 1     # SCOPE_*
+A_STATUS = 2    # sticky: the first error of this handle (leader only)
+A_SIG_END = 3   # producer index just after the last WQE that asks for a completion
+A_BC_ST = 4     # the leader's status, broadcast to the scope
+A_BC_WORD = 5   # the leader's reserved word, broadcast to the scope
+A_TIMEOUT_NS = 6    # cfg[C_TIMEOUT_NS], C_CHUNK_BYTES and C_RING_EACH_BYTES, copied at open:
+A_CHUNK_BYTES = 7   # a put reads them from shared memory, not from global memory
+A_RING_EACH_BYTES = 8
+A_COLS = 9
+ROW_COLS = _A0 + A_COLS
+
+
+def slots_shape(n_handles: int) -> tuple[int, int]:
+    """Shape of the shared int64 array for ``n_handles`` handles open at once in a block
+    (one per warp for warp scope). Bind it to a module global: shared-array shapes must
+    be compile-time constants."""
+    if n_handles < 1:
+        raise ValueError(f"n_handles={n_handles}: at least 1")
+    return (int(n_handles), ROW_COLS)
+
+
+# Header-derived constants bound as globals (compile-time constants in kernels).
+_BB_WORDS = L.WQE_BB // 4
+_W_FLAGS = L.CTRL_W_FLAGS
+_W_DATA = L.DATA_BASE // 4
+_FM_SHIFT = 8 * L.CTRL_FM_CE_SE_BYTE
+_CE = L.CTRL_CQ_UPDATE
+_FENCE = lib.GW_WQE_CTRL_FENCE     # layouts.py exports no name for it
+_OP_WRITE = L.OPCODE_RDMA_WRITE
+_INLINE_FLAG = L.INLINE_SEG_FLAG
+_MAX_INLINE = L.MAX_INLINE_BYTES
+SIGNAL_BYTES = 8
+
+
+# -- scope plumbing ---------------------------------------------------------------------
+if SIMULATOR:
+    import threading
+    import weakref
+
+    _warp_barriers: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+    _warp_lock = threading.Lock()
+
+    def _syncwarp():
+        """The simulator's twin of ``__syncwarp()``: a barrier of the calling thread's
+        warp (the simulator has none; its threads are Python threads of one block)."""
+        me = threading.current_thread()
+        manager = me._manager
+        dims = manager._block_dim
+        threads = dims[0] * dims[1] * dims[2]
+        warp = me.thread_id // WARP_THREADS
+        with _warp_lock:
+            per_block = _warp_barriers.setdefault(manager, {})
+            barrier = per_block.get(warp)
+            if barrier is None:
+                barrier = per_block[warp] = threading.Barrier(
+                    min(WARP_THREADS, threads - warp * WARP_THREADS))
+        barrier.wait(timeout=600)
+else:
+    @cuda.jit(device=True, inline=True)
+    def _syncwarp():
+        """Barrier of the warp; orders the lanes' memory accesses (``bar.warp.sync``)."""
+        cuda.syncwarp(0xFFFFFFFF)
+
+
+@cuda.jit(device=True)
+def _sync(scope):
+    """Barrier of the scope: what makes the lanes' payload stores part of what the
+    leader's doorbell release store orders (release is cumulative over a barrier)."""
+    if scope == SCOPE_BLOCK:
+        cuda.syncthreads()
+    elif scope == SCOPE_WARP:
+        _syncwarp()
+
+
+@cuda.jit(device=True)
+def _rank(scope):
+    """(rank, ranks) of the calling thread in its scope."""
+    if scope == SCOPE_BLOCK:
+        return cuda.threadIdx.x, cuda.blockDim.x
+    if scope == SCOPE_WARP:
+        return cuda.threadIdx.x & (WARP_THREADS - 1), WARP_THREADS
+    return 0, 1
+
+
+# -- opening and closing ----------------------------------------------------------------
+@cuda.jit(device=True)
+def _open(Q, cfg, qp, sh, slot, scope, leader):
+    state_row = sh[slot:slot + 1, 0:_INFO0]
+    info_row = sh[slot:slot + 1, _INFO0:_A0]
+    if leader:
+        dv.qp_cache_load(Q, qp, state_row, info_row)
+        sh[slot, _A0 + A_QP] = qp
+        sh[slot, _A0 + A_SCOPE] = scope
+        sh[slot, _A0 + A_STATUS] = OK
+        sh[slot, _A0 + A_TIMEOUT_NS] = cfg[C_TIMEOUT_NS]
+        sh[slot, _A0 + A_CHUNK_BYTES] = cfg[C_CHUNK_BYTES]
+        sh[slot, _A0 + A_RING_EACH_BYTES] = cfg[C_RING_EACH_BYTES]
+        # A QP left by ``close`` (or never used) asks for a completion at its last WQE.
+        sh[slot, _A0 + A_SIG_END] = state_row[0, dv.S_PI]
+    _sync(scope)
+    return (Q, dv.qp_cached(Q, qp, state_row, info_row), sh[slot, _A0:ROW_COLS], cfg)
+
+
+@cuda.jit(device=True)
+def open_block(Q, cfg, qp, sh):
+    """The block drives QP ``qp`` (row 0 of ``sh``); every thread of the block calls."""
+    return _open(Q, cfg, qp, sh, 0, SCOPE_BLOCK, cuda.threadIdx.x == 0)
+
+
+@cuda.jit(device=True)
+def open_warp(Q, cfg, qp, sh):
+    """The calling warp drives QP ``qp`` (row ``threadIdx.x // 32`` of ``sh``); every
+    lane calls. Blocks must be whole warps; other warps may drive other QPs."""
+    return _open(Q, cfg, qp, sh, cuda.threadIdx.x // WARP_THREADS, SCOPE_WARP,
+                 (cuda.threadIdx.x & (WARP_THREADS - 1)) == 0)
+
+
+@cuda.jit(device=True)
+def open_thread(Q, cfg, qp, sh, slot):
+    """The calling thread alone drives QP ``qp``, in row ``slot`` of ``sh``."""
+    return _open(Q, cfg, qp, sh, slot, SCOPE_THREAD, True)
+
+
+@cuda.jit(device=True)
+def _flush(h):
+    """Announces every WQE written so far (leader only). The last one asks for a
+    completion first, so that a wait on it can end: its CQ_UPDATE bit is set while
+    the NIC cannot see it yet."""
+    Q, q, a, cfg = h
+    state = q[dv.Q_STATE]
+    pi = state[0, dv.S_PI]
+    if pi == state[0, dv.S_DB_PI]:
+        return
+    if a[A_SIG_END] != pi:
+        base = (state[0, dv.S_LAST_PI] & (q[dv.Q_INFO][0, dv.I_SQ_BBS] - 1)) * _BB_WORDS
+        st_relaxed_sys_u32(q[dv.Q_SQ][0], base + _W_FLAGS, _CE << _FM_SHIFT)
+        a[A_SIG_END] = pi
+    dv.ring_doorbell(q, 0)
+
+
+@cuda.jit(device=True)
+def _broadcast(a, scope, leader, status, word):
+    """The leader's (status, word) on every thread of the scope. The caller's next
+    barrier keeps the leader from writing the next broadcast before all have read."""
+    if scope == SCOPE_THREAD:
+        return status, word
+    if leader:
+        a[A_BC_ST] = status
+        a[A_BC_WORD] = word
+    _sync(scope)
+    return a[A_BC_ST], a[A_BC_WORD]
+
+
+@cuda.jit(device=True)
+def _announce(h, wait):
+    """Rings for every put not yet announced and, if ``wait``, waits for all of them."""
+    Q, q, a, cfg = h
+    scope = a[A_SCOPE]
+    rank, nranks = _rank(scope)
+    st = OK
+    if rank == 0:
+        st = a[A_STATUS]
+        if st == OK:
+            _flush(h)
+            if wait:
+                st = dv.wait_done(q, 0, q[dv.Q_STATE][0, dv.S_PI], a[A_TIMEOUT_NS])
+                a[A_STATUS] = st
+    st, w = _broadcast(a, scope, rank == 0, st, 0)
+    _sync(scope)
+    return st
+
+
+@cuda.jit(device=True)
+def flush(h):
+    """Rings the doorbell for every put not yet announced; returns the handle's status."""
+    return _announce(h, False)
+
+
+@cuda.jit(device=True)
+def quiet(h):
+    """Waits until every put of this handle's QP has completed; returns OK or the first
+    error (a timeout after ``cfg[C_TIMEOUT_NS]``, an error completion, a QP in error)."""
+    return _announce(h, True)
+
+
+@cuda.jit(device=True)
+def close(h):
+    """Announces what is left and writes the QP's state back for the next kernel (it
+    does not wait: call ``quiet`` first to know that everything arrived)."""
+    Q, q, a, cfg = h
+    scope = a[A_SCOPE]
+    if _rank(scope)[0] == 0:
+        if a[A_STATUS] == OK:
+            _flush(h)
+        dv.qp_cache_store(Q, a[A_QP], q[dv.Q_STATE])
+    _sync(scope)
+
+
+@cuda.jit(device=True)
+def status_of(h):
+    """The handle's sticky status, as the leader sees it (call on the leader)."""
+    return h[2][A_STATUS]
+
+
+@cuda.jit(device=True)
+def wait_signal(sig_words, slot, value, timeout_ns):
+    """Waits (one thread) until signal ``slot`` of a signal region (a uint32 view: two
+    words per 8-byte signal, low word first) reaches ``value`` (compared as a counter:
+    ``>=``, on the low 32 bits); returns OK or E_TIMEOUT_SIGNAL. Its acquire load orders
+    the caller's later loads of the data the signal covers; other threads that read the
+    data must synchronise with this one after it returns (a barrier)."""
+    start = globaltimer_ns()
+    pause = 64
+    while ld_acquire_sys_u32(sig_words, 2 * slot) < (value & 0xFFFFFFFF):
+        if globaltimer_ns() - start > timeout_ns:
+            return E_TIMEOUT_SIGNAL
+        backoff(pause)
+        pause = min(2 * pause, 1024)
+    return OK
+
+
+# -- path choice --------------------------------------------------------------------------
+@cuda.jit(device=True)
+def path_for(cfg, nbytes):
+    """The path ``AUTO`` takes for a message of ``nbytes``: the first rule whose
+    max_bytes is at least ``nbytes`` (the last rule takes everything larger)."""
+    n = cfg[C_NRULES]
+    for r in range(n):
+        if nbytes <= cfg[C_RULES + 2 * r]:
+            return cfg[C_RULES + 2 * r + 1]
+    return cfg[C_RULES + 2 * (n - 1) + 1]
+
+
+# -- posting --------------------------------------------------------------------------
+@cuda.jit(device=True)
+def _post_signal(q, raddr, rkey, value):
+    """An inline 8-byte RDMA write of ``value`` (little-endian, as the receiver reads a
+    uint64), signaled and fenced (leader; its SQ space is already reserved)."""
+    state = q[dv.Q_STATE]
+    info = q[dv.Q_INFO]
+    pi = state[0, dv.S_PI]
+    qpn = info[0, dv.I_QPN]
+    sq = q[dv.Q_SQ][0]
+    base = (pi & (info[0, dv.I_SQ_BBS] - 1)) * _BB_WORDS
+    st_v4_u32(sq, base, bswap32((pi & 0xFFFF) << 8 | _OP_WRITE), bswap32(qpn << 8 | 3),
+              uint32((_CE | _FENCE) << _FM_SHIFT), uint32(0))
+    dv._raddr(sq, base, raddr, rkey)
+    st_v4_u32(sq, base + _W_DATA, bswap32(SIGNAL_BYTES | _INLINE_FLAG),
+              uint32(value & 0xFFFFFFFF), uint32((value >> 32) & 0xFFFFFFFF), uint32(0))
+    dv._commit_wqe(q, 0, pi, 1, 0, dv._doorbell_value(pi, qpn, 3))
+
+
+@cuda.jit(device=True)
+def _inline_payload(q, src, src_word, nbytes, rank, nranks):
+    """The scope's share of an inline WQE's payload, from word _W_DATA + 1 of the WQE at
+    the producer index on: one contiguous run, or two where it wraps the ring's end."""
+    mask = q[dv.Q_INFO][0, dv.I_SQ_BBS] - 1
+    sq = q[dv.Q_SQ][0]
+    at = (q[dv.Q_STATE][0, dv.S_PI] & mask) * _BB_WORDS + _W_DATA + 1
+    first = min(nbytes, ((mask + 1) * _BB_WORDS - at) * 4)
+    _copy_bytes(sq, at, src, src_word, first, rank, nranks)
+    _copy_bytes(sq, 0, src, src_word + (first >> 2), nbytes - first, rank, nranks)
+
+
+@cuda.jit(device=True)
+def _inline_segments(q, nbytes, raddr, rkey, signaled):
+    """An inline WQE's segments, after its payload (leader)."""
+    state = q[dv.Q_STATE]
+    info = q[dv.Q_INFO]
+    pi = state[0, dv.S_PI]
+    qpn = info[0, dv.I_QPN]
+    sq = q[dv.Q_SQ][0]
+    ds = (_W_DATA * 4 + 4 + nbytes + L.WQE_DS - 1) // L.WQE_DS
+    base = (pi & (info[0, dv.I_SQ_BBS] - 1)) * _BB_WORDS
+    dv._ctrl(sq, base, _OP_WRITE, pi, qpn, ds, signaled)
+    dv._raddr(sq, base, raddr, rkey)
+    sq[base + _W_DATA] = bswap32(nbytes | _INLINE_FLAG)
+    dv._commit_wqe(q, 0, pi, dv.inline_bbs(nbytes), 0, dv._doorbell_value(pi, qpn, ds))
+
+
+@cuda.jit(device=True)
+def _leader_reserve(h, path, src, src_word, n, raddr, rkey, with_sig, sig_raddr, sig_rkey,
+                    sig_value, signaled, ring_now, small):
+    """The leader's part before the payload copy: the sticky status, SQ space (one more
+    BB for a signal), staging slots or bounce words. A small push and a signal alone
+    are posted whole here. Returns (status, word)."""
+    Q, q, a, cfg = h
+    st = a[A_STATUS]
+    if st != OK:
+        return st, 0
+    if path < 0 or path > HOST_STAGED:
+        return E_BAD_PATH, 0
+    timeout = a[A_TIMEOUT_NS]
+    extra = 1 if with_sig else 0
+    if n == 0 or small:
+        st = OK
+        if with_sig:
+            st = dv.sq_reserve(q, 0, 1 + (1 if small else 0), timeout)
+        if st == OK and small:
+            st = dv.push_small(q, 0, src, src_word, n, raddr, rkey, signaled, timeout)
+        if st == OK:
+            _finish(h, signaled, ring_now, with_sig, sig_raddr, sig_rkey, sig_value)
+        return st, 0
+    if path == GPU_PUSH_INLINE and n > _MAX_INLINE:
+        return dv.E_TOO_LARGE, 0
+    nbb = dv.inline_bbs(n) if path == GPU_PUSH_INLINE else 1
+    st = dv.sq_reserve(q, 0, nbb + extra, timeout)
+    word = 0
+    if st == OK and path == GPU_PUSH:
+        st, first, slots = dv.stage_reserve(q, 0, n, timeout)
+        if st == OK:
+            word = dv.stage_header(q, 0, first, n, slots, q[dv.Q_STATE][0, dv.S_PI])
+    elif st == OK and path == HOST_STAGED:
+        st, word = dv.bounce_reserve(q, 0, (n + 3) >> 2, timeout)
+    return st, word
+
+
+@cuda.jit(device=True)
+def _finish(h, signaled, ring_now, with_sig, sig_raddr, sig_rkey, sig_value):
+    """After a data WQE (leader): the signal WQE, completion bookkeeping, the doorbell."""
+    Q, q, a, cfg = h
+    state = q[dv.Q_STATE]
+    if signaled:
+        a[A_SIG_END] = state[0, dv.S_PI]
+    if with_sig:
+        _post_signal(q, sig_raddr, sig_rkey, sig_value)
+        a[A_SIG_END] = state[0, dv.S_PI]
+    if ring_now or with_sig:
+        _flush(h)
+
+
+@cuda.jit(device=True)
+def _post(h, path, src, src_word, n, raddr, rkey, lkey, last, with_sig, sig_raddr, sig_rkey,
+          sig_value):
+    """One WQE of ``n`` bytes (a message or a chunk of one), and the signal after it."""
+    Q, q, a, cfg = h
+    scope = a[A_SCOPE]
+    rank, nranks = _rank(scope)
+    leader = rank == 0
+    small = n > 0 and path == GPU_PUSH and dv.push_small_ok(src, src_word, n)
+    st = OK
+    word = 0
+    signaled = False
+    ring_now = False
+    if leader:
+        state = q[dv.Q_STATE]
+        ring_now = (not last) or n >= a[A_RING_EACH_BYTES]
+        # A completion at least every quarter of the SQ: a wait for SQ space always has
+        # one to wait for. host_staged's completions return bounce space: all ask. A put
+        # on an idle QP asks too: a quiet right after it then needs no CQ_UPDATE patch
+        # (one more write to the SQ before the doorbell), and while puts stream the QP
+        # is not idle as the kernel sees it (it reads completions only when it waits).
+        pi = state[0, dv.S_PI]
+        signaled = ring_now or path == HOST_STAGED or pi == state[0, dv.S_DONE] or \
+            pi - a[A_SIG_END] >= (q[dv.Q_INFO][0, dv.I_SQ_BBS] >> 2)
+        st, word = _leader_reserve(h, path, src, src_word, n, raddr, rkey, with_sig, sig_raddr,
+                                   sig_rkey, sig_value, signaled, ring_now, small)
+        if st != OK:
+            a[A_STATUS] = st
+    st, word = _broadcast(a, scope, leader, st, word)
+    if st == OK and n > 0 and not small:
+        if path == GPU_PUSH:
+            _copy_bytes(q[dv.Q_STAGE][0], word, src, src_word, n, rank, nranks)
+        elif path == HOST_STAGED:
+            _copy_bytes(q[dv.Q_BOUNCE][0], word, src, src_word, n, rank, nranks)
+        elif path == GPU_PUSH_INLINE:
+            _inline_payload(q, src, src_word, n, rank, nranks)
+    _sync(scope)
+    if leader and st == OK and n > 0 and not small:
+        info = q[dv.Q_INFO]
+        if path == GPU_PUSH:
+            dv.wqe_rdma_write(q, 0, dv.stage_address(q, 0, word), info[0, dv.I_STAGE_LKEY], n,
+                              raddr, rkey, dv.stage_signal(q, 0, signaled), dv.stage_aux(q, 0))
+        elif path == HOST_STAGED:
+            dv.wqe_rdma_write(q, 0, info[0, dv.I_BOUNCE_ADDR] + word * 4,
+                              info[0, dv.I_BOUNCE_LKEY], n, raddr, rkey, signaled,
+                              q[dv.Q_STATE][0, dv.S_BOUNCE_RES])
+        elif path == NIC_PULL:
+            dv.wqe_rdma_write(q, 0, address_of(src, src_word), lkey, n, raddr, rkey, signaled, 0)
+        else:
+            _inline_segments(q, n, raddr, rkey, signaled)
+        _finish(h, signaled, ring_now, with_sig, sig_raddr, sig_rkey, sig_value)
+    return st
+
+
+@cuda.jit(device=True)
+def _fail(h, code):
+    """Makes ``code`` the handle's status unless it has one; returns the status."""
+    Q, q, a, cfg = h
+    scope = a[A_SCOPE]
+    leader = _rank(scope)[0] == 0
+    st = OK
+    if leader:
+        if a[A_STATUS] == OK:
+            a[A_STATUS] = code
+        st = a[A_STATUS]
+    st, w = _broadcast(a, scope, leader, st, 0)
+    _sync(scope)
+    return st
+
+
+@cuda.jit(device=True)
+def _put(h, src, src_word, nbytes, raddr, rkey, lkey, path, with_sig, sig_raddr, sig_rkey,
+         sig_value):
+    Q, q, a, cfg = h
+    if nbytes < 0:
+        return _fail(h, E_BAD_SIZE)
+    if path == AUTO:
+        path = path_for(cfg, nbytes)
+    chunk = nbytes
+    if path == GPU_PUSH or path == HOST_STAGED:
+        chunk = a[A_CHUNK_BYTES]
+    chunks = 1
+    if nbytes > chunk:
+        chunks = (nbytes + chunk - 1) // chunk
+    st = OK
+    off = 0
+    for c in range(chunks):
+        n = min(chunk, nbytes - off)
+        last = c == chunks - 1
+        st = _post(h, path, src, src_word + (off >> 2), n, raddr + off, rkey, lkey, last,
+                   with_sig and last, sig_raddr, sig_rkey, sig_value)
+        if st != OK:
+            return st
+        off += n
+    return st
+
+
+@cuda.jit(device=True)
+def put(h, src, src_word, nbytes, raddr, rkey, lkey, path):
+    """Sends ``nbytes`` from word ``src_word`` of ``src`` (a uint32 array in GPU memory)
+    to ``raddr`` (key ``rkey``) on the handle's QP, by ``path`` (GPU_PUSH ..
+    HOST_STAGED, or AUTO); non-blocking. ``lkey`` is the key of ``src``'s registration
+    (nic_pull's NIC reads it there). Returns OK or an error code, on every thread."""
+    return _put(h, src, src_word, nbytes, raddr, rkey, lkey, path, False, 0, 0, 0)
+
+
+@cuda.jit(device=True)
+def put_signal(h, src, src_word, nbytes, raddr, rkey, lkey, path, sig_raddr, sig_rkey,
+               sig_value):
+    """``put``, then an 8-byte write of ``sig_value`` to ``sig_raddr`` (key ``sig_rkey``)
+    that lands only after the data; announced at once. ``nbytes`` may be 0 (a signal
+    alone)."""
+    return _put(h, src, src_word, nbytes, raddr, rkey, lkey, path, True, sig_raddr, sig_rkey,
+                sig_value)
+
+
+# ======================================================================================
+# Host side
+# ======================================================================================
+# Message sizes the model is asked about: powers of two from 4 B to 16 MiB, and the
+# largest inline payload; between two sizes whose winners differ the crossover is
+# found by bisection, to within 1/CROSSOVER_RESOLUTION of its size (the model's cost
+# grows with the size: it counts every TLP).
+_GRID_BYTES = tuple(1 << k for k in range(2, 25))
+CROSSOVER_RESOLUTION = 64
+_DEFAULT_TOPOLOGY = "same_switch"
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Which path ``AUTO`` takes by message size: ``rules`` are (max_bytes, path) pairs,
+    smallest first; a message takes the first rule whose max_bytes it does not exceed,
+    and the last rule takes every larger one. ``source`` says where they came from."""
+
+    rules: tuple[tuple[int, str], ...]
+    source: str = "given"
+
+    def __post_init__(self):
+        if not 1 <= len(self.rules) <= MAX_RULES:
+            raise ValueError(f"rules: 1 to {MAX_RULES} (max_bytes, path) pairs, got "
+                             f"{len(self.rules)}")
+        last = 0
+        for max_bytes, path in self.rules:
+            if path not in PATH_IDS or path == "auto":
+                raise ValueError(f"rule path {path!r}: allowed "
+                                 f"{', '.join(p for p in PATH_IDS if p != 'auto')}")
+            if int(max_bytes) <= last:
+                raise ValueError(f"rule max_bytes {max_bytes}: rules must grow, each above "
+                                 f"the one before ({last})")
+            if path == "gpu_push_inline" and max_bytes > _MAX_INLINE and \
+                    (max_bytes, path) != self.rules[-1]:
+                raise ValueError(f"gpu_push_inline up to {max_bytes} bytes: an inline WQE "
+                                 f"holds at most {_MAX_INLINE}")
+            last = int(max_bytes)
+        if self.rules[-1][1] == "gpu_push_inline":
+            raise ValueError("the last rule takes every larger message; gpu_push_inline "
+                             f"holds at most {_MAX_INLINE} bytes")
+
+    def path_for(self, nbytes: int) -> str:
+        """The host's answer to what ``api.path_for`` answers in a kernel."""
+        for max_bytes, path in self.rules:
+            if nbytes <= max_bytes:
+                return path
+        return self.rules[-1][1]
+
+    def to_cfg(self, cfg: np.ndarray) -> None:
+        cfg[C_NRULES] = len(self.rules)
+        for r, (max_bytes, path) in enumerate(self.rules):
+            cfg[C_RULES + 2 * r] = max_bytes
+            cfg[C_RULES + 2 * r + 1] = PATH_IDS[path]
+
+    @classmethod
+    def fixed(cls, path: str) -> "Thresholds":
+        """Every message on one path."""
+        return cls(((1 << 62, path),), source=f"fixed: {path}")
+
+    @classmethod
+    def from_model(cls, *args, **kwargs) -> "Thresholds":
+        """``_from_model`` (below), computed once per process for each set of arguments."""
+        key = (args, tuple(sorted(kwargs.items())))
+        if key not in _MODEL_CACHE:
+            _MODEL_CACHE[key] = cls._from_model(*args, **kwargs)
+        return _MODEL_CACHE[key]
+
+    @classmethod
+    def _from_model(cls, calibration: str | None = "newest", topology: str = _DEFAULT_TOPOLOGY,
+                   paths: tuple[str, ...] = ("gpu_push", "gpu_push_inline", "nic_pull",
+                                             "host_staged")) -> "Thresholds":
+        """The fastest path per size by the model's zero-load latency
+        (``gpuwrite.model.rank_paths``) on ``topology``, with this machine's calibration
+        file applied where one exists (``"newest"``: the newest file in
+        experiments/calibration/; None: the model's defaults). The crossovers are the
+        model's, on real hardware; emulated mode's costs differ (its staging region is
+        host memory), so measure before trusting them there."""
+        from gpuwrite.model import Params, preset, rank_paths
+
+        params = Params()
+        used = "model defaults"
+        if calibration == "newest":
+            calibration = newest_calibration()
+        if calibration:
+            params = params.with_calibration(calibration)
+            used = f"calibration {os.path.basename(calibration)}"
+
+        topo = preset(topology)
+        known: dict[int, str] = {}
+
+        def best(size: int) -> str:
+            if size in known:
+                return known[size]
+            for entry in rank_paths(topo, size, params):
+                if entry["path"] in paths and (entry["path"] != "gpu_push_inline" or
+                                               size <= _MAX_INLINE):
+                    known[size] = entry["path"]
+                    return entry["path"]
+            raise ValueError(f"paths={paths}: none can carry {size} bytes")
+
+        sizes = sorted(set(_GRID_BYTES) | {_MAX_INLINE, _MAX_INLINE + 1})
+        winners = [best(size) for size in sizes]
+        rules: list[tuple[int, str]] = []
+        for k in range(len(sizes) - 1):
+            lo, won, hi = sizes[k], winners[k], sizes[k + 1]
+            while won != winners[k + 1]:
+                # The largest size in [lo, hi) that ``won`` still wins: the crossover.
+                a, b = lo, hi
+                while b - a > max(1, a // CROSSOVER_RESOLUTION):
+                    mid = (a + b) // 2
+                    if best(mid) == won:
+                        a = mid
+                    else:
+                        b = mid
+                rules.append((a, won))
+                lo, won = b, best(b)
+        rules.append((1 << 62, winners[-1]))
+        merged: list[tuple[int, str]] = []
+        for rule in rules:
+            if merged and merged[-1][1] == rule[1]:
+                merged[-1] = (rule[0], rule[1])
+            else:
+                merged.append(rule)
+        return cls(tuple(merged[-MAX_RULES:]),
+                   source=f"model rank_paths on {topology}, {used}")
+
+
+_MODEL_CACHE: dict = {}
+
+# Where the model cannot be imported (its table libraries missing): the crossovers it
+# computes for the reference H200 (experiments/calibration/nvidia-h200-2026-11-21.toml,
+# same_switch): inline up to 220 B, gpu_push up to 3.8 MiB, nic_pull above.
+FALLBACK_RULES = ((220, "gpu_push_inline"), (3833856, "gpu_push"), (1 << 62, "nic_pull"))
+
+
+def default_thresholds() -> Thresholds:
+    """``Thresholds.from_model()``, or ``FALLBACK_RULES`` where the model is not
+    importable (the source says which)."""
+    try:
+        return Thresholds.from_model()
+    except ImportError as exc:
+        return Thresholds(FALLBACK_RULES, source=f"fallback FALLBACK_RULES (the model did "
+                                                 f"not import: {exc})")
+
+
+def newest_calibration() -> str | None:
+    """The newest ``gpuwrite calibrate`` file in the checkout's experiments/calibration/."""
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    files = sorted(glob.glob(os.path.join(here, "experiments", "calibration", "*.toml")),
+                   key=os.path.getmtime)
+    return files[-1] if files else None
+
+
+class TestbedNotReady(RuntimeError):
+    """Testbed mode cannot run this session here; ``reason`` says why, in one line."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+WORLDS = ("emulated", "testbed")
+
+
+class Session:
+    """What kernels that use put/quiet need, from one NIC context: ``Q`` (the QPs),
+    ``cfg`` (timeout, chunking, the auto thresholds), and registered buffers.
+
+    ``n_qps`` QPs, each with its own CQ, staging ring and bounce ring (see
+    :class:`gpuwrite.host.QueueSet`). Large gpu_push and host_staged messages go as WQEs
+    of ``chunk_bytes``; staging and bounce rings hold four of them by default.
+    """
+
+    __test__ = False
+
+    def __init__(self, n_qps: int, *, thresholds: Thresholds | None = None,
+                 world: str = "emulated", policy: str = "hold", link=None, workers: int = 1,
+                 timeout_s: float = 5.0, chunk_bytes: int = 65536,
+                 ring_each_bytes: int = 65536, sq_bbs: int = 256,
+                 stage_slots: int | None = None, stage_slot_bytes: int = 256,
+                 bounce_bytes: int | None = None, stage_credits: str = "status",
+                 poll_delay_ns: int = 0, context=None):
+        from gpuwrite.host.verbs import Context
+
+        if world not in WORLDS:
+            raise ValueError(f"world={world!r}: allowed {', '.join(WORLDS)}")
+        if world == "testbed":
+            from gpuwrite.backends.testbed import probe
+
+            avail = probe()
+            if not avail.ok:
+                raise TestbedNotReady(f"testbed mode unavailable: {avail.reason}")
+            raise TestbedNotReady("testbed mode: api.Session does not yet bring up a "
+                                  "TestbedQueueSet with a peer (the kernels need no change)")
+        if not timeout_s > 0:
+            raise ValueError(f"timeout_s={timeout_s}: must be > 0")
+        if chunk_bytes % 4 or chunk_bytes < 64:
+            raise ValueError(f"chunk_bytes={chunk_bytes}: a multiple of 4 (chunks start on "
+                             "a source word), at least 64")
+        if ring_each_bytes < 0:
+            raise ValueError(f"ring_each_bytes={ring_each_bytes}: must be >= 0")
+        if sq_bbs < 64:
+            raise ValueError(f"sq_bbs={sq_bbs}: at least 64 (a completion is asked for every "
+                             "quarter of the SQ, and an inline WQE takes up to 8 BBs)")
+        self.thresholds = thresholds or default_thresholds()
+        self.chunk_bytes = chunk_bytes
+        if stage_slots is None:
+            stage_slots = max(64, 4 * L.stage_slots_needed(chunk_bytes, stage_slot_bytes))
+        self.world = world
+        self._own_ctx = context is None
+        self.context = context or Context(policy=policy, link=link, workers=workers)
+        try:
+            self.pd = self.context.alloc_pd()
+            self.queues = self.pd.create_queues(
+                n_qps, sq_bbs=sq_bbs, ncqe=max(sq_bbs, 256), stage_slots=stage_slots,
+                stage_slot_bytes=stage_slot_bytes,
+                bounce_bytes=bounce_bytes or max(4 * chunk_bytes, 65536),
+                stage_credits=stage_credits, poll_delay_ns=poll_delay_ns)
+        except BaseException:
+            self.close()
+            raise
+        cfg = np.zeros(C_COLS, dtype=np.int64)
+        cfg[C_TIMEOUT_NS] = int(timeout_s * 1e9)
+        cfg[C_CHUNK_BYTES] = chunk_bytes
+        cfg[C_RING_EACH_BYTES] = ring_each_bytes
+        self.thresholds.to_cfg(cfg)
+        self.cfg_host = cfg
+        self.cfg = cuda.to_device(cfg)
+        self._keep: list = []
+
+    @property
+    def Q(self) -> tuple:
+        """The queues' tuple kernels pass to ``open_*``."""
+        return self.queues.device_args
+
+    def source(self, words: np.ndarray):
+        """A copy of ``words`` (uint32) in GPU memory, registered for the NIC to read;
+        returns (device array, memory region): pass ``region.lkey`` as put's ``lkey``."""
+        dev = cuda.to_device(np.ascontiguousarray(words, dtype=np.uint32))
+        mr = self.pd.reg_mr(dev, access=L.ACCESS_LOCAL_WRITE)
+        self._keep.append(dev)
+        return dev, mr
+
+    def receive(self, nwords: int, fill: int = 0):
+        """A remote-writable region of ``nwords`` uint32 in GPU-visible host memory (the
+        receiver's buffer; a kernel can poll it); returns (Mapped, memory region)."""
+        from gpuwrite.host.memory import mapped
+
+        buf = mapped((int(nwords),), np.uint32)
+        buf.host[:] = np.uint32(fill)
+        mr = self.pd.reg_mr(buf, access=L.ACCESS_LOCAL_WRITE | L.ACCESS_REMOTE_WRITE)
+        self._keep.append(buf)
+        return buf, mr
+
+    def start(self) -> "Session":
+        if not self.context.running:
+            self.context.start()
+        return self
+
+    def qp_errors(self, status) -> dict:
+        """Named errors of the QPs whose status (as a kernel stored it, indexed by QP)
+        is not OK, with the syndrome of the last error completion where there was one."""
+        state = self.queues.gpu_state()
+        out = {}
+        for i, code in enumerate(np.asarray(status).ravel()):
+            if int(code) == OK:
+                continue
+            synd = int(state[i, dv.S_LAST_SYND])
+            out[int(i)] = {"status": error_name(code),
+                           "syndrome": L.syndrome_name(synd >> 8) if synd else "",
+                           "reason": L.reason_name(synd & 0xFF) if synd else ""}
+        return out
+
+    def close(self) -> None:
+        """Deregisters the session's regions (no byte lands there again) and closes the
+        context if the session opened it."""
+        if getattr(self, "pd", None) is not None:
+            self.pd.close()
+            self.pd = None
+        if getattr(self, "context", None) is not None and self._own_ctx:
+            self.context.stop()
+            self.context.close()
+        self.context = None
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,116 @@
+"""The applications in experiments/apps, at CI sizes on the CUDA simulator."""
+import json
+
+import numpy as np
+import pytest
+
+from experiments.apps import alltoall, bench, pipeline
+from experiments.apps.common import EXIT_UNAVAILABLE
+from gpuwrite.device import api
+
+
+def test_alltoall_delivers_every_byte_on_every_path():
+    out = alltoall.run(ranks=2, tokens=3, token_bytes=62, repeats=1)
+    assert set(out["paths"]) == {"gpu_push", "gpu_push_inline", "nic_pull", "host_staged", "auto"}
+    for path, row in out["paths"].items():
+        assert row["verified"], (path, row)
+        assert row["seconds"] > 0 and row["ratio_to_bulk_store_time"] > 0
+    assert out["all_verified"]
+    assert out["bytes_moved"] == 2 * 3 * 62
+    assert sum(out["auto_pairs_per_path"].values()) == 4
+
+
+def test_alltoall_check_finds_what_did_not_arrive():
+    routing = alltoall.route(2, 3, 62)
+    with api.Session(4, thresholds=api.Thresholds.fixed("gpu_push")) as s:
+        a2a = alltoall.AllToAll(s, routing)
+        a2a.reset()                                   # nothing sent: every pair is missing
+        assert len(a2a.check()["bad_pairs"]) == 4
+        s.start()
+        a2a.launch("gpu_push")
+        assert a2a.check()["bad_pairs"] == []
+        a2a.recv[1][0].host[0] ^= 1                   # one flipped bit in pair (0, 1)
+        assert a2a.check()["bad_pairs"] == [(0, 1)]
+
+
+def test_alltoall_routing_is_every_token_once():
+    r = alltoall.route(3, 50, 10, seed=2)
+    assert r.counts.sum() == 3 * 50 and (r.counts.sum(axis=1) == 50).all()
+    with pytest.raises(ValueError, match="ranks=1"):
+        alltoall.route(1, 4, 4)
+
+
+def test_pipeline_consumes_every_tile_on_every_path():
+    out = pipeline.run(tiles=4, tile_bytes=402, producers=2, consumers=2, repeats=1)
+    assert set(out["paths"]) == {"gpu_push", "gpu_push_inline", "nic_pull", "host_staged", "auto"}
+    for path, row in out["paths"].items():
+        assert row["verified"], (path, row)
+    assert out["all_verified"]
+
+
+def test_apps_skip_testbed_with_a_reason_and_refuse_bad_arguments(capsys):
+    from gpuwrite.backends.testbed import probe
+
+    if probe().ok:
+        pytest.skip("an RDMA NIC is present")
+    for app in (alltoall, pipeline):
+        assert app.main(["--world", "testbed", "--json"]) == EXIT_UNAVAILABLE
+        assert "testbed mode unavailable" in json.loads(capsys.readouterr().out)["skipped"]
+    with pytest.raises(SystemExit) as exc:
+        alltoall.main(["--paths", "gpu_pull"])
+    assert exc.value.code == 2
+    assert "allowed a comma-separated list" in capsys.readouterr().err
+
+
+def test_bench_runs_end_to_end_at_toy_sizes(tmp_path):
+    out = bench.run(quick=True, toy=True)
+    for key in ("latency_64B", "bandwidth_1MiB", "rate_64B"):
+        assert out[key]["put"]["delivered"] == out[key]["put"]["messages"] > 0, out[key]
+        assert out[key]["send_messages"]["delivered"] == out[key]["send_messages"]["messages"]
+        assert np.isfinite(out[key]["ratio"])
+    assert out["alltoall"]["all_verified"]
+
+
+_PTX_SCRIPT = """
+import os, sys
+os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
+from numba import cuda, int64, uint32, uint64, types
+from numba.cuda import dispatcher
+# No GPU here: device functions ask the current device for its compute capability, so
+# name sm_90's (NVVM compiles without a GPU).
+class _Hopper:
+    compute_capability = (9, 0)
+dispatcher.get_current_device = lambda: _Hopper()
+from experiments.apps import alltoall, bench, pipeline
+u32, i64, u32_2d, i64_2d = uint32[::1], int64[::1], uint32[:, ::1], int64[:, ::1]
+# QueueSet.device_args on a GPU: mapped and device arrays, in verbs.Q_* order.
+Q = types.Tuple((u32_2d, u32_2d, uint64[::1], u32_2d, u32_2d, u32_2d, u32_2d, i64_2d, i64_2d,
+                 i64_2d, u32_2d))
+kernels = [(alltoall.dispatch, (Q, i64, u32, i64_2d, int64, i64)),
+           (pipeline.produce, (Q, i64, u32, i64, int64, i64, i64)),
+           (pipeline.consume, (u32, u32, int64, int64, uint64[::1], i64, i64)),
+           (bench.put_stream, (Q, i64, u32, i64, int64, types.boolean, i64, i64, i64))]
+for kernel, sig in kernels:
+    ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=(9, 0))
+    print(kernel.py_func.__name__, ptx.count("bar.warp.sync"), ptx.count("bar.sync"))
+"""
+
+
+def test_app_kernels_compile_for_a_gpu():
+    """The simulator runs kernels as Python and checks no types: compile every app
+    kernel (warp and block scope, put_signal, wait_signal) to sm_90 PTX."""
+    import os
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-c", _PTX_SCRIPT], capture_output=True, text=True,
+                       env=dict(os.environ, NUMBA_ENABLE_CUDASIM="0"), timeout=600)
+    if p.returncode != 0:
+        if "NVVM" in p.stderr or "libnvvm" in p.stderr:
+            pytest.skip("no NVVM on this machine to compile PTX with")
+        pytest.fail(p.stderr[-3000:])
+    counts = {line.split()[0]: tuple(map(int, line.split()[1:])) for line in p.stdout.split("\n")
+              if line.strip()}
+    assert counts["dispatch"][0] > 0          # warp scope: warp barriers
+    assert counts["produce"][1] > 0           # block scope: block barriers
+    assert set(counts) == {"dispatch", "produce", "consume", "put_stream"}

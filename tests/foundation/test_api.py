@@ -1,0 +1,437 @@
+"""The put/signal/quiet device API (gpuwrite.device.api) on the CUDA simulator.
+
+Each kernel here is what a user would write: open a QP at a scope, put, quiet, close.
+Deliveries are checked byte by byte against a canary-filled destination; ordering and
+completion are checked from the device while the emulated NIC is still delivering
+(a slow modelled link keeps it busy).
+"""
+import numpy as np
+import pytest
+from numba import int64
+
+from gpuwrite.cudaenv import cuda
+from gpuwrite.device import api
+from gpuwrite.device import verbs as dv
+from gpuwrite.device.intrinsics import ld_acquire_sys_u32
+from gpuwrite.host.verbs import LinkConfig
+from gpuwrite.paths import kernels as K
+
+CANARY = 0xDEADBEEF
+PATHS = ("gpu_push", "gpu_push_inline", "nic_pull", "host_staged")
+SLOTS2 = api.slots_shape(2)
+# Plan columns: source word, bytes, destination address.
+M_SRC, M_BYTES, M_DST = range(3)
+# A 20 kb/s modelled link: the NIC needs ~0.1 s per message of a few hundred bytes, longer than a
+# kernel takes to post them, so the device looks while data is still arriving.
+SLOW_GBPS = 2e-5
+
+
+@cuda.jit(device=True)
+def _put_plan(h, src, plan, qp, keys, path):
+    """QP ``qp``'s messages of the plan, in order, then quiet; the first error."""
+    st = api.OK
+    for m in range(plan.shape[1]):
+        if st == api.OK:
+            st = api.put(h, src, plan[qp, m, M_SRC], plan[qp, m, M_BYTES], plan[qp, m, M_DST],
+                         keys[0], keys[1], path)
+    done = api.quiet(h)
+    api.close(h)
+    return st if st != api.OK else done
+
+
+@cuda.jit
+def _send_block(Q, cfg, src, plan, keys, path, status):
+    sh = cuda.shared.array(SLOTS2, int64)
+    qp = cuda.blockIdx.x
+    st = _put_plan(api.open_block(Q, cfg, qp, sh), src, plan, qp, keys, path)
+    if cuda.threadIdx.x == 0:
+        status[qp] = st
+
+
+@cuda.jit
+def _send_warp(Q, cfg, src, plan, keys, path, status):
+    sh = cuda.shared.array(SLOTS2, int64)
+    qp = cuda.blockIdx.x * 2 + cuda.threadIdx.x // 32    # two warps, two QPs per block
+    st = _put_plan(api.open_warp(Q, cfg, qp, sh), src, plan, qp, keys, path)
+    if cuda.threadIdx.x % 32 == 0:
+        status[qp] = st
+
+
+@cuda.jit
+def _send_thread(Q, cfg, src, plan, keys, path, status):
+    sh = cuda.shared.array(SLOTS2, int64)
+    t = cuda.threadIdx.x
+    if t < 2:                                           # two threads, a QP each
+        qp = cuda.blockIdx.x * 2 + t
+        status[qp] = _put_plan(api.open_thread(Q, cfg, qp, sh, t), src, plan, qp, keys, path)
+
+
+SCOPES = {"thread": (_send_thread, 1, 32), "warp": (_send_warp, 1, 64), "block": (_send_block, 2, 8)}
+
+
+class Layout:
+    """Messages of the given sizes per QP, each in its own word-aligned range of one
+    destination, then ``repeat`` messages to one shared range (per QP) whose last
+    writer must win: a NIC that reordered a QP's writes would leave an earlier one."""
+
+    def __init__(self, n_qps, sizes, repeat=3, seed=3):
+        rows, word = [], 0
+        for q in range(n_qps):
+            row = []
+            for n in sizes:
+                row.append([word, n, word])
+                word += (n + 3) // 4
+            order_word = word
+            word += (sizes[-1] + 3) // 4
+            src = word
+            for _ in range(repeat):
+                row.append([src, sizes[-1], order_word])
+                src += (sizes[-1] + 3) // 4
+            word = src
+            rows.append(row)
+        self.plan = np.array(rows, dtype=np.int64)
+        self.words = word
+        self.payload = np.random.default_rng(seed).integers(0, 2**32, word, dtype=np.uint32)
+
+    def want(self) -> np.ndarray:
+        """The destination's expected bytes: every message in its range (later messages
+        over earlier ones), the canary everywhere else."""
+        out = np.full(self.words, CANARY, dtype=np.uint32).view(np.uint8)
+        src = self.payload.view(np.uint8)
+        for row in self.plan:
+            for s, n, d in row:
+                out[d * 4:d * 4 + n] = src[s * 4:s * 4 + n]
+        return out
+
+
+def _run(kernel, grid, threads, path, sizes, thresholds=None, chunk_bytes=256, link=None,
+         n_qps=2, sq_bbs=256):
+    layout = Layout(n_qps, sizes)
+    with api.Session(n_qps, thresholds=thresholds or api.Thresholds.fixed("gpu_push"),
+                     chunk_bytes=chunk_bytes, link=link, timeout_s=20, sq_bbs=sq_bbs) as s:
+        src, smr = s.source(layout.payload)
+        dst, dmr = s.receive(layout.words, fill=CANARY)
+        plan = layout.plan.copy()
+        plan[:, :, M_DST] = dmr.address + plan[:, :, M_DST] * 4
+        keys = cuda.to_device(np.array([dmr.rkey, smr.lkey], dtype=np.int64))
+        status = cuda.to_device(np.full(n_qps, 99, dtype=np.int64))
+        s.start()
+        kernel[grid, threads](s.Q, s.cfg, src, cuda.to_device(plan), keys, api.PATH_IDS[path],
+                              status)
+        st = status.copy_to_host()
+        return layout, dst.host.view(np.uint8).copy(), st, s.context.counters(), s.qp_errors(st)
+
+
+@pytest.mark.parametrize("scope", list(SCOPES))
+@pytest.mark.parametrize("path", PATHS)
+def test_put_delivers_exact_bytes_in_qp_order(scope, path):
+    kernel, grid, threads = SCOPES[scope]
+    # Sizes of every kind: partial words, one-thread pushes (16-byte multiples), and one
+    # longer than the 256-byte chunk (split into WQEs on gpu_push and host_staged).
+    sizes = [1, 7, 64, 100, 300] if path != "gpu_push_inline" else [1, 7, 64, 100, 300, 476]
+    layout, got, status, counters, errors = _run(kernel, grid, threads, path, sizes)
+    assert list(status) == [api.OK, api.OK], errors
+    assert np.array_equal(got, layout.want())
+    column = {"gpu_push": "bytes_pushed", "gpu_push_inline": "bytes_inline",
+              "nic_pull": "bytes_pulled", "host_staged": "bytes_host_read"}[path]
+    assert counters[column] == int(layout.plan[:, :, M_BYTES].sum()), counters
+
+
+def test_inline_payloads_wrap_the_send_queue():
+    # 300-byte inline WQEs take 6 BBs: in a 64-BB ring the 11th starts at BB 60 and its
+    # payload runs past the ring's end into BB 0.
+    layout, got, status, counters, errors = _run(_send_block, 1, 8, "gpu_push_inline",
+                                                 [300] * 11, n_qps=1, sq_bbs=64)
+    assert list(status) == [api.OK], errors
+    assert np.array_equal(got, layout.want())
+
+
+def test_path_numbers_are_the_kernels():
+    assert {k: v for k, v in api.PATH_IDS.items() if k != "auto"} == K.PATH_IDS
+
+
+@cuda.jit
+def _path_for(cfg, sizes, out):
+    for k in range(sizes.shape[0]):
+        out[k] = api.path_for(cfg, sizes[k])
+
+
+def test_auto_takes_the_threshold_path():
+    rules = api.Thresholds(((100, "gpu_push_inline"), (1000, "host_staged"), (4000, "gpu_push"),
+                            (1 << 40, "nic_pull")))
+    sizes = [1, 100, 101, 1000, 1001, 4000, 4001, 9000]
+    cfg = np.zeros(api.C_COLS, dtype=np.int64)
+    rules.to_cfg(cfg)
+    out = cuda.to_device(np.zeros(len(sizes), dtype=np.int64))
+    _path_for[1, 1](cuda.to_device(cfg), cuda.to_device(np.array(sizes, dtype=np.int64)), out)
+    got = [api.PATH_NAMES[int(p)] for p in out.copy_to_host()]
+    assert got == [rules.path_for(n) for n in sizes] == [
+        "gpu_push_inline", "gpu_push_inline", "host_staged", "host_staged", "gpu_push",
+        "gpu_push", "nic_pull", "nic_pull"]
+    # And a kernel putting with AUTO moves each message's bytes the way its rule says.
+    layout, got_bytes, status, counters, errors = _run(
+        _send_block, 1, 8, "auto", [60, 100, 101, 1000, 1001, 4001], thresholds=rules,
+        chunk_bytes=4096, n_qps=1)
+    assert list(status) == [api.OK], errors
+    assert np.array_equal(got_bytes, layout.want())
+    per_path = {}
+    for _, n, _ in layout.plan[0]:
+        per_path[rules.path_for(n)] = per_path.get(rules.path_for(n), 0) + n
+    assert counters["bytes_inline"] == per_path["gpu_push_inline"]
+    assert counters["bytes_host_read"] == per_path["host_staged"]
+    assert counters["bytes_pushed"] == per_path["gpu_push"]
+    assert counters["bytes_pulled"] == per_path["nic_pull"]
+
+
+@cuda.jit
+def _signal_race(Q, cfg, src, prm, path, recv, sig, out):
+    """Block 0 put_signals messages and leaves without waiting; block 1 (which the
+    simulator runs after block 0, while the NIC is still delivering) waits for each
+    signal and then compares the message's words with the source."""
+    sh = cuda.shared.array(SLOTS2, int64)
+    n_msgs, words, dst, rkey, lkey, sig_addr, sig_rkey, timeout = \
+        prm[0], prm[1], prm[2], prm[3], prm[4], prm[5], prm[6], prm[7]
+    if cuda.blockIdx.x == 0:
+        h = api.open_block(Q, cfg, 0, sh)
+        st = api.OK
+        for m in range(n_msgs):
+            if st == api.OK:
+                st = api.put_signal(h, src, m * words, words * 4, dst + m * words * 4, rkey,
+                                    lkey, path, sig_addr + 8 * m, sig_rkey, m + 1)
+        api.close(h)
+        if cuda.threadIdx.x == 0:
+            out[0] = st
+        return
+    if cuda.threadIdx.x != 0:
+        return
+    # Whether the last signal was still unset when the consumer began: the race is live.
+    out[2] = 1 if ld_acquire_sys_u32(sig, 2 * (n_msgs - 1)) == 0 else 0
+    bad = 0
+    for m in range(n_msgs):
+        st = api.wait_signal(sig, m, m + 1, timeout)
+        if st != api.OK:
+            out[1] = st
+            return
+        for k in range(words):
+            if ld_acquire_sys_u32(recv, m * words + k) != src[m * words + k]:
+                bad += 1
+    out[3] = bad
+
+
+@pytest.mark.parametrize("path,words", [("gpu_push", 64), ("gpu_push", 65), ("nic_pull", 64),
+                                        ("host_staged", 64), ("gpu_push_inline", 100)])
+def test_put_signal_never_shows_the_signal_before_the_data(path, words):
+    """gpu_push with 64 words goes by the one-thread push, with 65 by the block copy."""
+    n_msgs = 6
+    payload = np.random.default_rng(11).integers(1, 2**32, n_msgs * words, dtype=np.uint32)
+    with api.Session(1, thresholds=api.Thresholds.fixed("gpu_push"),
+                     link=LinkConfig(rate_gbps=SLOW_GBPS), chunk_bytes=1024, timeout_s=30) as s:
+        src, smr = s.source(payload)
+        recv, rmr = s.receive(n_msgs * words)
+        sig, sig_mr = s.receive(2 * n_msgs)
+        prm = np.array([n_msgs, words, rmr.address, rmr.rkey, smr.lkey, sig_mr.address,
+                        sig_mr.rkey, int(20e9)], dtype=np.int64)
+        out = cuda.mapped_array(4, dtype=np.int64)
+        out[:] = 0
+        s.start()
+        _signal_race[2, 4](s.Q, s.cfg, src, cuda.to_device(prm), api.PATH_IDS[path],
+                           recv.kernel, sig.kernel, out)
+        cuda.synchronize()     # a GPU launch returns at once: the engine must outlive it
+    assert list(out[:2]) == [api.OK, api.OK], [api.error_name(x) for x in out[:2]]
+    assert out[2] == 1, "the NIC had delivered every signal before the consumer began"
+    assert out[3] == 0, f"{out[3]} words read after their signal were not the data"
+
+
+@cuda.jit
+def _quiet_then_look(Q, cfg, src, prm, path, recv, out):
+    """Puts messages, records whether the last had landed before quiet (it must not
+    have, or the test shows nothing), quiets, and counts the words not yet landed."""
+    sh = cuda.shared.array(SLOTS2, int64)
+    n_msgs, words, dst, rkey, lkey = prm[0], prm[1], prm[2], prm[3], prm[4]
+    h = api.open_block(Q, cfg, 0, sh)
+    st = api.OK
+    for m in range(n_msgs):
+        if st == api.OK:
+            st = api.put(h, src, m * words, words * 4, dst + m * words * 4, rkey, lkey, path)
+    if st == api.OK:
+        st = api.flush(h)
+    if cuda.threadIdx.x == 0:
+        last = n_msgs * words - 1
+        out[0] = 1 if ld_acquire_sys_u32(recv, last) == src[last] else 0
+    done = api.quiet(h)
+    api.close(h)
+    if cuda.threadIdx.x == 0:
+        missing = 0
+        for k in range(n_msgs * words):
+            if ld_acquire_sys_u32(recv, k) != src[k]:
+                missing += 1
+        out[1] = missing
+        out[2] = done if st == api.OK else st
+
+
+@pytest.mark.parametrize("path", ["gpu_push", "nic_pull", "host_staged"])
+def test_quiet_returns_only_when_every_put_completed(path):
+    n_msgs, words = 6, 128
+    payload = np.random.default_rng(13).integers(1, 2**32, n_msgs * words, dtype=np.uint32)
+    with api.Session(1, thresholds=api.Thresholds.fixed("gpu_push"),
+                     link=LinkConfig(rate_gbps=SLOW_GBPS), timeout_s=30) as s:
+        src, smr = s.source(payload)
+        recv, rmr = s.receive(n_msgs * words)
+        prm = np.array([n_msgs, words, rmr.address, rmr.rkey, smr.lkey], dtype=np.int64)
+        out = cuda.mapped_array(3, dtype=np.int64)
+        out[:] = -1
+        s.start()
+        _quiet_then_look[1, 8](s.Q, s.cfg, src, cuda.to_device(prm), api.PATH_IDS[path],
+                               recv.kernel, out)
+        cuda.synchronize()
+    assert out[2] == api.OK, api.error_name(out[2])
+    assert out[0] == 0, "the last message had landed before quiet: nothing to wait for"
+    assert out[1] == 0, f"{out[1]} words had not landed when quiet returned"
+
+
+@cuda.jit
+def _put_twice(Q, cfg, src, prm, path, out):
+    """Two puts and a quiet; records each one's status (the second shows stickiness)."""
+    sh = cuda.shared.array(SLOTS2, int64)
+    h = api.open_block(Q, cfg, 0, sh)
+    a = api.put(h, src, 0, 64, prm[0], prm[1], prm[2], path)
+    b = api.put(h, src, 0, 64, prm[0], prm[3], prm[2], api.GPU_PUSH)
+    c = api.quiet(h)
+    api.close(h)
+    if cuda.threadIdx.x == 0:
+        out[0], out[1], out[2] = a, b, c
+
+
+def _put_twice_run(path, rkey_first_ok=True):
+    with api.Session(1, thresholds=api.Thresholds.fixed("gpu_push"), timeout_s=5) as s:
+        src, smr = s.source(np.arange(16, dtype=np.uint32))
+        dst, dmr = s.receive(16)
+        bad_rkey = dmr.rkey ^ 0x55
+        prm = np.array([dmr.address, dmr.rkey if rkey_first_ok else bad_rkey, smr.lkey,
+                        dmr.rkey], dtype=np.int64)
+        out = cuda.to_device(np.full(3, 99, dtype=np.int64))
+        s.start()
+        _put_twice[1, 4](s.Q, s.cfg, src, cuda.to_device(prm), path, out)
+        got = out.copy_to_host()
+        return got, s.qp_errors([got[2]]), dst.host.copy()
+
+
+def test_a_bad_rkey_ends_quiet_with_the_named_error_completion():
+    got, errors, dst = _put_twice_run(api.GPU_PUSH, rkey_first_ok=False)
+    assert got[0] == api.OK                       # put is non-blocking: the NIC finds it later
+    assert got[2] == dv.E_CQE_ERROR
+    assert errors[0]["status"] == api.error_name(dv.E_CQE_ERROR)
+    assert errors[0]["syndrome"] == "remote_access_err", errors
+    assert not dst.any()                          # no byte landed
+
+
+@cuda.jit
+def _put_negative(Q, cfg, src, out):
+    sh = cuda.shared.array(SLOTS2, int64)
+    h = api.open_warp(Q, cfg, 0, sh)
+    a = api.put(h, src, 0, -4, 0, 0, 0, api.GPU_PUSH)
+    b = api.quiet(h)
+    api.close(h)
+    if cuda.threadIdx.x == 0:
+        out[0], out[1] = a, b
+
+
+def test_a_negative_size_is_an_error():
+    with api.Session(1, thresholds=api.Thresholds.fixed("gpu_push")) as s:
+        src, _ = s.source(np.zeros(4, dtype=np.uint32))
+        out = cuda.to_device(np.zeros(2, dtype=np.int64))
+        s.start()
+        _put_negative[1, 32](s.Q, s.cfg, src, out)
+        assert list(out.copy_to_host()) == [api.E_BAD_SIZE] * 2
+    assert "negative message size" in api.error_name(api.E_BAD_SIZE)
+
+
+def test_an_unknown_path_is_an_error_and_it_sticks():
+    got, errors, dst = _put_twice_run(7)
+    assert list(got) == [api.E_BAD_PATH] * 3      # the second put and quiet keep the first
+    assert "unknown path" in errors[0]["status"]
+    assert not dst.any()
+
+
+@cuda.jit
+def _wait_unset(sig, timeout_ns, out):
+    out[0] = api.wait_signal(sig, 0, 1, timeout_ns)
+
+
+def test_wait_signal_times_out_with_its_error():
+    sig = cuda.mapped_array(2, dtype=np.uint32)
+    sig[:] = 0
+    out = cuda.to_device(np.zeros(1, dtype=np.int64))
+    _wait_unset[1, 1](sig, 2_000_000, out)
+    assert out.copy_to_host()[0] == api.E_TIMEOUT_SIGNAL
+    assert api.error_name(api.E_TIMEOUT_SIGNAL) == "timed out waiting for a signal"
+
+
+def test_thresholds_validate_themselves():
+    with pytest.raises(ValueError, match="rule path 'gpu_pushy'"):
+        api.Thresholds(((100, "gpu_pushy"),))
+    with pytest.raises(ValueError, match="rules must grow"):
+        api.Thresholds(((100, "gpu_push"), (100, "nic_pull")))
+    with pytest.raises(ValueError, match="inline WQE holds at most 476"):
+        api.Thresholds(((1000, "gpu_push_inline"), (2000, "gpu_push")))
+    with pytest.raises(ValueError, match="last rule takes every larger"):
+        api.Thresholds(((100, "gpu_push"), (200, "gpu_push_inline")))
+    with pytest.raises(ValueError, match="1 to 8"):
+        api.Thresholds(())
+
+
+def test_model_thresholds_follow_the_model_winner():
+    pytest.importorskip("pandas")         # gpuwrite.model's simulator needs it
+    from gpuwrite.model import Params, rank_paths
+
+    import pathlib
+
+    h200 = pathlib.Path(__file__).resolve().parents[2] / "experiments" / "calibration" / \
+        "nvidia-h200-2026-11-21.toml"
+    assert api.Thresholds(api.FALLBACK_RULES).rules == \
+        api.Thresholds.from_model(calibration=str(h200)).rules    # as its comment says
+
+    t = api.Thresholds.from_model(calibration=None)
+    assert "model defaults" in t.source
+    for size in (4, 64, 219, 220, 221, 4096, 1 << 20, 3 << 20, 4 << 20):
+        ranked = [e["path"] for e in rank_paths("same_switch", size, Params())
+                  if e["path"] != "gpu_push_inline" or size <= 476]
+        assert t.path_for(size) == ranked[0], (size, t.rules)
+    # Each crossover is found to within 1/64 of its size: the rule's last size is won by
+    # its path, a size that much larger is not.
+    for max_bytes, path in t.rules[:-1]:
+        step = max(1, max_bytes // api.CROSSOVER_RESOLUTION)
+        first = [e["path"] for e in rank_paths("same_switch", max_bytes, Params())][0]
+        after = [e["path"] for e in rank_paths("same_switch", max_bytes + step, Params())][0]
+        assert first == path != after
+
+
+def test_session_refuses_bad_settings_by_name():
+    with pytest.raises(ValueError, match="chunk_bytes=66"):
+        api.Session(1, chunk_bytes=66, thresholds=api.Thresholds.fixed("gpu_push"))
+    with pytest.raises(ValueError, match="sq_bbs=32"):
+        api.Session(1, sq_bbs=32, thresholds=api.Thresholds.fixed("gpu_push"))
+    with pytest.raises(ValueError, match="world='cloud'"):
+        api.Session(1, world="cloud")
+    with pytest.raises(ValueError, match="n_handles=0"):
+        api.slots_shape(0)
+
+
+def test_testbed_world_says_why_it_cannot_run():
+    from gpuwrite.backends.testbed import probe
+
+    if probe().ok:
+        pytest.skip("an RDMA NIC is present: this checks the no-NIC message")
+    with pytest.raises(api.TestbedNotReady, match="testbed mode unavailable: no"):
+        api.Session(1, world="testbed", thresholds=api.Thresholds.fixed("gpu_push"))
+
+
+def test_the_readme_example_runs():
+    """The README's "Write your own kernel" example, as printed there."""
+    import pathlib
+    import re
+
+    text = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = text.split("## Write your own kernel", 1)[1].split("\n## ", 1)[0]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    exec(compile(code, "README.md: Write your own kernel", "exec"), {"__name__": "readme"})
