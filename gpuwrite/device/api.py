@@ -684,8 +684,9 @@ _MODEL_CACHE: dict = {}
 
 # Where the model cannot be imported (its table libraries missing): the crossovers it
 # computes for the reference H200 (experiments/calibration/nvidia-h200-2026-11-21.toml,
-# same_switch): inline up to 220 B, gpu_push up to 3.8 MiB, nic_pull above.
-FALLBACK_RULES = ((220, "gpu_push_inline"), (3833856, "gpu_push"), (1 << 62, "nic_pull"))
+# same_switch): inline up to 220 B, gpu_push above (with per-packet link credits and
+# cut-through at the NIC, nic_pull no longer overtakes gpu_push at large sizes there).
+FALLBACK_RULES = ((220, "gpu_push_inline"), (1 << 62, "gpu_push"))
 
 
 def default_thresholds() -> Thresholds:
