@@ -20,7 +20,7 @@ from gpuwrite.cudaenv import SIMULATOR, cuda
 
 __all__ = [
     "ld_acquire_sys_u32", "st_release_sys_u32", "st_relaxed_sys_u32", "st_relaxed_sys_u64", "fence_sys",
-    "globaltimer_ns", "backoff", "ld_v4_u32", "st_v4_u32", "address_of", "bswap32",
+    "globaltimer_ns", "backoff", "ld_v4_u32", "st_v4_u32", "st_u8", "address_of", "bswap32",
 ]
 
 if SIMULATOR:
@@ -53,14 +53,26 @@ if SIMULATOR:
         """Pause a polling thread: lets the simulator's other threads run."""
         time.sleep(0)
 
+    def _check_aligned16(arr, index):
+        # A GPU faults on a misaligned vector access; the simulator says so instead.
+        if address_of(arr, index) % 16:
+            raise ValueError(f"16-byte access at word {index} is not 16-byte aligned "
+                             f"(address {address_of(arr, index):#x})")
+
     def ld_v4_u32(arr, index):
         """Four consecutive 32-bit words from arr[index] (16-byte aligned), one load."""
+        _check_aligned16(arr, index)
         return (arr[index], arr[index + 1], arr[index + 2], arr[index + 3])
 
     def st_v4_u32(arr, index, a, b, c, d):
         """Stores four 32-bit words at arr[index] (16-byte aligned) in one store."""
+        _check_aligned16(arr, index)
         for k, v in enumerate((a, b, c, d)):
             arr[index + k] = int(v) & 0xFFFFFFFF
+
+    def st_u8(arr, index, byte, value):
+        """Stores one byte, byte ``byte`` (0 to 3) of the 32-bit word arr[index]."""
+        arr.view(np.uint8)[4 * index + byte] = int(value) & 0xFF
 
     def bswap32(x):
         """The low 32 bits of ``x`` byte-swapped (device words are little-endian, mlx5
@@ -156,6 +168,13 @@ else:
 
         return sig, codegen
 
+    def _global(builder, ptr):
+        """``ptr`` in the global address space, so that PTX gets ``ld.global``/``st.global``
+        rather than generic accesses. For the arrays kernels are handed (GPU memory, and
+        pinned host memory mapped into the GPU, which the GPU reaches through the global
+        window as the ``.global`` polls above do); never for shared or local arrays."""
+        return builder.addrspacecast(ptr, ir.PointerType(ptr.type.pointee, addrspace=1))
+
     def _vector_pointer(context, builder, sig, args):
         """arr[index] as a pointer to four 32-bit words (the caller ensures 16-byte alignment)."""
         ptr = _element_pointer(context, builder, sig, args)
@@ -194,6 +213,24 @@ else:
                 word = context.cast(builder, args[2 + k], sig.args[2 + k], types.uint32)
                 vec = builder.insert_element(vec, word, ir.Constant(ir.IntType(32), k))
             builder.store(vec, _vector_pointer(context, builder, sig, args), align=16)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
+    def st_u8(typingctx, arr, index, byte, value):
+        """Stores one byte, byte ``byte`` (0 to 3) of the 32-bit word arr[index]
+        (``st.global.u8``): the last word of a copy whose length is not a multiple of 4
+        is written byte by byte, so the bytes after it, someone else's, stay as they were.
+        An ordinary store, like ``st_v4_u32``."""
+        sig = types.void(arr, index, byte, value)
+
+        def codegen(context, builder, sig, args):
+            i8 = ir.IntType(8)
+            word = builder.bitcast(_element_pointer(context, builder, sig, args), i8.as_pointer())
+            at = builder.gep(word, [context.cast(builder, args[2], sig.args[2], types.intp)])
+            builder.store(builder.trunc(context.cast(builder, args[3], sig.args[3], types.uint32), i8),
+                          _global(builder, at), align=1)
             return context.get_dummy_value()
 
         return sig, codegen

@@ -1,0 +1,151 @@
+"""The device copy (gpuwrite.device.copy): exact bytes, nothing outside, 16-byte vectors.
+
+Each kernel launch copies a table of cases, every one into its own region of a
+destination filled with random canary bytes; afterwards the whole destination must equal
+the canaries with exactly each case's bytes replaced.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from gpuwrite.cudaenv import cuda
+from gpuwrite.device.copy import copy_bytes
+
+# Region per case: the copy starts 0 to 3 words into a 16-byte aligned region and is
+# followed by at least 16 canary bytes.
+_LEAD_WORDS = 4
+
+
+@cuda.jit
+def _copy_cases(dst, src, cases):
+    for c in range(cases.shape[0]):
+        copy_bytes(dst, cases[c, 2], src, cases[c, 1], cases[c, 0],
+                   cuda.threadIdx.x, cuda.blockDim.x)
+
+
+def _cases(lengths, src_offsets, dst_offsets):
+    """(nbytes, src_word, dst_word) rows, regions laid out one after another; the source
+    words come from one shared random source, starting at each offset mod 4."""
+    rows = []
+    dst_at = 0
+    for n in lengths:
+        for so in src_offsets:
+            for do in dst_offsets:
+                rows.append((n, so, dst_at + do))
+                dst_at += (_LEAD_WORDS + (n + 3) // 4 + 4 + 3) // 4 * 4
+    return np.array(rows, dtype=np.int64), dst_at
+
+
+def _aligned(nwords, fill):
+    """A uint32 array of ``nwords`` whose first word is 16-byte aligned."""
+    raw = np.empty(nwords + 4, dtype=np.uint32)
+    skip = (-raw.ctypes.data % 16) // 4
+    out = raw[skip:skip + nwords]
+    out[:] = fill
+    return out
+
+
+def _check(lengths, src_offsets=range(4), dst_offsets=range(4), threads=32, seed=0):
+    rng = np.random.default_rng(seed)
+    cases, dst_words = _cases(lengths, src_offsets, dst_offsets)
+    src = _aligned(max(lengths) // 4 + 8, rng.integers(0, 2**32, max(lengths) // 4 + 8,
+                                                       dtype=np.uint32))
+    canary = _aligned(dst_words, rng.integers(0, 2**32, dst_words, dtype=np.uint32))
+    d_dst = cuda.to_device(canary)
+    d_src = cuda.to_device(src)
+    _copy_cases[1, threads](d_dst, d_src, cuda.to_device(cases))
+    got = d_dst.copy_to_host().view(np.uint8)
+    want = canary.copy().view(np.uint8)
+    for n, sw, dw in cases:
+        want[dw * 4:dw * 4 + n] = src.view(np.uint8)[sw * 4:sw * 4 + n]
+    bad = np.nonzero(got != want)[0]
+    if len(bad):
+        # Name the first case that went wrong, and whether inside or outside its bytes.
+        b = int(bad[0])
+        for n, sw, dw in cases:
+            if b < (dw + (n + 3) // 4 + 4) * 4:
+                where = "inside" if dw * 4 <= b < dw * 4 + n else "outside (a canary)"
+                pytest.fail(f"copy of {n} bytes from word {sw} to word {dw} on {threads} "
+                            f"threads: byte {b - dw * 4} {where} differs")
+    assert len(cases) == len(list(lengths)) * len(list(src_offsets)) * len(list(dst_offsets))
+
+
+# Every head/body/tail split of up to three vectors (lengths to 52 bytes, every source and
+# destination word offset), around the end of one unrolled round of 32 threads (2 KiB),
+# and the edges of 4 KiB.
+SHORT_LENGTHS = range(1, 53)
+LONG_LENGTHS = (61, 64, 67, 2047, 2048, 2049, 2063, 4093, 4094, 4095, 4096)
+
+
+@pytest.mark.parametrize("threads", [1, 3, 32])
+def test_exact_bytes_and_canaries_short(threads):
+    _check(SHORT_LENGTHS, threads=threads)
+
+
+def test_exact_bytes_and_canaries_long():
+    _check(LONG_LENGTHS, dst_offsets=(0, 1), threads=32)
+
+
+def test_zero_bytes_writes_nothing():
+    _check([0], threads=4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("threads", [32, 128])
+def test_every_length_to_4k(threads):
+    _check(range(1, 4097), dst_offsets=(0, 1), threads=threads)
+
+
+_PTX_SCRIPT = textwrap.dedent("""
+    import os, re, sys
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
+    from numba import cuda, int64, uint32
+    from numba.cuda import dispatcher
+    # No GPU here: device functions ask the current device for its compute capability,
+    # so name sm_90's (NVVM compiles without a GPU).
+    class _Hopper:
+        compute_capability = (9, 0)
+    dispatcher.get_current_device = lambda: _Hopper()
+    from gpuwrite.device.copy import copy_bytes
+    def kernel(dst, dst_word, src, src_word, nbytes):
+        copy_bytes(dst, dst_word, src, src_word, nbytes, cuda.threadIdx.x, cuda.blockDim.x)
+    ptx, _ = cuda.compile_ptx(kernel, (uint32[::1], int64, uint32[::1], int64, int64),
+                              cc=(9, 0))
+    sys.stdout.write(ptx)
+""")
+
+
+def _loops(ptx: str):
+    """The PTX of each loop: the lines from a label to the branch back to it."""
+    lines = ptx.splitlines()
+    out = []
+    for k, line in enumerate(lines):
+        if line.startswith("$L") and line.rstrip().endswith(":"):
+            label = line.strip()[:-1]
+            for j in range(k + 1, len(lines)):
+                if "bra" in lines[j] and lines[j].rstrip().endswith(label + ";"):
+                    out.append(lines[k:j + 1])
+                    break
+    return out
+
+
+def test_ptx_has_16_byte_loads_in_flight_and_stores():
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
+    p = subprocess.run([sys.executable, "-c", _PTX_SCRIPT], capture_output=True, text=True,
+                       env=env, timeout=300)
+    if p.returncode != 0:
+        if "NVVM" in p.stderr or "libnvvm" in p.stderr:
+            pytest.skip("no NVVM on this machine to compile PTX with")
+        pytest.fail(p.stderr[-2000:])
+    # Some loop holds UNROLL 16-byte global loads, all before its first 16-byte store.
+    best = 0
+    for body in _loops(p.stdout):
+        loads = [k for k, ln in enumerate(body) if "ld.global.v4." in ln or "ld.global.b128" in ln]
+        stores = [k for k, ln in enumerate(body) if "st.global.v4." in ln or "st.global.b128" in ln]
+        if stores:
+            best = max(best, sum(1 for k in loads if k < stores[0]))
+    assert best >= 4, "no copy loop issues four 16-byte global loads before its stores"
