@@ -21,6 +21,7 @@ from gpuwrite.cudaenv import SIMULATOR, cuda
 __all__ = [
     "ld_acquire_sys_u32", "st_release_sys_u32", "st_relaxed_sys_u32", "st_relaxed_sys_u64", "fence_sys",
     "globaltimer_ns", "backoff", "ld_v4_u32", "st_v4_u32", "st_u8", "address_of", "bswap32",
+    "warp_sync",
 ]
 
 if SIMULATOR:
@@ -44,6 +45,12 @@ if SIMULATOR:
 
     def fence_sys():
         """Order all earlier memory accesses before later ones, system-wide."""
+
+    @cuda.jit(device=True)
+    def warp_sync(lanes):
+        """Barrier of the first warp's ``lanes`` threads. The simulator has no warp
+        barrier: this is the block's, so callers use it only in blocks of <= 32 threads."""
+        cuda.syncthreads()
 
     def globaltimer_ns():
         """Nanoseconds on a clock shared by all threads (the GPU's %globaltimer)."""
@@ -260,6 +267,13 @@ else:
             return builder.ptrtoint(_element_pointer(context, builder, sig, args), ir.IntType(64))
 
         return sig, codegen
+
+    @cuda.jit(device=True, inline=True)
+    def warp_sync(lanes):
+        """Barrier of the first warp's ``lanes`` threads (``bar.warp.sync``): like a block
+        barrier, it orders their memory accesses, so a release by lane 0 after it covers
+        every lane's stores before it."""
+        cuda.syncwarp(0xFFFFFFFF if lanes >= 32 else (1 << lanes) - 1)
 
     @cuda.jit(device=True, inline=True)
     def backoff(ns):

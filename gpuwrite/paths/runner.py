@@ -136,7 +136,7 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
         dst_mr = pd.reg_mr(dst, access=L.ACCESS_LOCAL_WRITE | L.ACCESS_REMOTE_WRITE)
         qs = pd.create_queues(n_qps, sq_bbs=sq_bbs, ncqe=max(sq_bbs, 256), stage_slots=stage_slots,
                               stage_slot_bytes=stage_slot_bytes,
-                              bounce_bytes=bounce_bytes or max(4 * max_chunk, 65536),
+                              bounce_bytes=bounce_bytes or max(-(-4 * max_chunk // 16) * 16, 65536),
                               stage_credits=stage_credits, poll_delay_ns=poll_delay_ns)
         params = np.zeros(K.P_COLS, dtype=np.int64)
         params[K.P_PATH] = K.PATH_IDS[path]

@@ -149,3 +149,26 @@ def test_ptx_has_16_byte_loads_in_flight_and_stores():
         if stores:
             best = max(best, sum(1 for k in loads if k < stores[0]))
     assert best >= 4, "no copy loop issues four 16-byte global loads before its stores"
+
+
+# Sizes on each side of the one-thread (256 B) and one-warp (2 KiB) push limits, odd
+# lengths (a partial last word) and a source that is not 16-byte aligned after them.
+_PATH_SIZES = [1, 3, 64, 255, 256, 257, 1001, 2048, 2049, 5003]
+
+
+@pytest.mark.parametrize("path", ["gpu_push", "host_staged"])
+@pytest.mark.parametrize("threads", [4, 32])
+def test_paths_deliver_every_byte_with_the_vector_copy(path, threads):
+    from gpuwrite.paths import runner
+    r = runner.run(path, _PATH_SIZES, n_qps=1, block_threads=threads, seed=3)
+    assert r.qp_errors == {}
+    assert r.delivered == r.messages == len(_PATH_SIZES)
+
+
+def test_inline_payloads_wrap_the_send_queue():
+    """Inline WQEs of several BBs around a 16-BB ring: payloads cross its end."""
+    from gpuwrite.paths import runner
+    sizes = [448, 5, 300, 447, 64, 129] * 3
+    r = runner.run("gpu_push_inline", sizes, n_qps=1, sq_bbs=32, block_threads=4, seed=4)
+    assert r.qp_errors == {}
+    assert r.delivered == r.messages == len(sizes)
