@@ -683,7 +683,7 @@ static uint64_t agent_post(struct gw_engine *e, uint64_t dst, uint64_t src, uint
     if (t >= slots && agent_wait(e, t - slots) != 0)
         return UINT64_MAX;
     struct gw_pull_req *r = (struct gw_pull_req *)e->cfg.pull_ring + (t & (slots - 1));
-    uint64_t tag = (t & 0xFFFF) << GW_PULL_ADDR_BITS;
+    uint64_t tag = ((t / slots + 1) & 0xFFFF) << GW_PULL_ADDR_BITS;
     /* Each word is whole and tagged (gw_engine.h), so the agent may read them in any
      * order; the ticket word is released last, and the agent's acquire of it orders its
      * reads of GPU memory after this engine's acquire of the doorbell. */

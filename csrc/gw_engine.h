@@ -39,15 +39,16 @@ struct gw_engine_config {
 };
 
 /* One request to the pull agent (a persistent GPU block, gpuwrite.paths.pull_agent): copy
- * nbytes from GPU address src to host address dst. Ticket t uses slot t % pull_slots.
- * Every 8-byte word carries the ticket, so the agent reads a slot with plain 8-byte loads
- * in one PCIe round trip and needs no ordering between them: a word that still holds an
- * older request's ticket is not ready. The agent answers by a release store of the low 32
+ * nbytes from GPU address src to host address dst. Ticket t uses slot t % pull_slots, on
+ * lap t / pull_slots. Every 8-byte word carries the ticket or the lap, so the agent reads a
+ * slot with plain 8-byte loads in one PCIe round trip and needs no ordering between them:
+ * a word that still holds an older request's (or the zeros of a ring never used) is not
+ * ready. Laps are tagged from 1, so zeroed memory never matches. The agent answers by a release store of the low 32
  * bits of t + 1 into done[slot]. */
 struct gw_pull_req {
     uint64_t ticket_nbytes;       /* (t + 1) << 32 | nbytes */
-    uint64_t tag_src;             /* (t & 0xFFFF) << 48 | src */
-    uint64_t tag_dst;             /* (t & 0xFFFF) << 48 | dst */
+    uint64_t tag_src;             /* ((t / pull_slots + 1) & 0xFFFF) << 48 | src */
+    uint64_t tag_dst;             /* ((t / pull_slots + 1) & 0xFFFF) << 48 | dst */
     uint64_t pad;
 };
 

@@ -49,12 +49,15 @@ def _agent(ring, done, idle_timeout_ns, outcome):
     sh = cuda.shared.array(3, dtype=int64)
     tid = cuda.threadIdx.x
     slots = done.shape[0]
+    slot_bits = 0
+    while (1 << slot_bits) < slots:
+        slot_bits += 1
     t = 0
     while True:
         if tid == 0:
             slot = t & (slots - 1)
             req = ring[slot]
-            tag = t & 0xFFFF
+            tag = ((t >> slot_bits) + 1) & 0xFFFF     # the lap, from 1 (gw_pull_req)
             start = globaltimer_ns()
             while True:
                 # The tagged words first, the ticket word last with acquire: all three
