@@ -21,7 +21,7 @@ from gpuwrite.cudaenv import SIMULATOR, cuda
 __all__ = [
     "ld_acquire_sys_u32", "st_release_sys_u32", "st_relaxed_sys_u32", "st_relaxed_sys_u64", "fence_sys",
     "globaltimer_ns", "backoff", "ld_v4_u32", "st_v4_u32", "st_u8", "address_of", "bswap32",
-    "warp_sync", "ld_acquire_sys_u64", "ld_volatile_u64", "words_at",
+    "warp_sync", "ld_acquire_sys_u64", "words_at",
 ]
 
 if SIMULATOR:
@@ -37,11 +37,6 @@ if SIMULATOR:
 
     def ld_acquire_sys_u64(arr, index):
         """64-bit load of arr[index] with system-scope acquire."""
-        return int(arr[index])
-
-    def ld_volatile_u64(arr, index):
-        """64-bit load of arr[index] that is made on every call (never hoisted or merged),
-        with no ordering of its own."""
         return int(arr[index])
 
     def words_at(address, nwords):
@@ -150,10 +145,6 @@ else:
 
     ld_acquire_sys_u64 = _load_u64_intrinsic(
         "ld.acquire.sys.global.u64 $0, [$1];", "64-bit load of arr[index] with system-scope acquire.")
-    ld_volatile_u64 = _load_u64_intrinsic(
-        "ld.volatile.global.u64 $0, [$1];",
-        "64-bit load of arr[index] made on every call (never hoisted or merged), with no "
-        "ordering of its own; loads before an acquire load stay in flight beside it.")
 
     @intrinsic
     def words_at(typingctx, address, nwords):

@@ -162,11 +162,12 @@ if (_W_OPC, _W_QPN_DS, _W_FLAGS, _W_IMM, _W_RADDR, _W_DATA) != (0, 1, 2, 3, 4, 8
                       "or data segment or of the staging header; the device verbs' 16-byte "
                       "stores (_ctrl, _raddr, wqe_rdma_write, stage_header) need updating")
 
-# Payloads of at most this many bytes are pushed by one thread alone (``push_small``):
-# 16 vectors, four in flight, take one thread about as long as a warp barrier and a
-# shared-memory broadcast of the staging word. Above it a warp shares the copy
-# (``gpuwrite.paths.kernels``).
-SMALL_PUSH_BYTES = 256
+# Payloads of at most this many bytes are pushed by one thread alone (``push_small``),
+# whose four 16-byte loads are all issued before its bookkeeping. Beyond 64 bytes one
+# thread loads in rounds, each a GPU-memory latency: on an H100 a 64-byte push took
+# 3.6 us and a 256-byte one 5.4 us (BENCHMARKS.md, issue 14), so larger payloads go to a
+# warp, which loads them in one round (``gpuwrite.paths.kernels``).
+SMALL_PUSH_BYTES = 64
 if SMALL_PUSH_BYTES >= _ALIGN_MIN:
     raise ImportError("push_small assumes its payloads take no alignment lead")
 

@@ -18,7 +18,7 @@ from numba import int64
 
 from gpuwrite.cudaenv import SIMULATOR, cuda
 from gpuwrite.device import verbs as dv
-from gpuwrite.device.copy import copy_bytes
+from gpuwrite.device.copy import copy_bytes, preload, preload_fits, store_preloaded
 from gpuwrite.device.intrinsics import globaltimer_ns, warp_sync
 
 PUSH, INLINE, PULL, STAGED = 0, 1, 2, 3
@@ -129,19 +129,29 @@ def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
                 # copy, and a warp barrier orders their stores before lane 0's doorbell.
                 if tid < 32:
                     lanes = min(32, cuda.blockDim.x)
+                    # The payload's loads go first: their latency hides behind lane 0's
+                    # bookkeeping (a block of fewer lanes than it needs copies later).
+                    pre = preload_fits(n, lanes)
+                    x = preload(src, src_word, n if pre else 0, tid, lanes)
                     if tid == 0:
                         st, word = dv.push_reserve(q, 0, n, raddr, rkey, signaled, timeout)
                         sh[0] = st
                         sh[1] = word
                     warp_sync(lanes)
                     status = sh[0]
-                    if status == 0:
+                    if status == 0 and pre:
+                        store_preloaded(q[dv.Q_STAGE][0], sh[1], x, n, tid, lanes)
+                    elif status == 0:
                         copy_bytes(q[dv.Q_STAGE][0], sh[1], src, src_word, n, tid, lanes)
                     warp_sync(lanes)
                     if tid == 0 and status == 0 and not last:
                         dv.flush_doorbell(q, 0)
                 off += n
                 continue
+            # Payloads the block can hold in registers are loaded before thread 0 reserves
+            # space for them, as push_small does: the loads' latency hides behind it.
+            pre = (path == PUSH or path == STAGED) and preload_fits(n, cuda.blockDim.x)
+            x = preload(src, src_word, n if pre else 0, tid, cuda.blockDim.x)
             if tid == 0:
                 nbb = dv.inline_bbs(n) if path == INLINE else 1
                 st = dv.sq_reserve(q, 0, nbb, timeout)
@@ -165,14 +175,20 @@ def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
             # H200, a barrier after stores to host memory costs 0.2 to 0.5 us, more than
             # thread 0 takes to store the 16 words of a WQE (BENCHMARKS.md, run 13).
             if path == PUSH:
-                copy_bytes(q[dv.Q_STAGE][0], word, src, src_word, n, tid, cuda.blockDim.x)
+                if pre:
+                    store_preloaded(q[dv.Q_STAGE][0], word, x, n, tid, cuda.blockDim.x)
+                else:
+                    copy_bytes(q[dv.Q_STAGE][0], word, src, src_word, n, tid, cuda.blockDim.x)
                 cuda.syncthreads()
                 if tid == 0:
                     dv.wqe_rdma_write(q, 0, dv.stage_address(q, 0, word),
                                       info[0, dv.I_STAGE_LKEY], n, raddr, rkey,
                                       dv.stage_signal(q, 0, signaled), dv.stage_aux(q, 0))
             elif path == STAGED:
-                copy_bytes(q[dv.Q_BOUNCE][0], word, src, src_word, n, tid, cuda.blockDim.x)
+                if pre:
+                    store_preloaded(q[dv.Q_BOUNCE][0], word, x, n, tid, cuda.blockDim.x)
+                else:
+                    copy_bytes(q[dv.Q_BOUNCE][0], word, src, src_word, n, tid, cuda.blockDim.x)
                 cuda.syncthreads()
                 if tid == 0:
                     dv.wqe_rdma_write(q, 0, info[0, dv.I_BOUNCE_ADDR] + word * 4,

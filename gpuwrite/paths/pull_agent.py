@@ -30,7 +30,7 @@ from gpuwrite._gw_cffi import ffi, lib
 from gpuwrite.cudaenv import SIMULATOR, cuda
 from gpuwrite.device.copy import copy_bytes
 from gpuwrite.device.intrinsics import (globaltimer_ns, ld_acquire_sys_u64,
-                                        ld_volatile_u64, st_release_sys_u32, words_at)
+                                        st_release_sys_u32, words_at)
 from gpuwrite.host.memory import mapped
 
 PULL_AGENTS = ("gpu", "copy_engine")
@@ -54,25 +54,30 @@ def _agent(ring, done, idle_timeout_ns, outcome):
         slot_bits += 1
     t = 0
     while True:
-        if tid == 0:
+        if tid < 32:
             slot = t & (slots - 1)
             req = ring[slot]
             tag = ((t >> slot_bits) + 1) & 0xFFFF     # the lap, from 1 (gw_pull_req)
             start = globaltimer_ns()
             while True:
-                # The tagged words first, the ticket word last with acquire: all three
-                # in flight at once, one PCIe round trip per poll (gw_pull_req).
-                a = int64(ld_volatile_u64(req, 1))
-                b = int64(ld_volatile_u64(req, 2))
-                c = int64(ld_acquire_sys_u64(req, 0))
+                # Lane k reads word k & 3 of the request: one warp-wide load, one PCIe
+                # round trip per poll, every word acquired (gw_pull_req).
+                v = int64(ld_acquire_sys_u64(req, tid & 3))
+                c = cuda.shfl_sync(0xFFFFFFFF, v, 0)
+                a = cuda.shfl_sync(0xFFFFFFFF, v, 1)
+                b = cuda.shfl_sync(0xFFFFFFFF, v, 2)
                 if ((c >> 32) & 0xFFFFFFFF) == ((t + 1) & 0xFFFFFFFF) and \
                         ((a >> 48) & 0xFFFF) == tag and ((b >> 48) & 0xFFFF) == tag:
-                    sh[0] = c & 0xFFFFFFFF
-                    sh[1] = a & _ADDR_MASK
-                    sh[2] = b & _ADDR_MASK
+                    if tid == 0:
+                        sh[0] = c & 0xFFFFFFFF
+                        sh[1] = a & _ADDR_MASK
+                        sh[2] = b & _ADDR_MASK
                     break
-                if globaltimer_ns() - start > idle_timeout_ns:
-                    sh[0] = -1
+                # Lane 0's clock decides for the warp: every lane leaves the loop together.
+                late = cuda.shfl_sync(0xFFFFFFFF, globaltimer_ns() - start, 0)
+                if late > idle_timeout_ns:
+                    if tid == 0:
+                        sh[0] = -1
                     break
         cuda.syncthreads()
         n = sh[0]
@@ -117,7 +122,10 @@ class PullAgent:
             raise ValueError(f"pull_timeout_s={pull_timeout_s}, idle_timeout_s="
                              f"{idle_timeout_s}: both must be positive")
         self.ctx = ctx
-        self.threads = threads or (4 if SIMULATOR else 512)
+        self.threads = threads or 512
+        if self.threads % 32 or not 32 <= self.threads <= 1024:
+            raise ValueError(f"threads={self.threads}: a multiple of 32 from 32 to 1024 (the "
+                             "first warp polls the ring together)")
         self.slots = slots
         self.pull_timeout_s = pull_timeout_s
         self.idle_timeout_s = idle_timeout_s
