@@ -146,8 +146,9 @@ def _print(out: dict) -> None:
         console.print(table("64-byte latency, post to completion (32 threads)",
                             ["path", "p50 us", "x floor", "delivered"], rows))
         for miss in out["latency_64B"]["gpu_push"]["misses"]:
-            console.print(f"  run {miss['run'] + 1} missed ({miss['ratio']:.2f}x): "
-                          f"{miss['lost_in']['step']} grew by {miss['lost_in']['grew_by']:.0f} ns")
+            console.print(f"  run {miss['run'] + 1} missed ({miss['ratio']:.2f}x): the "
+                          f"{miss['lost_in']['step']} side took {miss['lost_in']['grew_by']:.2f} us "
+                          "more than its share of the floor")
         bd = out["latency_breakdown_ns"]
         console.print("gpu_push 64 B, step medians (ns, median run): " +
                       ", ".join(f"{k} {v['median']:.0f}" for k, v in bd.items()))
