@@ -56,7 +56,7 @@ def register(sub) -> None:
                    help="messages per point (the sweep sends fewer of the largest sizes) and "
                    "per 64-byte latency run")
     p.add_argument("-t", "--threads", default=None,
-                   help="threads per block of the sweep, comma-separated (default 32,256)")
+                   help="threads per block of the sweep, comma-separated, at most 512 (default 32,256)")
     p.add_argument("-r", "--repeats", default=None,
                    help="runs of every repeated figure (default 5; --quick 2)")
     p.add_argument("--sweep-only", action="store_true",
@@ -66,7 +66,7 @@ def register(sub) -> None:
 
 
 def _options(args) -> dict:
-    from gpuwrite.bench import suite
+    from gpuwrite.paths.kernels import MAX_BLOCK_THREADS
     from gpuwrite.paths.runner import PATHS
 
     opts: dict = {}
@@ -83,11 +83,13 @@ def _options(args) -> dict:
                 raise BenchInputError("path", p, ", ".join(PATHS))
         opts["paths"] = tuple(paths)
     if args.threads is not None:
+        most = MAX_BLOCK_THREADS
         threads = _list(args.threads, "threads", lambda t: _positive_int("threads", t),
-                        "1 to 1024 threads per block")
+                        f"1 to {most} threads per block")
         for t in threads:
-            if t > 1024:
-                raise BenchInputError("threads", t, "1 to 1024 threads per block")
+            if t > most:
+                raise BenchInputError("threads", t, f"1 to {most} threads per block (the "
+                                      "sending kernel's registers)")
         opts["threads"] = tuple(threads)
     opts["n_qps"] = _positive_int("qps", args.qps)
     if args.iters is not None:
@@ -95,7 +97,6 @@ def _options(args) -> dict:
     if args.repeats is not None:
         opts["repeats"] = _positive_int("repeats", args.repeats)
     opts["sweep_only"] = args.sweep_only
-    del suite
     return opts
 
 

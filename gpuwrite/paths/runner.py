@@ -110,7 +110,10 @@ def decode_qp_errors(result: np.ndarray, qpns, vendor: bool = False) -> dict:
     return errors
 
 
-def _validate_run(batch, chunk_bytes, sq_bbs):
+def _validate_run(batch, chunk_bytes, sq_bbs, block_threads=None):
+    if block_threads is not None and not 1 <= block_threads <= K.MAX_BLOCK_THREADS:
+        raise ValueError(f"block_threads={block_threads}: allowed 1 to {K.MAX_BLOCK_THREADS} "
+                         "(the sending kernel's registers)")
     if not 1 <= batch <= sq_bbs // (2 * L.MAX_WQE_BBS):
         raise ValueError(f"batch={batch}: allowed 1 to {sq_bbs // (2 * L.MAX_WQE_BBS)} "
                          f"(sq_bbs={sq_bbs} / 16, so a signaled WQE is always in flight)")
@@ -144,7 +147,7 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
     if pull_agent not in PULL_AGENTS:
         raise ValueError(f"pull_agent={pull_agent!r}: allowed {', '.join(PULL_AGENTS)}")
     wl = workload.build(path, sizes_bytes, n_qps, seed)
-    _validate_run(batch, chunk_bytes, sq_bbs)
+    _validate_run(batch, chunk_bytes, sq_bbs, block_threads)
     sizes, msgs, src_host = wl.sizes, wl.msgs, wl.payload
     n = len(sizes)
     qp_first = wl.qp_first(n_qps)
