@@ -19,6 +19,15 @@ from gpuwrite.model.topology import PRESETS
 NO_GPU_NOTE = "no GPU measurements stored; run scripts/gpu_experiments.sh on a GPU"
 
 
+def _no_gpu_figure():
+    """A figure that only says no GPU measurements are stored (and how to make them)."""
+    fig, axes = style.new_figure(1, 1, height=1.6)
+    ax = axes[0, 0]
+    ax.set_axis_off()
+    style.note(ax, NO_GPU_NOTE, "center")
+    return fig
+
+
 def _select(df: pd.DataFrame, **conditions) -> pd.DataFrame:
     mask = pd.Series(True, index=df.index)
     for column, value in conditions.items():
@@ -227,11 +236,7 @@ def latency_cdf(df: pd.DataFrame):
     """CDF of per-message latency measured on a GPU in emulated mode, one panel per size."""
     measured = _select(gpu_rows(df), output="latencies")
     if not len(measured):
-        fig, axes = style.new_figure(1, 1, height=1.6)
-        ax = axes[0, 0]
-        ax.set_axis_off()
-        style.note(ax, NO_GPU_NOTE, "center")
-        return fig
+        return _no_gpu_figure()
     sizes = sorted(measured["size_bytes"].unique())
     fig, axes = style.new_figure(1, len(sizes), height=2.8, sharey=True)
     for ax, size in zip(axes.flat, sizes):
@@ -283,11 +288,7 @@ def emulated_latency_vs_size(df: pd.DataFrame, calibration: dict | None = None):
     if len(measured):
         measured = measured[measured["delivered_messages"] == measured["sent_messages"]]
     if not len(measured):
-        fig, axes = style.new_figure(1, 1, height=1.6)
-        ax = axes[0, 0]
-        ax.set_axis_off()
-        style.note(ax, NO_GPU_NOTE, "center")
-        return fig
+        return _no_gpu_figure()
     devices = sorted(set(measured["device"]))
     # The physical line of the device measured, never another's.
     cal = calibration if calibration is not None else newest_calibration(devices=devices)
