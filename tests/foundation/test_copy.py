@@ -187,3 +187,25 @@ def test_inline_payloads_wrap_the_send_queue():
     r = runner.run("gpu_push_inline", sizes, n_qps=1, sq_bbs=32, block_threads=4, seed=4)
     assert r.qp_errors == {}
     assert r.delivered == r.messages == len(sizes)
+
+
+# --- `gpuwrite bench`'s options (its sizes sweep the copy); they could live with the CLI
+# tests, which another helper owns.
+
+@pytest.mark.parametrize("text, nbytes", [("64", 64), ("4K", 4096), ("4KiB", 4096),
+                                          ("1MiB", 1 << 20), ("1m", 1 << 20), (" 2 kb ", 2048)])
+def test_bench_sizes_take_binary_units(text, nbytes):
+    from gpuwrite.cli.bench import parse_size
+    assert parse_size(text) == nbytes
+
+
+@pytest.mark.parametrize("argv, value", [(["-s", "4X"], "4X"), (["-n", "0"], "0"),
+                                         (["-p", "gpu_pull"], "gpu_pull"),
+                                         (["-t", "1024"], 1024), (["-s", ","], ",")])
+def test_bench_bad_options_are_named_in_json(argv, value, capsys):
+    import json
+
+    from gpuwrite.cli import main
+    assert main(["bench", *argv, "--json"]) == 2
+    out = json.loads(capsys.readouterr().out)
+    assert out["value"] == value and out["allowed"] and str(value) in out["error"]
