@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On a GPU machine: calibrate this GPU, run the sweeps only a GPU can measure (figure 4's
-# emulated points, figure 5's latency CDF, figure 7's emulated latency vs size), draw those
+# emulated points, figure 5's latency CDF, figure 9's emulated latency vs size), draw those
 # figures, and copy the files to $OUT (default ./gpu-out). Under 9 minutes on an H100.
 #
 # Then, on any machine: copy $OUT/*.parquet to experiments/results/gpu/ and the
@@ -8,8 +8,8 @@
 #
 # Usage: bash scripts/gpu_experiments.sh
 # What comes back (8 files at most): gpu_experiments.log (every step's output and rc), the
-# calibration TOML, experiments/results/gpu/*.parquet (figures 4, 5 and 7), and the PNGs of
-# figures 4 and 7.
+# calibration TOML, experiments/results/gpu/*.parquet (figures 4, 5 and 9), and the PNGs of
+# figures 4 and 9.
 set -u
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
@@ -53,13 +53,13 @@ step calibrate 120 python3 -m gpuwrite calibrate
 step fig4_emulated 200 python3 -m gpuwrite sweep experiments/fig4_throughput.toml --sweep emulated --fresh --json
 # Figure 5: per-message latency of each path, one message in flight.
 step fig5_cdf 120 python3 -m gpuwrite sweep experiments/fig5_latency_cdf.toml --fresh --json
-# Figure 7: latency vs size per path, one message in flight, 32 and 256 threads.
-step fig7_latency 150 python3 -m gpuwrite sweep experiments/fig7_emulated_latency.toml --fresh --json
-step figures 120 python3 -m gpuwrite figures --only fig4_throughput --only fig5_latency_cdf --only fig7_emulated_latency
+# Figure 9: latency vs size per path, one message in flight, 32 and 256 threads.
+step fig9_latency 150 python3 -m gpuwrite sweep experiments/fig9_emulated_latency.toml --fresh --json
+step figures 120 python3 -m gpuwrite figures --only fig4_throughput --only fig5_latency_cdf --only fig9_emulated_latency
 
 calibration=$(ls -t experiments/calibration/*.toml 2>/dev/null | head -1)
 for file in $calibration experiments/results/gpu/*.parquet \
-            experiments/figures/fig4_throughput.png experiments/figures/fig7_emulated_latency.png; do
+            experiments/figures/fig4_throughput.png experiments/figures/fig9_emulated_latency.png; do
   [ -f "$file" ] && cp "$file" "$OUT/"
 done
 echo "== steps:$RCS" | tee -a "$LOG"

@@ -8,13 +8,16 @@ from gpuwrite.cli.common import add_json_flag, console, print_json, table
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20,
           "mb": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
+_SIZE_SYNTAX = ("a whole number of bytes, optionally with K, KiB, M, MiB, G or GiB (binary "
+                "units), e.g. 64, 4K, 1MiB")
 
 
 class BenchInputError(UsageError):
-    """A bad option value: what was given and what is allowed (also as JSON)."""
+    """A bad option value, naming what was given and what is allowed (``value`` and
+    ``allowed`` also go into the JSON error)."""
 
     def __init__(self, what: str, value, allowed: str):
-        super().__init__(f"{what}={value!r}: allowed {allowed}")
+        Exception.__init__(self, f"{what}={value!r} is not allowed; allowed: {allowed}")
         self.value = value
         self.allowed = allowed
 
@@ -23,9 +26,22 @@ def parse_size(text: str) -> int:
     """Bytes from ``64``, ``4K``, ``4KiB``, ``1M``, ``1MiB`` (binary units: K = 1024)."""
     m = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", text)
     if not m or m.group(2).lower() not in _UNITS:
-        raise BenchInputError("size", text, "a whole number of bytes, optionally with K, KiB, "
-                              "M, MiB, G or GiB (binary units), e.g. 64, 4K, 1MiB")
+        raise BenchInputError("size", text, _SIZE_SYNTAX)
     return int(m.group(1)) * _UNITS[m.group(2).lower()]
+
+
+def _parse_sizes(text: str) -> list[int]:
+    """The sweep's sizes: the CLI's one size parser where it has one (issue 16), else
+    ``parse_size`` here; 1 byte to 1 GiB."""
+    try:
+        from gpuwrite.cli.common import parse_sizes
+    except ImportError:
+        sizes = _list(text, "sizes", parse_size, "sizes such as 64,4K,1MiB")
+        for n in sizes:
+            if not 1 <= n <= 1 << 30:
+                raise BenchInputError("size", n, "1 byte to 1 GiB")
+        return sizes
+    return parse_sizes(text, "--sizes", maximum=1 << 30)
 
 
 def _list(text: str, what: str, parse, allowed: str) -> list:
@@ -71,11 +87,7 @@ def _options(args) -> dict:
 
     opts: dict = {}
     if args.sizes is not None:
-        sizes = _list(args.sizes, "sizes", parse_size, "sizes such as 64,4K,1MiB")
-        bad = [n for n in sizes if not 1 <= n <= 1 << 30]
-        if bad:
-            raise BenchInputError("size", bad[0], "1 byte to 1 GiB")
-        opts["sizes"] = tuple(sizes)
+        opts["sizes"] = tuple(_parse_sizes(args.sizes))
     if args.paths is not None:
         paths = _list(args.paths, "paths", str, ", ".join(PATHS))
         for p in paths:
@@ -100,24 +112,35 @@ def _options(args) -> dict:
     return opts
 
 
+def _refuse(args, exc: UsageError) -> int:
+    """A bad option: raised to the CLI's one error path where it prints JSON errors itself
+    (issue 16); before it, the same line on stderr and JSON object here."""
+    import json
+    import sys
+
+    from gpuwrite import cli
+    if hasattr(cli, "error_fields") or not args.json:
+        raise exc
+    print(f"gpuwrite bench: error: {exc}", file=sys.stderr)
+    print(json.dumps({"error": str(exc), "value": getattr(exc, "value", None),
+                      "allowed": getattr(exc, "allowed", None), "exit_status": 2}, default=str))
+    return 2
+
+
 def main(args) -> int:
     try:
         opts = _options(args)
-    except BenchInputError as exc:
-        if args.json:
-            print_json({"error": str(exc), "value": exc.value, "allowed": exc.allowed})
-            return 2
-        raise
+    except UsageError as exc:
+        return _refuse(args, exc)
     from gpuwrite.bench.suite import run_suite
     from gpuwrite.cudaenv import SIMULATOR, world
 
     if SIMULATOR:
-        msg = ("bench needs a real GPU; this machine has none (NUMBA_ENABLE_CUDASIM=1). Run "
-               "`gpuwrite demo` here, and bench on a GPU machine")
-        if args.json:
-            print_json({"error": msg, "value": "NUMBA_ENABLE_CUDASIM=1", "allowed": "a CUDA GPU"})
-            return 2
-        raise UsageError(msg)
+        why = UsageError("bench needs a real GPU; this machine has none "
+                         "(NUMBA_ENABLE_CUDASIM=1). Run `gpuwrite demo` here, and bench on a "
+                         "GPU machine")
+        why.value, why.allowed = "NUMBA_ENABLE_CUDASIM=1", "a CUDA GPU"
+        return _refuse(args, why)
     with console.status("benchmarking", spinner="dots") as status:
         out = run_suite(quick=args.quick,
                         progress=None if args.json else lambda m: status.update(m), **opts)

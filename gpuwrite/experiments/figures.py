@@ -256,7 +256,7 @@ def latency_cdf(df: pd.DataFrame):
     return fig
 
 
-# --- figure 7 ----------------------------------------------------------------------
+# --- figure 9: emulated latency vs size ---------------------------------------------
 
 def newest_calibration(folder=None, devices=None) -> dict | None:
     """The newest calibration TOML's floor (us), bulk-store ceiling (GB/s), device and

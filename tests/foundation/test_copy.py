@@ -207,5 +207,7 @@ def test_bench_bad_options_are_named_in_json(argv, value, capsys):
 
     from gpuwrite.cli import main
     assert main(["bench", *argv, "--json"]) == 2
-    out = json.loads(capsys.readouterr().out)
-    assert out["value"] == value and out["allowed"] and str(value) in out["error"]
+    out, err = capsys.readouterr()
+    data = json.loads(out)
+    assert data["value"] == value and data["allowed"] and str(value) in data["error"]
+    assert data["exit_status"] == 2 and len(err.strip().splitlines()) == 1
