@@ -31,6 +31,30 @@ struct gw_engine_config {
     struct gw_link_config link;
     void *cuda_context;           /* CUcontext for pulls from GPU memory; NULL: memcpy */
     const char *libcuda_path;     /* where to dlopen the CUDA driver when cuda_context is set */
+    /* nic_pull's GPU-resident stand-in (gw_engine_set_pull_agent); zero: the copy engine */
+    void *pull_ring;              /* pull_slots struct gw_pull_req, mapped host memory */
+    void *pull_done;              /* pull_slots uint32 completion words, mapped host memory */
+    uint32_t pull_slots;          /* power of two, at most 65536 */
+    uint64_t pull_timeout_ns;     /* a pull not answered in this long fails (PULL_FAILED) */
+};
+
+/* One request to the pull agent (a persistent GPU block, gpuwrite.paths.pull_agent): copy
+ * nbytes from GPU address src to host address dst. Ticket t uses slot t % pull_slots, on
+ * lap t / pull_slots. Every 8-byte word carries the ticket or the lap, so the agent reads a
+ * slot with plain 8-byte loads in one PCIe round trip and needs no ordering between them:
+ * a word that still holds an older request's (or the zeros of a ring never used) is not
+ * ready. Laps are tagged from 1, so zeroed memory never matches. The agent answers by a release store of the low 32
+ * bits of t + 1 into done[slot]. */
+struct gw_pull_req {
+    uint64_t ticket_nbytes;       /* (t + 1) << 32 | nbytes */
+    uint64_t tag_src;             /* ((t / pull_slots + 1) & 0xFFFF) << 48 | src */
+    uint64_t tag_dst;             /* ((t / pull_slots + 1) & 0xFFFF) << 48 | dst */
+    uint64_t pad;
+};
+
+enum {
+    GW_PULL_STOP_BYTES = 0xFFFFFFFF,   /* a request of this size stops the agent */
+    GW_PULL_ADDR_BITS = 48,
 };
 
 /* Everything the engine counts. Read at any time with gw_engine_read_counters. */
@@ -101,6 +125,15 @@ void gw_engine_destroy(struct gw_engine *engine);
 /* Runs one pass of every worker in the caller's thread (engine not started): for tests. */
 int gw_engine_poll(struct gw_engine *engine, uint32_t passes);
 void gw_engine_read_counters(struct gw_engine *engine, struct gw_counters *out);
+/* Pulls from GPU memory go to the agent serving ring/done (NULL ring: the copy engine
+ * again). Call while no pull is in flight. */
+int gw_engine_set_pull_agent(struct gw_engine *engine, void *ring, void *done, uint32_t slots,
+                             uint64_t timeout_ns);
+/* Posts the request that ends the agent's loop and waits for its answer; 0, or -1 if
+ * none came within the pull timeout (the agent is gone or stuck). */
+int gw_engine_stop_pull_agent(struct gw_engine *engine);
+/* Pulls answered by the agent, and those that failed (timeout, refusal). */
+uint64_t gw_engine_agent_pulls(struct gw_engine *engine, uint64_t *failed);
 void gw_engine_set_receiver_stall(struct gw_engine *engine, int stalled);
 int gw_engine_qp_reset(struct gw_engine *engine, uint32_t qpn);
 int gw_engine_running(struct gw_engine *engine);

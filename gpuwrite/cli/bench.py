@@ -1,54 +1,201 @@
 """``gpuwrite bench``: floor, ceilings and every data path, side by side, on a real GPU."""
 from __future__ import annotations
 
+import re
+
 from gpuwrite.cli import UsageError
 from gpuwrite.cli.common import add_json_flag, console, print_json, table
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20,
+          "mb": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
+_SIZE_SYNTAX = ("a whole number of bytes, optionally with K, KiB, M, MiB, G or GiB (binary "
+                "units), e.g. 64, 4K, 1MiB")
+
+
+class BenchInputError(UsageError):
+    """A bad option value, naming what was given and what is allowed (``value`` and
+    ``allowed`` also go into the JSON error)."""
+
+    def __init__(self, what: str, value, allowed: str):
+        Exception.__init__(self, f"{what}={value!r} is not allowed; allowed: {allowed}")
+        self.value = value
+        self.allowed = allowed
+
+
+def parse_size(text: str) -> int:
+    """Bytes from ``64``, ``4K``, ``4KiB``, ``1M``, ``1MiB`` (binary units: K = 1024)."""
+    m = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", text)
+    if not m or m.group(2).lower() not in _UNITS:
+        raise BenchInputError("size", text, _SIZE_SYNTAX)
+    return int(m.group(1)) * _UNITS[m.group(2).lower()]
+
+
+def _parse_sizes(text: str) -> list[int]:
+    """The sweep's sizes: the CLI's one size parser where it has one (issue 16), else
+    ``parse_size`` here; 1 byte to 1 GiB."""
+    try:
+        from gpuwrite.cli.common import parse_sizes
+    except ImportError:
+        sizes = _list(text, "sizes", parse_size, "sizes such as 64,4K,1MiB")
+        for n in sizes:
+            if not 1 <= n <= 1 << 30:
+                raise BenchInputError("size", n, "1 byte to 1 GiB")
+        return sizes
+    return parse_sizes(text, "--sizes", maximum=1 << 30)
+
+
+def _list(text: str, what: str, parse, allowed: str) -> list:
+    items = [t for t in text.split(",") if t.strip()]
+    if not items:
+        raise BenchInputError(what, text, allowed)
+    return [parse(t.strip()) for t in items]
+
+
+def _positive_int(what: str, text: str) -> int:
+    if not re.fullmatch(r"\s*\d+\s*", text or "") or int(text) < 1:
+        raise BenchInputError(what, text, "a whole number >= 1")
+    return int(text)
 
 
 def register(sub) -> None:
     p = sub.add_parser("bench", help="measure the floor, the ceilings and each data path on "
-                       "this GPU, and print ratios against the targets")
-    p.add_argument("--quick", action="store_true", help="fewer repetitions")
+                       "this GPU, and judge every run against the targets")
+    p.add_argument("--quick", action="store_true", help="fewer messages and 2 repeats")
+    p.add_argument("-s", "--sizes", default=None,
+                   help="latency-vs-size sweep sizes, comma-separated: 64,4K,1MiB "
+                   "(default 64 B to 1 MiB by 4x)")
+    p.add_argument("-p", "--paths", default=None,
+                   help="paths of the sweep, comma-separated (default: all four)")
+    p.add_argument("-q", "--qps", default="1",
+                   help="QPs of the sweep, each with one message in flight (default 1)")
+    p.add_argument("-n", "--iters", default=None,
+                   help="messages per point (the sweep sends fewer of the largest sizes) and "
+                   "per 64-byte latency run")
+    p.add_argument("-t", "--threads", default=None,
+                   help="threads per block of the sweep, comma-separated, at most 512 (default 32,256)")
+    p.add_argument("-r", "--repeats", default=None,
+                   help="runs of every repeated figure (default 5; --quick 2)")
+    p.add_argument("--sweep-only", action="store_true",
+                   help="only the latency-vs-size sweep, not the three foundation targets")
     add_json_flag(p)
     p.set_defaults(func=main)
 
 
+def _options(args) -> dict:
+    from gpuwrite.paths.kernels import MAX_BLOCK_THREADS
+    from gpuwrite.paths.runner import PATHS
+
+    opts: dict = {}
+    if args.sizes is not None:
+        opts["sizes"] = tuple(_parse_sizes(args.sizes))
+    if args.paths is not None:
+        paths = _list(args.paths, "paths", str, ", ".join(PATHS))
+        for p in paths:
+            if p not in PATHS:
+                raise BenchInputError("path", p, ", ".join(PATHS))
+        opts["paths"] = tuple(paths)
+    if args.threads is not None:
+        most = MAX_BLOCK_THREADS
+        threads = _list(args.threads, "threads", lambda t: _positive_int("threads", t),
+                        f"1 to {most} threads per block")
+        for t in threads:
+            if t > most:
+                raise BenchInputError("threads", t, f"1 to {most} threads per block (the "
+                                      "sending kernel's registers)")
+        opts["threads"] = tuple(threads)
+    opts["n_qps"] = _positive_int("qps", args.qps)
+    if args.iters is not None:
+        opts["iters"] = _positive_int("iters", args.iters)
+    if args.repeats is not None:
+        opts["repeats"] = _positive_int("repeats", args.repeats)
+    opts["sweep_only"] = args.sweep_only
+    return opts
+
+
+def _refuse(args, exc: UsageError) -> int:
+    """A bad option: raised to the CLI's one error path where it prints JSON errors itself
+    (issue 16); before it, the same line on stderr and JSON object here."""
+    import json
+    import sys
+
+    from gpuwrite import cli
+    if hasattr(cli, "error_fields") or not args.json:
+        raise exc
+    print(f"gpuwrite bench: error: {exc}", file=sys.stderr)
+    print(json.dumps({"error": str(exc), "value": getattr(exc, "value", None),
+                      "allowed": getattr(exc, "allowed", None), "exit_status": 2}, default=str))
+    return 2
+
+
 def main(args) -> int:
+    try:
+        opts = _options(args)
+    except UsageError as exc:
+        return _refuse(args, exc)
     from gpuwrite.bench.suite import run_suite
     from gpuwrite.cudaenv import SIMULATOR, world
 
     if SIMULATOR:
-        raise UsageError("bench needs a real GPU; this machine has none (NUMBA_ENABLE_CUDASIM=1)."
-                         " Run `gpuwrite demo` here, and bench on a GPU machine")
+        why = UsageError("bench needs a real GPU; this machine has none "
+                         "(NUMBA_ENABLE_CUDASIM=1). Run `gpuwrite demo` here, and bench on a "
+                         "GPU machine")
+        why.value, why.allowed = "NUMBA_ENABLE_CUDASIM=1", "a CUDA GPU"
+        return _refuse(args, why)
     with console.status("benchmarking", spinner="dots") as status:
         out = run_suite(quick=args.quick,
-                        progress=None if args.json else lambda m: status.update(m))
+                        progress=None if args.json else lambda m: status.update(m), **opts)
     out["world"] = world()
     if args.json:
         print_json(out)
         return 0
-    console.print(f"[bold]gpuwrite bench[/bold] on {out['world']}")
-    console.print(f"floor (doorbell ping-pong): {out['floor_pingpong_us']:.2f} us;  "
-                  f"bulk GPU stores to host: {out['bulk_store_gbytes']:.1f} GB/s")
-    rows = [[p, v["p50_us"], v["p99_us"], v["ratio_to_floor"], f"{v['delivered']}/{v['messages']}"]
-            for p, v in out["latency_64B"].items()]
-    console.print(table("64-byte latency, post to completion", ["path", "p50 us", "p99 us",
-                        "x floor", "delivered"], rows))
-    rows = [[d, out["floor_by_poll_delay_us"][d], out["gpu_push_64B_by_poll_delay_us"][d]]
-            for d in out["floor_by_poll_delay_us"]]
-    console.print(table("pause before the first poll (floor and gpu_push 64 B, p50)",
-                        ["pause ns", "floor us", "gpu_push us"], rows))
-    bd = out["latency_breakdown_ns"]
-    console.print("gpu_push 64 B, step medians (ns): " +
-                  ", ".join(f"{k} {v:.0f}" for k, v in bd.items()))
-    rows = [[p, v["gbytes"], v["ratio_to_bulk_store"], ", ".join(f"{g:.1f}" for g in v["runs_gbytes"]),
-             f"{v['wqe_bytes'] >> 10} KiB", f"{v['delivered']}/{v['messages']}"]
-            for p, v in out["bandwidth_1MiB"].items()]
-    console.print(table("1 MiB messages: bandwidth (median of the runs)",
-                        ["path", "GB/s", "x bulk store", "runs GB/s", "bytes per WQE", "delivered"],
-                        rows))
-    rows = [[p, v["mpps"], f"{v['delivered']}/{v['messages']}"] for p, v in out["rate_64B"].items()]
-    console.print(table("64-byte message rate", ["path", "M msg/s", "delivered"], rows))
+    _print(out)
+    return 0
+
+
+def _mmm(d: dict, fmt: str = "{:.2f}") -> str:
+    """min / median / max of a repeated figure."""
+    return " / ".join(fmt.format(d[k]) for k in ("min", "median", "max"))
+
+
+def _print(out: dict) -> None:
+    console.print(f"[bold]gpuwrite bench[/bold] on {out['world']}; every repeated figure as "
+                  f"min / median / max of {out['repeats']} runs")
+    console.print(f"floor (doorbell ping-pong): {out['floor_pingpong_us']:.2f} us;  bulk GPU "
+                  f"stores to host: {out['bulk_store_gbytes']:.1f} GB/s;  one warp's vector "
+                  f"copy: {out['warp_copy_gbytes']:.1f} GB/s;  one 256-thread block's: "
+                  f"{out['block256_copy_gbytes']:.1f} GB/s")
+    if "latency_64B" in out:
+        rows = [[p, _mmm(v["p50_us"]), _mmm(v["ratio_to_floor"]), f"{v['delivered']}/{v['messages']}"]
+                for p, v in out["latency_64B"].items()]
+        console.print(table("64-byte latency, post to completion (32 threads)",
+                            ["path", "p50 us", "x floor", "delivered"], rows))
+        for miss in out["latency_64B"]["gpu_push"]["misses"]:
+            console.print(f"  run {miss['run'] + 1} missed ({miss['ratio']:.2f}x): the "
+                          f"{miss['lost_in']['step']} side took {miss['lost_in']['grew_by']:.2f} us "
+                          "more than its share of the floor")
+        bd = out["latency_breakdown_ns"]
+        console.print("gpu_push 64 B, step medians (ns, median run): " +
+                      ", ".join(f"{k} {v['median']:.0f}" for k, v in bd.items()))
+        rows = [[p, _mmm(v["gbytes"], "{:.1f}"), _mmm(v["ratio_to_bulk_store"]),
+                 f"{v['wqe_bytes'] >> 10} KiB", f"{v['delivered']}/{v['messages']}"]
+                for p, v in out["bandwidth_1MiB"].items()]
+        console.print(table("1 MiB messages: bandwidth", ["path", "GB/s", "x bulk store",
+                            "bytes per WQE", "delivered"], rows))
+        rows = [[p, _mmm(v["mpps"], "{:.1f}"), f"{v['delivered']}/{v['messages']}"]
+                for p, v in out["rate_64B"].items()]
+        console.print(table("64-byte message rate", ["path", "M msg/s", "delivered"], rows))
+    rows = []
+    for pt in out["sweep"]:
+        lost = [r["lost_in"]["step"] for r in pt["runs"] if "lost_in" in r]
+        rows.append([pt["path"], pt["size_bytes"], pt["threads"], _mmm(pt["p50_us"]),
+                     pt["bound_us"], _mmm(pt["ratio"]), pt["engine_us"]["median"],
+                     "" if pt["target_ratio"] is None else
+                     f"{pt['runs_met']}/{len(pt['runs'])} <= {pt['target_ratio']}x"
+                     + (f" (lost in: {', '.join(sorted(set(lost)))})" if lost else "")])
+    console.print(table("latency vs size, one message in flight (bound = floor + size / ceiling)",
+                        ["path", "bytes", "thr", "p50 us", "bound us", "x bound", "engine us",
+                         "runs met"], rows))
+    for path in sorted({pt["path"] for pt in out["sweep"]}):
+        console.print(f"  {path}: {next(pt['emulation'] for pt in out['sweep'] if pt['path'] == path)}")
     for k, ok in out["verdict"].items():
         console.print(f"target {k}: {'[green]met[/green]' if ok else '[red]missed[/red]'}")
-    return 0

@@ -21,6 +21,7 @@ from gpuwrite.cudaenv import SIMULATOR, cuda
 __all__ = [
     "ld_acquire_sys_u32", "st_release_sys_u32", "st_relaxed_sys_u32", "st_relaxed_sys_u64", "fence_sys",
     "globaltimer_ns", "backoff", "ld_v4_u32", "st_v4_u32", "st_u8", "address_of", "bswap32",
+    "warp_sync", "ld_acquire_sys_u64", "words_at",
 ]
 
 if SIMULATOR:
@@ -34,6 +35,16 @@ if SIMULATOR:
         """Store arr[index] with system-scope release: earlier accesses land first."""
         arr[index] = value
 
+    def ld_acquire_sys_u64(arr, index):
+        """64-bit load of arr[index] with system-scope acquire."""
+        return int(arr[index])
+
+    def words_at(address, nwords):
+        """The ``nwords`` 32-bit words at ``address`` (4-byte aligned) as an array."""
+        import ctypes
+        return np.ctypeslib.as_array((ctypes.c_uint32 * max(int(nwords), 1)).from_address(
+            int(address)))
+
     def st_relaxed_sys_u32(arr, index, value):
         """Store a 32-bit word visible system-wide, with no ordering of its own."""
         arr[index] = int(value) & 0xFFFFFFFF
@@ -44,6 +55,12 @@ if SIMULATOR:
 
     def fence_sys():
         """Order all earlier memory accesses before later ones, system-wide."""
+
+    @cuda.jit(device=True)
+    def warp_sync(lanes):
+        """Barrier of the first warp's ``lanes`` threads. The simulator has no warp
+        barrier: this is the block's, so callers use it only in blocks of <= 32 threads."""
+        cuda.syncthreads()
 
     def globaltimer_ns():
         """Nanoseconds on a clock shared by all threads (the GPU's %globaltimer)."""
@@ -108,6 +125,45 @@ else:
             asm = ir.InlineAsm(fnty, "ld.acquire.sys.global.u32 $0, [$1];", "=r,l,~{memory}",
                                side_effect=True)
             return builder.call(asm, [ptr])
+
+        return sig, codegen
+
+    def _load_u64_intrinsic(ptx: str, doc: str):
+        def load(typingctx, arr, index):
+            sig = types.uint64(arr, index)
+
+            def codegen(context, builder, sig, args):
+                ptr = _element_pointer(context, builder, sig, args)
+                fnty = ir.FunctionType(ir.IntType(64), [ptr.type])
+                return builder.call(ir.InlineAsm(fnty, ptx, "=l,l,~{memory}", side_effect=True),
+                                    [ptr])
+
+            return sig, codegen
+
+        load.__doc__ = doc
+        return intrinsic(load)
+
+    ld_acquire_sys_u64 = _load_u64_intrinsic(
+        "ld.acquire.sys.global.u64 $0, [$1];", "64-bit load of arr[index] with system-scope acquire.")
+
+    @intrinsic
+    def words_at(typingctx, address, nwords):
+        """The ``nwords`` 32-bit words at ``address`` (a GPU or mapped host address,
+        4-byte aligned) as a 1-D uint32 array, for ``copy_bytes`` (the pull agent copies
+        between addresses the engine names)."""
+        aryty = types.Array(types.uint32, 1, "C")
+        sig = aryty(address, nwords)
+
+        def codegen(context, builder, sig, args):
+            ptr = builder.inttoptr(context.cast(builder, args[0], sig.args[0], types.uint64),
+                                   ir.PointerType(ir.IntType(32)))
+            ary = context.make_array(aryty)(context, builder)
+            n = context.cast(builder, args[1], sig.args[1], types.intp)
+            four = context.get_constant(types.intp, 4)
+            context.populate_array(ary, data=ptr, shape=cgutils.pack_array(builder, [n]),
+                                   strides=cgutils.pack_array(builder, [four]), itemsize=four,
+                                   meminfo=None)
+            return ary._getvalue()
 
         return sig, codegen
 
@@ -260,6 +316,13 @@ else:
             return builder.ptrtoint(_element_pointer(context, builder, sig, args), ir.IntType(64))
 
         return sig, codegen
+
+    @cuda.jit(device=True, inline=True)
+    def warp_sync(lanes):
+        """Barrier of the first warp's ``lanes`` threads (``bar.warp.sync``): like a block
+        barrier, it orders their memory accesses, so a release by lane 0 after it covers
+        every lane's stores before it."""
+        cuda.syncwarp(0xFFFFFFFF if lanes >= 32 else (1 << lanes) - 1)
 
     @cuda.jit(device=True, inline=True)
     def backoff(ns):

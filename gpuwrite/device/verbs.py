@@ -8,7 +8,9 @@ one function here:
 
 * ``stage_reserve``   wait for staging-slot credits from the NIC, claim slots
 * ``stage_header``    write the staging-slot header in front of a pushed payload
-* ``copy_words``      block-cooperative copy of a payload (GPU memory -> staging/bounce)
+* ``copy_bytes``      cooperative copy of a payload (GPU memory -> staging/bounce/WQE),
+  16-byte vectors (``gpuwrite.device.copy``); ``copy_words`` is its word-count form
+* ``push_reserve``    the bookkeeping of a pushed write: SQ and staging space, header, WQE
 * ``push_small``      all of a pushed write of at most SMALL_PUSH_BYTES, on one thread
 * ``wqe_rdma_write``  build an RDMA-write WQE (data segment) at the producer index
 * ``wqe_rdma_write_inline``  the same with the payload inside the WQE
@@ -26,6 +28,7 @@ from numba import uint32
 
 from gpuwrite import layouts as L
 from gpuwrite.cudaenv import cuda
+from gpuwrite.device.copy import copy_bytes
 from gpuwrite.device.intrinsics import (
     backoff,
     fence_sys,
@@ -159,9 +162,12 @@ if (_W_OPC, _W_QPN_DS, _W_FLAGS, _W_IMM, _W_RADDR, _W_DATA) != (0, 1, 2, 3, 4, 8
                       "or data segment or of the staging header; the device verbs' 16-byte "
                       "stores (_ctrl, _raddr, wqe_rdma_write, stage_header) need updating")
 
-# Payloads of at most this many bytes, whose size is a multiple of 16 and whose source is
-# 16-byte aligned, can be pushed by one thread alone (``push_small``).
-SMALL_PUSH_BYTES = 256
+# Payloads of at most this many bytes are pushed by one thread alone (``push_small``),
+# whose four 16-byte loads are all issued before its bookkeeping. Beyond 64 bytes one
+# thread loads in rounds, each a GPU-memory latency: on an H100 a 64-byte push took
+# 3.6 us and a 256-byte one 5.4 us (BENCHMARKS.md, issue 14), so larger payloads go to a
+# warp, which loads them in one round (``gpuwrite.paths.kernels``).
+SMALL_PUSH_BYTES = 64
 if SMALL_PUSH_BYTES >= _ALIGN_MIN:
     raise ImportError("push_small assumes its payloads take no alignment lead")
 
@@ -344,18 +350,21 @@ def stage_address(Q, i, word):
 
 @cuda.jit(device=True)
 def copy_words(dst, dst_word, src, src_word, nwords):
-    """Block-cooperative copy of ``nwords`` 32-bit words (every thread must call it)."""
-    k = cuda.threadIdx.x
-    while k < nwords:
-        dst[dst_word + k] = src[src_word + k]
-        k += cuda.blockDim.x
+    """Block-cooperative copy of ``nwords`` 32-bit words (every thread must call it);
+    ``copy_bytes`` over the block."""
+    copy_bytes(dst, dst_word, src, src_word, nwords * 4, cuda.threadIdx.x, cuda.blockDim.x)
 
 
 @cuda.jit(device=True)
 def push_small_ok(src, src_word, nbytes):
-    """Whether ``push_small`` can send this payload (the same answer on every thread)."""
-    return 0 < nbytes <= SMALL_PUSH_BYTES and (nbytes & 15) == 0 and \
-        (address_of(src, src_word) & 15) == 0
+    """Whether ``push_small`` sends this payload (the same answer on every thread)."""
+    return 0 < nbytes <= SMALL_PUSH_BYTES
+
+
+@cuda.jit(device=True)
+def _fast16(src, src_word, nbytes):
+    """Whether a small payload is whole 16-byte words from a 16-byte aligned source."""
+    return (nbytes & 15) == 0 and (address_of(src, src_word) & 15) == 0
 
 
 @cuda.jit(device=True)
@@ -375,20 +384,37 @@ def _store16(dst, word, x, present):
 
 @cuda.jit(device=True)
 def _load64(src, word, chunks):
-    """Up to 64 bytes of payload as four 16-byte words: the first ``chunks`` (>= 1) are
-    read, the rest are zeros. The four loads are independent, so they are in flight
-    together."""
-    return (_load16(src, word, True), _load16(src, word + 4, chunks > 1),
+    """Up to 64 bytes of payload as four 16-byte words: the first ``chunks`` are read,
+    the rest are zeros. The four loads are independent, so they are in flight together."""
+    return (_load16(src, word, chunks > 0), _load16(src, word + 4, chunks > 1),
             _load16(src, word + 8, chunks > 2), _load16(src, word + 12, chunks > 3))
 
 
 @cuda.jit(device=True)
 def _store64(dst, word, x, chunks):
-    """Stores the first ``chunks`` (>= 1) 16-byte words of ``x`` (from ``_load64``)."""
-    _store16(dst, word, x[0], True)
+    """Stores the first ``chunks`` 16-byte words of ``x`` (from ``_load64``)."""
+    _store16(dst, word, x[0], chunks > 0)
     _store16(dst, word + 4, x[1], chunks > 1)
     _store16(dst, word + 8, x[2], chunks > 2)
     _store16(dst, word + 12, x[3], chunks > 3)
+
+
+@cuda.jit(device=True)
+def push_reserve(Q, i, nbytes, raddr, rkey, signaled, timeout_ns):
+    """The bookkeeping of a pushed RDMA write, on one thread: ``sq_reserve``,
+    ``stage_reserve``, ``stage_header`` and the WQE (``wqe_rdma_write``). Returns
+    (status, the payload's first staging word); the caller copies the payload there
+    before the doorbell, which orders it before the NIC can see the WQE."""
+    st = sq_reserve(Q, i, 1, timeout_ns)
+    if st != OK:
+        return st, 0
+    st, first, slots = stage_reserve(Q, i, nbytes, timeout_ns)
+    if st != OK:
+        return st, 0
+    word = stage_header(Q, i, first, nbytes, slots, Q[Q_STATE][i, S_PI])
+    wqe_rdma_write(Q, i, stage_address(Q, i, word), Q[Q_INFO][i, I_STAGE_LKEY], nbytes,
+                   raddr, rkey, stage_signal(Q, i, signaled), stage_aux(Q, i))
+    return OK, word
 
 
 @cuda.jit(device=True)
@@ -396,26 +422,22 @@ def push_small(Q, i, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns):
     """Posts a pushed RDMA write of a small payload from one thread; returns a status.
 
     For payloads that ``push_small_ok`` accepts. The same steps as the block path
-    (``sq_reserve``, ``stage_reserve``, ``stage_header``, the payload, ``wqe_rdma_write``),
-    but one thread moves the payload with 16-byte loads and stores and no block barrier:
-    the first 64 bytes are loaded before the bookkeeping, so their latency hides behind
-    it. The doorbell is the caller's (``ring_doorbell``, or ``flush_doorbell`` after a
-    batch), and it orders these stores before the NIC can see the WQE.
+    (``push_reserve``, then the payload), with no barrier. Where the payload is whole
+    16-byte words from an aligned source its first 64 bytes are loaded before the
+    bookkeeping, so their latency hides behind it; otherwise ``copy_bytes`` on this one
+    thread moves it. The doorbell is the caller's (``ring_doorbell``, or
+    ``flush_doorbell`` after a batch).
     """
-    chunks = nbytes >> 4
+    fast = _fast16(src, src_word, nbytes)
+    chunks = (nbytes >> 4) if fast else 0
     first64 = _load64(src, src_word, chunks)
-    st = sq_reserve(Q, i, 1, timeout_ns)
-    if st != OK:
-        return st
-    st, first, slots = stage_reserve(Q, i, nbytes, timeout_ns)
+    st, word = push_reserve(Q, i, nbytes, raddr, rkey, signaled, timeout_ns)
     if st != OK:
         return st
     stage = Q[Q_STAGE][i]
-    word = stage_header(Q, i, first, nbytes, slots, Q[Q_STATE][i, S_PI])
-    # The WQE before the payload: its fields are ready while the payload loads may still
-    # be in flight. The NIC sees neither before the doorbell.
-    wqe_rdma_write(Q, i, stage_address(Q, i, word), Q[Q_INFO][i, I_STAGE_LKEY], nbytes,
-                   raddr, rkey, stage_signal(Q, i, signaled), stage_aux(Q, i))
+    if not fast:
+        copy_bytes(stage, word, src, src_word, nbytes, 0, 1)
+        return OK
     _store64(stage, word, first64, chunks)
     k = 4
     while k < chunks:   # beyond 64 bytes: 64 bytes at a time, loads before stores
@@ -508,13 +530,14 @@ def wqe_rdma_write_inline(Q, i, src, src_word, nbytes, raddr, rkey, signaled):
     sq = Q[Q_SQ][i]
     ds = (_W_DATA * 4 + 4 + nbytes + _DS - 1) // _DS
     nbb = (ds * _DS + _BB_WORDS * 4 - 1) // (_BB_WORDS * 4)
-    nwords = (nbytes + 3) // 4
-    # Payload words sit from word _W_DATA + 1 on, BB by BB around the ring.
-    k = cuda.threadIdx.x
-    while k < nwords:
-        w = _W_DATA + 1 + k
-        sq[((pi + w // _BB_WORDS) & mask) * _BB_WORDS + w % _BB_WORDS] = src[src_word + k]
-        k += cuda.blockDim.x
+    # The payload sits from word _W_DATA + 1 on, BB by BB around the ring: two
+    # contiguous runs where it wraps the ring's end.
+    ring_words = (mask + 1) * _BB_WORDS
+    at = (pi & mask) * _BB_WORDS + _W_DATA + 1
+    first = min(nbytes, (ring_words - at) * 4)
+    copy_bytes(sq, at, src, src_word, first, cuda.threadIdx.x, cuda.blockDim.x)
+    copy_bytes(sq, 0, src, src_word + first // 4, nbytes - first, cuda.threadIdx.x,
+               cuda.blockDim.x)
     if cuda.threadIdx.x == 0:
         base = (pi & mask) * _BB_WORDS
         _ctrl(sq, base, _OP_WRITE, pi, info[i, I_QPN], ds, signaled)

@@ -19,6 +19,15 @@ from gpuwrite.model.topology import PRESETS
 NO_GPU_NOTE = "no GPU measurements stored; run scripts/gpu_experiments.sh on a GPU"
 
 
+def _no_gpu_figure():
+    """A figure that only says no GPU measurements are stored (and how to make them)."""
+    fig, axes = style.new_figure(1, 1, height=1.6)
+    ax = axes[0, 0]
+    ax.set_axis_off()
+    style.note(ax, NO_GPU_NOTE, "center")
+    return fig
+
+
 def _select(df: pd.DataFrame, **conditions) -> pd.DataFrame:
     mask = pd.Series(True, index=df.index)
     for column, value in conditions.items():
@@ -209,6 +218,15 @@ def throughput_vs_size(df: pd.DataFrame):
             _line(ax, rows["size_bytes"], rows["throughput_gbps"], f"{path}|{device}",
                   f"{path} (emulated, {device})", color=stl["color"], marker=stl["marker"],
                   linestyle=":", markerfacecolor="white", linewidth=0.8)
+    if len(measured):
+        # Why the emulated points sit far from the model's lines: they measure the software
+        # NIC, not a PCIe link (issue 16).
+        style.note(ax, "Emulated points sit below the model's lines: they measure the\n"
+                   "software NIC (C threads that fetch every WQE and copy staging\n"
+                   "to destination), over an unlimited link (no wire, no credits),\n"
+                   f"from {int(measured['n_qps'].max()) if 'n_qps' in measured else 'a few'} "
+                   "QPs of one run; the model's lines are a saturated PCIe link.",
+                   "lower right")
     if not len(measured):
         simulated = _select(df, backend="emulated", device=SIMULATOR_DEVICE)
         text = "No GPU measurements stored:\nmodel only."
@@ -231,11 +249,7 @@ def latency_cdf(df: pd.DataFrame):
     """CDF of per-message latency measured on a GPU in emulated mode, one panel per size."""
     measured = _select(gpu_rows(df), output="latencies")
     if not len(measured):
-        fig, axes = style.new_figure(1, 1, height=1.6)
-        ax = axes[0, 0]
-        ax.set_axis_off()
-        style.note(ax, NO_GPU_NOTE, "center")
-        return fig
+        return _no_gpu_figure()
     sizes = sorted(measured["size_bytes"].unique())
     fig, axes = style.new_figure(1, len(sizes), height=2.8, sharey=True)
     for ax, size in zip(axes.flat, sizes):
@@ -252,6 +266,70 @@ def latency_cdf(df: pd.DataFrame):
         ax.set_xlabel("latency, post to completion (µs)")
     axes.flat[0].set_ylabel("fraction of messages")
     axes.flat[0].legend(loc="lower right")
+    return fig
+
+
+# --- figure 9: emulated latency vs size ---------------------------------------------
+
+def newest_calibration(folder=None, devices=None) -> dict | None:
+    """The newest calibration TOML's floor (us), bulk-store ceiling (GB/s), device and
+    file name, of one of ``devices`` where given, or None where none is stored
+    (``gpuwrite calibrate`` writes them)."""
+    import tomllib
+    from pathlib import Path
+
+    folder = Path(folder or Path(__file__).resolve().parents[2] / "experiments" / "calibration")
+    files = sorted(folder.glob("*.toml"), key=lambda f: f.stat().st_mtime)
+    for f in reversed(files):
+        data = tomllib.loads(f.read_text())
+        m = data.get("measurements", {})
+        device = data.get("device", {}).get("name", "?")
+        if devices is not None and device not in devices:
+            continue
+        if "doorbell_pingpong" in m and "bulk_store_to_host" in m:
+            return {"floor_us": float(m["doorbell_pingpong"]["value"]),
+                    "ceiling_gbytes": float(m["bulk_store_to_host"]["value"]),
+                    "device": data.get("device", {}).get("name", "?"), "file": f.name}
+    return None
+
+
+@style.styled
+def emulated_latency_vs_size(df: pd.DataFrame, calibration: dict | None = None):
+    """p50 latency vs size per path measured on a GPU (one panel per threads per block),
+    with the physical line floor + size / ceiling from the newest calibration."""
+    measured = _select(gpu_rows(df), output="summary")
+    if len(measured):
+        measured = measured[measured["delivered_messages"] == measured["sent_messages"]]
+    if not len(measured):
+        return _no_gpu_figure()
+    devices = sorted(set(measured["device"]))
+    # The physical line of the device measured, never another's.
+    cal = calibration if calibration is not None else newest_calibration(devices=devices)
+    threads = sorted(measured["block_threads"].unique(), reverse=True)
+    fig, axes = style.new_figure(1, len(threads), height=3.4, sharey=True)
+    for ax, th in zip(axes.flat, threads):
+        panel = measured[measured["block_threads"] == th]
+        for path in [p for p in style.PATH_STYLES if p in set(panel["path"])]:
+            rows = panel[panel["path"] == path]
+            _line(ax, rows["size_bytes"], rows["latency_p50_us"], f"{path}|{th}", path,
+                  **style.PATH_STYLES[path])
+        if cal:
+            sizes = np.geomspace(panel["size_bytes"].min(), panel["size_bytes"].max(), 32)
+            _line(ax, sizes, cal["floor_us"] + sizes / (cal["ceiling_gbytes"] * 1e3),
+                  f"physical|{th}", "floor + size / bulk-store ceiling", color="black",
+                  linestyle="--", linewidth=0.9)
+        style.bytes_axis(ax)
+        style.log_numbers(ax)
+        ax.set_title(f"{int(th)} threads per block")
+    axes.flat[0].set_ylabel("p50 latency, post to completion (µs)")
+    source = (f"dashed: floor {cal['floor_us']:.2f} us + size / {cal['ceiling_gbytes']:.1f} GB/s\n"
+              f"(calibration {cal['file']})" if cal else
+              f"no calibration of {', '.join(devices)} stored:\nphysical line not drawn")
+    style.note(axes.flat[0], f"Emulated on {', '.join(devices)}: software NIC (C thread),\n"
+               "staging in host memory, nic_pull answered by a GPU\npull agent, unlimited "
+               "link. Above ~16 KiB the engine's\nstaging-to-destination copy dominates.\n"
+               + source, "upper left")
+    fig.legend(*axes.flat[0].get_legend_handles_labels(), loc="outside lower center", ncol=5)
     return fig
 
 
@@ -470,4 +548,5 @@ FIGURES = {
     "push_wins_map": push_wins_map,
     "throughput_vs_buffer": throughput_vs_buffer,
     "validation_table": validation_table,
+    "emulated_latency_vs_size": emulated_latency_vs_size,
 }

@@ -2,8 +2,9 @@
 
 One thread block drives one queue pair and sends that QP's messages in order. Thread 0
 does the bookkeeping (slots, WQEs, doorbells, completions) and publishes each step's
-outcome to the block through shared memory; all threads copy payloads, except the small
-pushes thread 0 posts alone (``dv.push_small``).
+outcome to the block through shared memory; all threads copy payloads
+(``gpuwrite.device.copy.copy_bytes``), except that thread 0 posts small pushes alone
+(``dv.push_small``) and the first warp posts medium ones without a block barrier.
 
 Paths (the ``path`` argument):
   PUSH     gpu_push: payload written by the GPU into the NIC's staging region
@@ -15,9 +16,10 @@ from __future__ import annotations
 
 from numba import int64
 
-from gpuwrite.cudaenv import cuda
+from gpuwrite.cudaenv import SIMULATOR, cuda
 from gpuwrite.device import verbs as dv
-from gpuwrite.device.intrinsics import globaltimer_ns
+from gpuwrite.device.copy import copy_bytes, preload, preload_fits, store_preloaded
+from gpuwrite.device.intrinsics import globaltimer_ns, warp_sync
 
 PUSH, INLINE, PULL, STAGED = 0, 1, 2, 3
 PATH_IDS = {"gpu_push": PUSH, "gpu_push_inline": INLINE, "nic_pull": PULL, "host_staged": STAGED}
@@ -35,6 +37,15 @@ R_STATUS, R_SENT, R_SYND = 0, 1, 2
 # Messages this large are announced to the NIC as soon as they are written rather than
 # at the end of their batch: the NIC's copy of one overlaps the GPU's writing of the next.
 RING_EACH_BYTES = 65536
+# Pushes of at most this many bytes (and more than dv.SMALL_PUSH_BYTES) are posted by the
+# first warp alone, with warp barriers: a block barrier after stores to host memory costs
+# 0.2 to 0.5 us on an H200 (BENCHMARKS.md, run 13), and one warp's unrolled round moves
+# 2 KiB (32 lanes x 4 vectors x 16 bytes), so up to there the block's other warps have
+# no vector of their own to copy.
+WARP_PUSH_BYTES = 2048
+# The simulator's warp barrier is the block's (intrinsics.warp_sync): there the warp path
+# is taken only where the block is one warp.
+WARP_PATH_ANY_BLOCK = not SIMULATOR
 # Bound here as globals: cuda.shared.array needs shapes Numba sees as constants, and
 # a module attribute (dv.QP_STATE_SHAPE) inside the kernel is not one.
 QP_STATE_SHAPE = dv.QP_STATE_SHAPE
@@ -54,7 +65,16 @@ def _reap(q, pend, i, t_done, head, tail):
     return head
 
 
-@cuda.jit
+# At most 128 registers a thread, so that a block of 512 threads (the bench's bandwidth
+# runs) can launch: the payload preloads made the H100's compiler go past 128, and the
+# launch failed with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES. ptxas for sm_90 fits the kernel
+# in 128 with no spills.
+MAX_REGISTERS = 128
+MAX_BLOCK_THREADS = 65536 // MAX_REGISTERS
+_LIMITS = {} if SIMULATOR else {"max_registers": MAX_REGISTERS}   # no such option there
+
+
+@cuda.jit(**_LIMITS)
 def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
     i = cuda.blockIdx.x
     tid = cuda.threadIdx.x
@@ -112,6 +132,35 @@ def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
                         dv.flush_doorbell(q, 0)
                 off += n
                 continue
+            if path == PUSH and n <= WARP_PUSH_BYTES and \
+                    (WARP_PATH_ANY_BLOCK or cuda.blockDim.x <= 32):
+                # The first warp posts it: lane 0 reserves and writes the WQE, the lanes
+                # copy, and a warp barrier orders their stores before lane 0's doorbell.
+                if tid < 32:
+                    lanes = min(32, cuda.blockDim.x)
+                    # The payload's loads go first: their latency hides behind lane 0's
+                    # bookkeeping (a block of fewer lanes than it needs copies later).
+                    pre = preload_fits(n, lanes)
+                    x = preload(src, src_word, n if pre else 0, tid, lanes)
+                    if tid == 0:
+                        st, word = dv.push_reserve(q, 0, n, raddr, rkey, signaled, timeout)
+                        sh[0] = st
+                        sh[1] = word
+                    warp_sync(lanes)
+                    status = sh[0]
+                    if status == 0 and pre:
+                        store_preloaded(q[dv.Q_STAGE][0], sh[1], x, n, tid, lanes)
+                    elif status == 0:
+                        copy_bytes(q[dv.Q_STAGE][0], sh[1], src, src_word, n, tid, lanes)
+                    warp_sync(lanes)
+                    if tid == 0 and status == 0 and not last:
+                        dv.flush_doorbell(q, 0)
+                off += n
+                continue
+            # Payloads the block can hold in registers are loaded before thread 0 reserves
+            # space for them, as push_small does: the loads' latency hides behind it.
+            pre = (path == PUSH or path == STAGED) and preload_fits(n, cuda.blockDim.x)
+            x = preload(src, src_word, n if pre else 0, tid, cuda.blockDim.x)
             if tid == 0:
                 nbb = dv.inline_bbs(n) if path == INLINE else 1
                 st = dv.sq_reserve(q, 0, nbb, timeout)
@@ -121,7 +170,8 @@ def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
                     if st == 0:
                         word = dv.stage_header(q, 0, first, n, slots, state[0, dv.S_PI])
                 elif st == 0 and path == STAGED:
-                    st, word = dv.bounce_reserve(q, 0, (n + 3) // 4, timeout)
+                    # Whole 16-byte vectors: every run starts 16-byte aligned.
+                    st, word = dv.bounce_reserve(q, 0, (n + 15) // 16 * 4, timeout)
                 sh[0] = st
                 sh[1] = word
             cuda.syncthreads()
@@ -134,14 +184,20 @@ def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
             # H200, a barrier after stores to host memory costs 0.2 to 0.5 us, more than
             # thread 0 takes to store the 16 words of a WQE (BENCHMARKS.md, run 13).
             if path == PUSH:
-                dv.copy_words(q[dv.Q_STAGE][0], word, src, src_word, (n + 3) // 4)
+                if pre:
+                    store_preloaded(q[dv.Q_STAGE][0], word, x, n, tid, cuda.blockDim.x)
+                else:
+                    copy_bytes(q[dv.Q_STAGE][0], word, src, src_word, n, tid, cuda.blockDim.x)
                 cuda.syncthreads()
                 if tid == 0:
                     dv.wqe_rdma_write(q, 0, dv.stage_address(q, 0, word),
                                       info[0, dv.I_STAGE_LKEY], n, raddr, rkey,
                                       dv.stage_signal(q, 0, signaled), dv.stage_aux(q, 0))
             elif path == STAGED:
-                dv.copy_words(q[dv.Q_BOUNCE][0], word, src, src_word, (n + 3) // 4)
+                if pre:
+                    store_preloaded(q[dv.Q_BOUNCE][0], word, x, n, tid, cuda.blockDim.x)
+                else:
+                    copy_bytes(q[dv.Q_BOUNCE][0], word, src, src_word, n, tid, cuda.blockDim.x)
                 cuda.syncthreads()
                 if tid == 0:
                     dv.wqe_rdma_write(q, 0, info[0, dv.I_BOUNCE_ADDR] + word * 4,

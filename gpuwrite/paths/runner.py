@@ -18,6 +18,7 @@ from gpuwrite.host.memory import mapped
 from gpuwrite.host.verbs import Context, LinkConfig
 from gpuwrite.paths import kernels as K
 from gpuwrite.paths import workload
+from gpuwrite.paths.pull_agent import PULL_AGENTS, PullAgent
 
 PATHS = tuple(K.PATH_IDS)
 
@@ -26,8 +27,10 @@ EMULATION_NOTES = {
     "gpu_push": "staging region = pinned host memory mapped into the GPU, standing in for "
                 "NIC memory",
     "gpu_push_inline": "WQE ring in pinned host memory; the payload travels inside the WQE",
-    "nic_pull": "copy-engine stand-in for a NIC DMA read: the engine pulls GPU memory with "
-                "cuMemcpyDtoHAsync (a CPU thread cannot issue a PCIe read of GPU memory)",
+    "nic_pull": "GPU-resident pull agent standing in for a NIC DMA read: the engine posts a "
+                "read request into mapped host memory, a persistent GPU block polls it and "
+                "writes the bytes back with 16-byte stores (a CPU thread cannot issue a PCIe "
+                "read of GPU memory)",
     "host_staged": "GPU copies to a pinned host bounce ring; the engine reads host memory",
 }
 
@@ -55,6 +58,22 @@ class PathResult:
         d = asdict(self)
         d.pop("latencies_ns")
         return d
+
+
+# nic_pull with pull_agent="copy_engine": the stand-in before the agent.
+COPY_ENGINE_NOTE = ("copy-engine stand-in for a NIC DMA read: the engine pulls GPU memory with "
+                    "cuMemcpyDtoHAsync plus a stream wait per pull, about 9 us of host-side "
+                    "cost on an H100 (a CPU thread cannot issue a PCIe read of GPU memory)")
+
+SIMULATOR_PULL_NOTE = ("CUDA simulator: 'GPU memory' is host memory and the engine pulls it "
+                       "with memcpy")
+
+
+def emulation_note(path: str, pull_agent: str = "gpu") -> str:
+    """What stands in for hardware on ``path`` (printed with every result)."""
+    if path == "nic_pull" and pull_agent == "copy_engine":
+        return SIMULATOR_PULL_NOTE if SIMULATOR else COPY_ENGINE_NOTE
+    return EMULATION_NOTES[path]
 
 
 DEMO_SIZES = (64, 256, 1024, 4096, 16384, 65536)
@@ -91,7 +110,10 @@ def decode_qp_errors(result: np.ndarray, qpns, vendor: bool = False) -> dict:
     return errors
 
 
-def _validate_run(batch, chunk_bytes, sq_bbs):
+def _validate_run(batch, chunk_bytes, sq_bbs, block_threads=None):
+    if block_threads is not None and not 1 <= block_threads <= K.MAX_BLOCK_THREADS:
+        raise ValueError(f"block_threads={block_threads}: allowed 1 to {K.MAX_BLOCK_THREADS} "
+                         "(the sending kernel's registers)")
     if not 1 <= batch <= sq_bbs // (2 * L.MAX_WQE_BBS):
         raise ValueError(f"batch={batch}: allowed 1 to {sq_bbs // (2 * L.MAX_WQE_BBS)} "
                          f"(sq_bbs={sq_bbs} / 16, so a signaled WQE is always in flight)")
@@ -106,7 +128,8 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
         stage_slot_bytes: int = 256, block_threads: int | None = None, timeout_s: float = 5.0,
         workers: int = 1, seed: int = 7, stall_receiver_s: float = 0.0,
         stage_credits: str = "status", poll_delay_ns: int = 0,
-        bounce_bytes: int | None = None, context: Context | None = None) -> PathResult:
+        bounce_bytes: int | None = None, context: Context | None = None,
+        pull_agent: str | None = None, pull_timeout_s: float = 1.0) -> PathResult:
     """Sends ``sizes_bytes`` messages (spread round-robin over ``n_qps`` QPs) on ``path``.
 
     ``stage_credits="completions"`` makes gpu_push count its staging credits from
@@ -114,9 +137,17 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
     ``poll_delay_ns`` is the pause before a completion wait's first poll
     (``gpuwrite.device.verbs.I_POLL_DELAY_NS``). host_staged's bounce ring holds
     ``bounce_bytes`` per QP (default: four of the largest WQE's payload, at least 64 KiB).
+    nic_pull's reads of GPU memory are answered by ``pull_agent``: ``"gpu"`` (a persistent
+    GPU block, :mod:`gpuwrite.paths.pull_agent`; a pull it leaves unanswered for
+    ``pull_timeout_s`` fails with reason ``pull_failed``; the default on a GPU) or
+    ``"copy_engine"`` (the default on the simulator, where it is a memcpy).
     """
+    if pull_agent is None:
+        pull_agent = "copy_engine" if SIMULATOR else "gpu"
+    if pull_agent not in PULL_AGENTS:
+        raise ValueError(f"pull_agent={pull_agent!r}: allowed {', '.join(PULL_AGENTS)}")
     wl = workload.build(path, sizes_bytes, n_qps, seed)
-    _validate_run(batch, chunk_bytes, sq_bbs)
+    _validate_run(batch, chunk_bytes, sq_bbs, block_threads)
     sizes, msgs, src_host = wl.sizes, wl.msgs, wl.payload
     n = len(sizes)
     qp_first = wl.qp_first(n_qps)
@@ -127,6 +158,7 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
     threads = block_threads or (4 if SIMULATOR else 128)
     own_ctx = context is None
     ctx = context or Context(policy=policy, link=link, workers=workers)
+    agent = None
     try:
         pd = ctx.alloc_pd()
         src_dev = cuda.to_device(src_host)
@@ -136,7 +168,7 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
         dst_mr = pd.reg_mr(dst, access=L.ACCESS_LOCAL_WRITE | L.ACCESS_REMOTE_WRITE)
         qs = pd.create_queues(n_qps, sq_bbs=sq_bbs, ncqe=max(sq_bbs, 256), stage_slots=stage_slots,
                               stage_slot_bytes=stage_slot_bytes,
-                              bounce_bytes=bounce_bytes or max(4 * max_chunk, 65536),
+                              bounce_bytes=bounce_bytes or max(-(-4 * max_chunk // 16) * 16, 65536),
                               stage_credits=stage_credits, poll_delay_ns=poll_delay_ns)
         params = np.zeros(K.P_COLS, dtype=np.int64)
         params[K.P_PATH] = K.PATH_IDS[path]
@@ -155,6 +187,8 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
         d_msgs = cuda.to_device(msgs)
         d_first = cuda.to_device(qp_first)
         d_params = cuda.to_device(params)
+        if path == "nic_pull" and pull_agent == "gpu":
+            agent = PullAgent(ctx, pull_timeout_s=pull_timeout_s).start()
         if not ctx.running:
             ctx.start()
         timer = None
@@ -171,7 +205,11 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
                                         t_post, t_done, result, pend)
         if timer is not None and not SIMULATOR:
             timer.start()
-        cuda.synchronize()
+        # The legacy default stream only: the agent's kernel runs on a stream of its own
+        # until it is stopped, and a whole-device synchronize would wait for it.
+        cuda.synchronize() if SIMULATOR else cuda.default_stream().synchronize()
+        agent_report = agent.stop() if agent is not None else None
+        agent = None
         counters = ctx.counters()
         tp = t_post.copy_to_host()
         td = t_done.copy_to_host()
@@ -191,8 +229,11 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
             latency_p50_us=float(np.percentile(lat, 50) / 1e3) if len(lat) else float("nan"),
             latency_p99_us=float(np.percentile(lat, 99) / 1e3) if len(lat) else float("nan"),
             throughput_gbps=float(nbytes * 8 / span) if span > 0 else 0.0,
-            world="simulator" if SIMULATOR else "gpu", emulation=EMULATION_NOTES[path],
+            world="simulator" if SIMULATOR else "gpu",
+            emulation=emulation_note(path, pull_agent),
             qp_errors=qp_errors, counters=counters, latencies_ns=lat)
+        if agent_report is not None:
+            out.counters["pull_agent"] = agent_report
         # Messages tile dst, so no byte lies outside every message's range: a message
         # that never completed must have left its range whole or untouched.
         for m in np.nonzero(~completed)[0]:
@@ -200,6 +241,8 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
                 out.qp_errors.setdefault("partial", []).append(int(m))
         return out
     finally:
+        if agent is not None:
+            agent.stop()
         if own_ctx:
             ctx.stop()
             ctx.close()

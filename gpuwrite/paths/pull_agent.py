@@ -1,0 +1,180 @@
+"""nic_pull's GPU-resident stand-in: a persistent block that answers the engine's pulls.
+
+A NIC that pulls a payload sends read requests up PCIe to the GPU and gets the bytes back
+as completions. In emulated mode a CPU thread plays the NIC, and a CPU thread cannot issue
+a PCIe read of GPU memory. The copy-engine stand-in (``pull_agent="copy_engine"``) pays a
+CUDA driver call and a stream wait per pull, about 9 us of host-side cost on an H100,
+whatever the size, more than the read it stands for. This agent makes the same trip a
+read does: the engine writes a request into mapped host memory (``struct gw_pull_req``,
+csrc/gw_engine.h), one GPU block polls it (a PCIe read per poll), copies the bytes into the
+engine's buffer with ``copy_bytes`` (16-byte posted writes) and publishes completion with
+a release store. On an H100 a probe of this shape answered in about the floor plus the
+copy time (``/work/shared/probes/pull_agent_probe.py``).
+
+The CUDA simulator runs one kernel at a time, so there the agent cannot run beside the
+sender: nic_pull on the simulator copies with memcpy (``pull_agent="copy_engine"``; the
+engine has no CUDA there), and only an agent that is gone can be tested.
+
+Every wait has an end: the engine fails a pull the agent does not answer within
+``pull_timeout_s`` (an error completion with reason ``pull_failed``), and the agent leaves
+its loop when told to stop or after ``idle_timeout_s`` without a request.
+"""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+from numba import int64
+
+from gpuwrite._gw_cffi import ffi, lib
+from gpuwrite.cudaenv import SIMULATOR, cuda
+from gpuwrite.device.copy import copy_bytes
+from gpuwrite.device.intrinsics import (globaltimer_ns, ld_acquire_sys_u64,
+                                        st_release_sys_u32, words_at)
+from gpuwrite.host.memory import mapped
+
+PULL_AGENTS = ("gpu", "copy_engine")
+STOP_BYTES = lib.GW_PULL_STOP_BYTES
+_ADDR_MASK = (1 << lib.GW_PULL_ADDR_BITS) - 1
+# Columns of the agent's outcome (int64, GPU memory).
+A_EXIT, A_PULLS, A_BYTES = 0, 1, 2
+EXIT_RUNNING, EXIT_STOPPED, EXIT_IDLE = 0, 1, 2
+EXIT_NAMES = {EXIT_RUNNING: "running", EXIT_STOPPED: "stopped",
+              EXIT_IDLE: "left after its idle timeout"}
+
+
+@cuda.jit
+def _agent(ring, done, idle_timeout_ns, outcome):
+    # sh: thread 0's answer for the block: bytes (or -1: idle), source, destination.
+    sh = cuda.shared.array(3, dtype=int64)
+    tid = cuda.threadIdx.x
+    slots = done.shape[0]
+    slot_bits = 0
+    while (1 << slot_bits) < slots:
+        slot_bits += 1
+    t = 0
+    while True:
+        if tid < 32:
+            slot = t & (slots - 1)
+            req = ring[slot]
+            tag = ((t >> slot_bits) + 1) & 0xFFFF     # the lap, from 1 (gw_pull_req)
+            start = globaltimer_ns()
+            while True:
+                # Lane k reads word k & 3 of the request: one warp-wide load, one PCIe
+                # round trip per poll, every word acquired (gw_pull_req).
+                v = int64(ld_acquire_sys_u64(req, tid & 3))
+                c = cuda.shfl_sync(0xFFFFFFFF, v, 0)
+                a = cuda.shfl_sync(0xFFFFFFFF, v, 1)
+                b = cuda.shfl_sync(0xFFFFFFFF, v, 2)
+                if ((c >> 32) & 0xFFFFFFFF) == ((t + 1) & 0xFFFFFFFF) and \
+                        ((a >> 48) & 0xFFFF) == tag and ((b >> 48) & 0xFFFF) == tag:
+                    if tid == 0:
+                        sh[0] = c & 0xFFFFFFFF
+                        sh[1] = a & _ADDR_MASK
+                        sh[2] = b & _ADDR_MASK
+                    break
+                # Lane 0's clock decides for the warp: every lane leaves the loop together.
+                late = cuda.shfl_sync(0xFFFFFFFF, globaltimer_ns() - start, 0)
+                if late > idle_timeout_ns:
+                    if tid == 0:
+                        sh[0] = -1
+                    break
+        cuda.syncthreads()
+        n = sh[0]
+        if n < 0 or n == STOP_BYTES:
+            if tid == 0:
+                outcome[A_EXIT] = EXIT_IDLE if n < 0 else EXIT_STOPPED
+                if n == STOP_BYTES:
+                    st_release_sys_u32(done, t & (slots - 1), t + 1)
+            return
+        words = (n + 3) >> 2
+        copy_bytes(words_at(sh[2], words), 0, words_at(sh[1], words), 0, n, tid,
+                   cuda.blockDim.x)
+        # Every thread's stores precede the barrier; thread 0's release then publishes them.
+        cuda.syncthreads()
+        if tid == 0:
+            st_release_sys_u32(done, t & (slots - 1), t + 1)
+            outcome[A_PULLS] += 1
+            outcome[A_BYTES] += n
+        t += 1
+
+
+def _nonblocking_stream():
+    """A stream that does not wait for the legacy default stream, nor it for this one: the
+    agent runs beside the kernels the runner launches there. Numba's ``cuda.stream()``
+    makes blocking streams, so the driver is asked directly."""
+    libcuda = ctypes.CDLL("libcuda.so.1")
+    handle = ctypes.c_void_p()
+    if libcuda.cuStreamCreate(ctypes.byref(handle), 1) != 0:   # CU_STREAM_NON_BLOCKING
+        raise RuntimeError("cuStreamCreate failed: the pull agent needs a stream of its own")
+    return libcuda, handle
+
+
+class PullAgent:
+    """Runs the agent for a context's engine: ``with PullAgent(ctx): ...`` sends the
+    engine's pulls from GPU memory to it, and stops it at the end."""
+
+    def __init__(self, ctx, *, threads: int | None = None, slots: int = 64,
+                 pull_timeout_s: float = 1.0, idle_timeout_s: float = 60.0):
+        if slots < 1 or slots > 65536 or slots & (slots - 1):
+            raise ValueError(f"slots={slots}: a power of two from 1 to 65536")
+        if pull_timeout_s <= 0 or idle_timeout_s <= 0:
+            raise ValueError(f"pull_timeout_s={pull_timeout_s}, idle_timeout_s="
+                             f"{idle_timeout_s}: both must be positive")
+        self.ctx = ctx
+        self.threads = threads or 512
+        if self.threads % 32 or not 32 <= self.threads <= 1024:
+            raise ValueError(f"threads={self.threads}: a multiple of 32 from 32 to 1024 (the "
+                             "first warp polls the ring together)")
+        self.slots = slots
+        self.pull_timeout_s = pull_timeout_s
+        self.idle_timeout_s = idle_timeout_s
+        self.ring = mapped((slots, 4), np.uint64)
+        self.done = mapped((slots,), np.uint32)
+        self.outcome = cuda.to_device(np.zeros(3, dtype=np.int64))
+        self._stream = None
+
+    def start(self, launch: bool = True) -> "PullAgent":
+        """Points the engine at the agent's ring and launches the agent (``launch=False``
+        leaves it unlaunched: an agent that is gone, for tests)."""
+        rc = lib.gw_engine_set_pull_agent(self.ctx._engine, ffi.cast("void *", self.ring.address),
+                                          ffi.cast("void *", self.done.address), self.slots,
+                                          int(self.pull_timeout_s * 1e9))
+        if rc != 0:
+            raise RuntimeError("the engine refused the pull agent's ring")
+        if not launch:
+            return self
+        if SIMULATOR:
+            raise RuntimeError("the CUDA simulator runs one kernel at a time (a global kernel "
+                               "context): the pull agent cannot run beside the sender there")
+        args = (self.ring.kernel, self.done.kernel, int(self.idle_timeout_s * 1e9), self.outcome)
+        self._libcuda, handle = _nonblocking_stream()
+        self._stream = cuda.external_stream(handle.value)
+        self._handle = handle
+        _agent[1, self.threads, self._stream](*args)
+        return self
+
+    def stop(self) -> dict:
+        """Stops the agent and detaches it from the engine; returns what it did."""
+        answered = lib.gw_engine_stop_pull_agent(self.ctx._engine) == 0
+        if self._stream is not None:
+            # Unanswered, the agent has left already (idle) or is stuck: wait only for
+            # one that has ended, never on a kernel that may not.
+            if not answered and self._libcuda.cuStreamQuery(self._handle) != 0:
+                raise RuntimeError("the pull agent answers no request and still runs")
+            self._stream.synchronize()
+            self._libcuda.cuStreamDestroy_v2(self._handle)
+            self._stream = None
+        lib.gw_engine_set_pull_agent(self.ctx._engine, ffi.NULL, ffi.NULL, 0, 0)
+        failed = ffi.new("uint64_t *")
+        answered = lib.gw_engine_agent_pulls(self.ctx._engine, failed)
+        out = self.outcome.copy_to_host()
+        return {"exit": EXIT_NAMES.get(int(out[A_EXIT]), str(out[A_EXIT])),
+                "pulls": int(out[A_PULLS]), "bytes": int(out[A_BYTES]),
+                "engine_answered": int(answered), "engine_failed": int(failed[0])}
+
+    def __enter__(self) -> "PullAgent":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
