@@ -48,6 +48,7 @@ E_TIMEOUT_CQE = -3         # waited for a completion
 E_QP_ERROR = -4            # the NIC moved the QP to the error state
 E_TOO_LARGE = -5           # the message does not fit the staging ring or an inline WQE
 E_CQE_ERROR = -6           # a completion came back with an error syndrome
+E_TIMEOUT_BOUNCE = -7      # waited for host bounce-buffer space (completions)
 
 ERROR_NAMES = {
     OK: "ok",
@@ -57,6 +58,7 @@ ERROR_NAMES = {
     E_QP_ERROR: "the queue pair is in the error state",
     E_TOO_LARGE: "message too large for the staging ring or an inline WQE",
     E_CQE_ERROR: "a completion carried an error syndrome",
+    E_TIMEOUT_BOUNCE: "timed out waiting for bounce-buffer space",
 }
 
 # Positions in the tuple Q (QueueSet.device_args).
@@ -173,6 +175,19 @@ def ring_pad(pos, ring, n):
     return ring - pos if pos + n > ring else 0
 
 
+@cuda.jit(device=True)
+def ring_free_target(res, pad, n, ring):
+    """How far the consumer must have freed (cumulative units) before a run of ``n``
+    after ``pad`` skipped units, claimed at cumulative position ``res``, is free.
+
+    The run's units were last used one lap earlier, ``ring`` units back; but when the
+    run wraps to the start, the skipped units are nobody's yet, so once everything
+    claimed before ``res`` is free the ring is empty and any run that fits it fits:
+    the target never exceeds ``res`` (pad + n can exceed the ring; without this cap
+    such a run waited for units no one would ever free)."""
+    return min(res + pad + n - ring, res)
+
+
 # Shapes of a posting block's shared-memory copy of its QP's state and description
 # (global tuples are compile-time constants, as cuda.shared.array needs).
 QP_STATE_SHAPE = (1, S_COLS)
@@ -251,10 +266,11 @@ def stage_reserve(Q, i, nbytes, timeout_ns):
     limit = slots - (slots >> 2) if cqe_credits else slots
     pad = ring_pad(pos, slots, need)
     total = pad + need
-    if (need > limit) | (slots - (res - freed) < total):
+    if (need > limit) | (freed < ring_free_target(res, pad, need, slots)):
         if need > limit:
             return E_TOO_LARGE, 0, 0
-        st = _stage_wait(Q, i, res + total - slots, cqe_credits, timeout_ns)
+        st = _stage_wait(Q, i, ring_free_target(res, pad, need, slots), cqe_credits,
+                         timeout_ns)
         if st != OK:
             return st, 0, 0
     state[i, S_STAGE_RES] = res + total
@@ -649,7 +665,8 @@ def wait_done(Q, i, target_pi, timeout_ns):
 def bounce_reserve(Q, i, nwords, timeout_ns):
     """Claims ``nwords`` of QP ``i``'s host bounce ring (host_staged); returns (status, word).
 
-    Space comes back as the WQEs that used it complete. Runs never wrap the ring's end.
+    Space comes back as the WQEs that used it complete. Runs never wrap the ring's end:
+    one that does not fit starts at word 0, the skipped words counted as used.
     """
     state = Q[Q_STATE]
     ring = Q[Q_INFO][i, I_BOUNCE_WORDS]
@@ -658,8 +675,8 @@ def bounce_reserve(Q, i, nwords, timeout_ns):
     res = state[i, S_BOUNCE_RES]
     pos = res % ring
     pad = ring_pad(pos, ring, nwords)
-    st = _poll_cq_until(Q, i, S_BOUNCE_FREE, res + pad + nwords - ring, timeout_ns, E_TIMEOUT_SQ,
-                        _SPACE_POLL_MAX_NS)
+    st = _poll_cq_until(Q, i, S_BOUNCE_FREE, ring_free_target(res, pad, nwords, ring), timeout_ns,
+                        E_TIMEOUT_BOUNCE, _SPACE_POLL_MAX_NS)
     if st != OK:
         return st, 0
     state[i, S_BOUNCE_RES] = res + pad + nwords
