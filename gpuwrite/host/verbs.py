@@ -48,11 +48,11 @@ def _int_in(name: str, value, low: int, high: int, why: str = "") -> int:
     """``value`` as an int in [low, high], or a ValueError naming it and the range
     (before it reaches cffi, whose OverflowError names neither)."""
     if isinstance(value, bool):
-        raise ValueError(f"{name}={value!r}: must be an integer from {low} to {high}{why}")
+        raise ValueError(f"{name}={value!r}: allowed an integer from {low} to {high}{why}")
     try:
         number = operator.index(value)
     except TypeError:
-        raise ValueError(f"{name}={value!r}: must be an integer from {low} to {high}{why}") \
+        raise ValueError(f"{name}={value!r}: allowed an integer from {low} to {high}{why}") \
             from None
     if not low <= number <= high:
         raise ValueError(f"{name}={number}: allowed {low} to {high}{why}")
@@ -129,6 +129,31 @@ def _cuda_context_handle() -> int:
     raise VerbsError(f"cannot read the CUDA context handle from {handle!r}")
 
 
+class _NumberPool:
+    """Numbers from ``first`` below ``end``, the lowest free one first; a number given
+    back is handed out again (fresh ones are counted, not listed, so a large range
+    costs nothing)."""
+
+    def __init__(self, first: int, end: int):
+        self._fresh = first
+        self._end = end
+        self._returned: list[int] = []   # a heap
+
+    def free(self) -> int:
+        return self._end - self._fresh + len(self._returned)
+
+    def take(self) -> int:
+        if self._returned:
+            return heapq.heappop(self._returned)
+        if self._fresh >= self._end:
+            raise IndexError("pool exhausted")
+        self._fresh += 1
+        return self._fresh - 1
+
+    def give(self, number: int) -> None:
+        heapq.heappush(self._returned, int(number))
+
+
 class _Engine:
     """The C engine and the memory it may touch.
 
@@ -193,9 +218,13 @@ class Context:
         self._eng = _Engine(ptr)
         self._finalizer = weakref.finalize(self, self._eng.destroy)
         self._max_mrs = max_mrs
-        self._mr_index = itertools.count(1)
+        # Key indices and CQ numbers come back when the engine has let go of them; a
+        # reused key index gets the next variant byte, so a stale key never matches
+        # the new region (as a NIC's mkey variant does).
+        self._key_indices = _NumberPool(1, max_mrs)
+        self._key_variant: dict[int, int] = {}
         self._qpn = itertools.count(0x100)
-        self._free_cqns = list(range(1, max_qps + 1))   # a heap: the lowest free number first
+        self._cqns = _NumberPool(1, max_qps + 1)
         self._rng = random.Random(0x6777)
         self._keep = []          # queue sets live as long as the context, as before
         self.max_qps = max_qps
@@ -260,20 +289,27 @@ class Context:
 
     # -- internals used by PD and QueueSet ----------------------------------------------
     def _new_key(self) -> int:
-        index = next(self._mr_index)
-        if index >= self._max_mrs:
-            raise VerbsError(f"out of memory-region keys: max_mrs={self._max_mrs}")
-        return index << 8 | self._rng.randrange(256)
+        if not self._key_indices.free():
+            raise VerbsError(f"out of memory-region keys: max_mrs={self._max_mrs} regions, "
+                             "all registered")
+        index = self._key_indices.take()
+        last = self._key_variant.get(index)
+        variant = self._rng.randrange(256) if last is None else (last + 1) & 0xFF
+        self._key_variant[index] = variant
+        return index << 8 | variant
+
+    def _free_key(self, key: int) -> None:
+        self._key_indices.give(key >> 8)
 
     def _take_cqns(self, n: int) -> list[int]:
-        if n > len(self._free_cqns):
-            raise VerbsError(f"{n} completion queues asked for, {len(self._free_cqns)} free "
-                             f"(max_qps={self.max_qps})")
-        return [heapq.heappop(self._free_cqns) for _ in range(n)]
+        if n > self._cqns.free():
+            raise VerbsError(f"{n} completion queues asked for, {self._cqns.free()} left of "
+                             f"max_qps={self.max_qps}")
+        return [self._cqns.take() for _ in range(n)]
 
     def _give_cqns(self, cqns) -> None:
         for cqn in cqns:
-            heapq.heappush(self._free_cqns, int(cqn))
+            self._cqns.give(cqn)
 
 
 class MemoryRegion:
@@ -298,10 +334,13 @@ class MemoryRegion:
         self.access = access
         self.kind = detected if kind is None else kind
         self.key = pd.context._new_key()
-        self._pd = pd
+        self._pd = None
         err = ffi.new("char[]", _ERRLEN)
-        _check(lib.gw_engine_add_mr(engine, self.key, addr, nbytes, access, self.kind,
-                                    err, _ERRLEN), err)
+        if lib.gw_engine_add_mr(engine, self.key, addr, nbytes, access, self.kind, err,
+                                _ERRLEN) != 0:
+            pd.context._free_key(self.key)
+            raise VerbsError(ffi.string(err).decode())
+        self._pd = pd
         # The registration, not this object, keeps the buffer alive: until deregistration
         # returns (or the context is closed or collected).
         pd.context._eng.pins[("mr", self.key)] = buffer
@@ -326,6 +365,8 @@ class MemoryRegion:
             raise VerbsError(f"region key 0x{self.key:x}: the engine did not let go of it in "
                              "10 s; its buffer stays pinned until the context is closed")
         eng.pins.pop(("mr", self.key), None)
+        if rc == 0:
+            pd.context._free_key(self.key)
 
     def __enter__(self):
         return self
