@@ -1005,6 +1005,10 @@ static int progress(struct gw_engine *e, struct worker *w, struct qp *q, uint64_
 
 static void qp_reset_state(struct qp *q)
 {
+    /* The doorbell record restarts with the rings (as libmlx5 zeroes it on a move to
+     * RESET); cleared here, in the same step, so that a running worker never compares
+     * an old producer index with new counters (a false ring overflow) or the reverse. */
+    store_rel32(&q->dbrec->send_counter, 0);
     q->state = GW_QPS_RTS;
     q->ci_fetch = q->ci_done = q->last_pi = 0;
     q->stage_cursor = q->stage_freed = 0;

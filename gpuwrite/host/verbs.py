@@ -572,7 +572,6 @@ class QueueSet:
         Like a modify-QP through RESET to RTS: both sides' send-queue, staging and
         bounce counters restart from zero; completion-queue counters carry on.
         """
-        self.dbrec.host[i] = 0
         state = self.state.copy_to_host()
         keep = state[i, dv.S_CQ_CI]
         state[i] = 0
@@ -581,6 +580,7 @@ class QueueSet:
         rc = lib.gw_engine_qp_reset(self.pd.context._engine, int(self.qpns[i]))
         if rc != 0:
             raise VerbsError(f"the engine did not reset qp {int(self.qpns[i])} (rc={rc})")
+        self.dbrec.host[i] = 0     # the engine cleared the send counter; the rest too
 
     def close(self) -> None:
         """Destroys the queue pairs (as ibv_destroy_qp after moving them to error): WQEs
