@@ -61,6 +61,9 @@ GUARD = 64
 CANARY = 0xA5
 SIZES = (1, 16, 60, 256, 1024, 4096)
 SQ_BBS = 16
+# A link this slow (256-byte packets) takes 6.5 ms over a 4 KiB write: long enough that
+# the machine's steps land while WQEs are on the wire.
+SLOW_GBPS = 0.005
 # How often the interesting interleavings happened (printed by the child, for tuning).
 EVENTS: dict[str, int] = {}
 
@@ -189,7 +192,7 @@ def _rules():
             self.queues: list[Queues] = []
             self.seed = 1
             self.freed_probes: list[np.ndarray] = []
-            self.open_context(0.02)
+            self.open_context(SLOW_GBPS)
 
         # -- helpers ----------------------------------------------------------------
         def open_context(self, rate_gbps: float) -> None:
@@ -283,6 +286,39 @@ def _rules():
                 q.owed.extend(q.unrung)
             q.unrung = []
 
+        @precondition(lambda self: any(not q.closed for q in self.queues)
+                      and self.live_regions("src") and self.live_regions("dst"))
+        @rule(data=st.data(), delay_ms=st.sampled_from([0.0, 0.5, 1.0, 3.0]),
+              action=st.sampled_from(["deregister dst", "deregister src", "close pd",
+                                      "close queues"]))
+        @_steps
+        def race(self, data, delay_ms, action):
+            """A large write is put on the wire, and after ``delay_ms`` the region it
+            reads or writes, their PD, or its queue set goes away."""
+            q = data.draw(st.sampled_from([q for q in self.queues if not q.closed]))
+            src = data.draw(st.sampled_from(self.live_regions("src")))
+            dst = data.draw(st.sampled_from(self.live_regions("dst")))
+            length = min(src.length, dst.length)
+            if q.outstanding() < SQ_BBS - 1:
+                dst.writable[:length] = True
+                p = q.poster
+                q.unrung.append((p.write(rdma_write(p.pi, p.qpn, src.address, src.key, length,
+                                                    dst.address, dst.key)), False))
+            self.ring_queue(q)
+            if not self.ctx.running:
+                self.ctx.start()
+            time.sleep(delay_ms / 1000)
+            if q.owed:
+                _event("race with WQEs in flight")
+            if action == "close queues":
+                self.close_queue_set(q)
+            elif action == "close pd" and dst.pd is not self.pds[0]:
+                self.close_pd_of(dst.pd)
+            else:
+                region = src if action == "deregister src" else dst
+                region.mr.deregister()
+                region.freeze()
+
         @precondition(lambda self: self.queues)
         @rule(data=st.data())
         @_steps
@@ -313,7 +349,9 @@ def _rules():
         @rule(data=st.data())
         @_steps
         def close_pd(self, data):
-            pd = data.draw(st.sampled_from(self.pds[1:]))
+            self.close_pd_of(data.draw(st.sampled_from(self.pds[1:])))
+
+        def close_pd_of(self, pd):
             pd.close()
             for r in self.regions:
                 if r.pd is pd:
@@ -323,7 +361,10 @@ def _rules():
         @rule(data=st.data())
         @_steps
         def close_queues(self, data):
-            q = data.draw(st.sampled_from([q for q in self.queues if not q.closed]))
+            self.close_queue_set(data.draw(st.sampled_from([q for q in self.queues
+                                                              if not q.closed])))
+
+        def close_queue_set(self, q):
             if q.owed:
                 _event("close queues with WQEs owed")
             q.qs.close()
@@ -354,7 +395,7 @@ def _rules():
             else:
                 self.ctx.start()
 
-        @rule(rate=st.sampled_from([0.0, 0.02, 1.0]), close=st.booleans())
+        @rule(rate=st.sampled_from([0.0, SLOW_GBPS, 1.0]), close=st.booleans())
         @_steps
         def replace_context(self, rate, close):
             """Closes the context, or drops it without close(), with whatever is in flight."""
