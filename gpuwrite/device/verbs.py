@@ -136,6 +136,7 @@ _INLINE_FLAG = L.INLINE_SEG_FLAG
 _MAX_INLINE = L.MAX_INLINE_BYTES
 _CQ_UPDATE = L.CTRL_CQ_UPDATE
 _OP_WRITE = L.OPCODE_RDMA_WRITE
+_OP_NOP = L.OPCODE_NOP
 _CQE_INVALID = L.CQE_INVALID
 _CQE_REQ_ERR = L.CQE_REQ_ERR
 _QPS_ERR = L.QPS_ERR
@@ -286,6 +287,12 @@ def _stage_wait(Q, i, target, cqe_credits, timeout_ns):
     consuming completions (``I_STAGE_CQE``, see ``stage_aux``) or polling the credit
     counter in the NIC's status line."""
     if cqe_credits:
+        if target > Q[Q_STATE][i, S_STAGE_SIG]:
+            # Slots up to ``target`` are held by WQEs posted unsignaled, whose completions
+            # nobody asked for (a run that wraps can need all of them): ask now.
+            st = _stage_nop(Q, i, timeout_ns)
+            if st != OK:
+                return st
         return _poll_cq_until(Q, i, S_STAGE_FREED, target, timeout_ns, E_TIMEOUT_STAGING,
                               _SPACE_POLL_MAX_NS)
     state = Q[Q_STATE]
@@ -310,6 +317,23 @@ def _stage_wait(Q, i, target, cqe_credits, timeout_ns):
             return E_TIMEOUT_STAGING
         backoff(pause)
         pause = min(2 * pause, _SPACE_POLL_MAX_NS)
+
+
+@cuda.jit(device=True)
+def _stage_nop(Q, i, timeout_ns):
+    """Posts a signaled NOP WQE whose completion returns every staging slot claimed so
+    far (``I_STAGE_CQE``). Room is kept for the pushed WQE the caller has reserved."""
+    st = sq_reserve(Q, i, 2, timeout_ns)
+    if st != OK:
+        return st
+    state = Q[Q_STATE]
+    pi = state[i, S_PI]
+    qpn = Q[Q_INFO][i, I_QPN]
+    _ctrl(Q[Q_SQ][i], (pi & (Q[Q_INFO][i, I_SQ_BBS] - 1)) * _BB_WORDS, _OP_NOP, pi, qpn, 1, True)
+    _commit_wqe(Q, i, pi, 1, AUX_STAGE | state[i, S_STAGE_RES],
+                bswap32(qpn << 8 | 1) << 32 | bswap32((pi & 0xFFFF) << 8 | _OP_NOP))
+    state[i, S_STAGE_SIG] = state[i, S_STAGE_RES]
+    return OK
 
 
 @cuda.jit(device=True)

@@ -113,8 +113,8 @@ def test_deregistration_and_queue_close_with_wqes_in_flight():
                 time.sleep(0.001)
             return None
 
-        # 64 KiB over a 0.05 Gb/s link of 256-byte packets takes about 10 ms.
-        ctx = Context(link=LinkConfig(rate_gbps=0.05, mtu_bytes=256))
+        # 64 KiB over a 0.02 Gb/s link of 256-byte packets takes about 26 ms.
+        ctx = Context(link=LinkConfig(rate_gbps=0.02, mtu_bytes=256))
         src = np.full(1 << 16, 7, np.uint8)
         qpd = ctx.alloc_pd()
         p = HostPoster(qpd.create_queues(1, sq_bbs=16, ncqe=16))
@@ -130,7 +130,9 @@ def test_deregistration_and_queue_close_with_wqes_in_flight():
             p.ring()
             if not ctx.running:
                 ctx.start()
-            time.sleep(0.003)
+            end = time.monotonic() + 5
+            while not dst[0] and time.monotonic() < end:   # the first packet has landed
+                time.sleep(0.0002)
             dmr.deregister() if how == "dereg" else pd.close()
             snap = whole.copy()
             time.sleep(0.05)
@@ -147,12 +149,12 @@ def test_deregistration_and_queue_close_with_wqes_in_flight():
         # posted afterwards never completes and moves no byte.
         qs = qpd.create_queues(1, sq_bbs=16, ncqe=16)
         q = HostPoster(qs)
-        dst = np.zeros(1 << 16, np.uint8)
+        dst = np.zeros(3 << 16, np.uint8)
         dmr = qpd.reg_mr(dst, access=3)
         ctx.start()
-        for _ in range(3):
-            q.write(rdma_write(q.pi, q.qpn, smr.address, smr.lkey, 1 << 14, dmr.address,
-                               dmr.rkey))
+        for k in range(3):      # about 80 ms of link time in all
+            q.write(rdma_write(q.pi, q.qpn, smr.address, smr.lkey, 1 << 16,
+                               dmr.address + (k << 16), dmr.rkey))
         q.ring()
         time.sleep(0.001)
         qs.close()
@@ -215,8 +217,13 @@ def test_messages_that_fit_the_ring_never_wait_forever():
     push = runner.run("gpu_push", [64, 1900], n_qps=1, stage_slots=8, stage_slot_bytes=256,
                       timeout_s=2)
     staged = runner.run("host_staged", [64, 4096], n_qps=1, bounce_bytes=4096, timeout_s=2)
+    # Credits from completions: the 12-slot run wraps and needs the slots of WQEs posted
+    # unsignaled; the wait asks for their completion (a signaled NOP) instead of hanging.
+    by_cqe = runner.run("gpu_push", [64] * 7 + [2900], n_qps=1, batch=8, stage_slots=16,
+                        stage_slot_bytes=256, stage_credits="completions", timeout_s=2)
     assert (push.delivered, push.qp_errors) == (2, {})
     assert (staged.delivered, staged.qp_errors) == (2, {})
+    assert (by_cqe.delivered, by_cqe.qp_errors) == (8, {})
 
     # A bounce wait that times out says what it waited for.
     with Context() as ctx:          # never started: no space ever comes back
