@@ -1413,8 +1413,9 @@ static uint32_t flush_detached(struct gw_engine *e, struct qp *q)
     tmp.index = q->worker->index;
     q->state = GW_QPS_ERR;
     store_rel32(&q->status->qp_state, GW_QPS_ERR);
-    while (fetch_new(e, &tmp, q, UINT32_MAX) > 0)
-        ;
+    /* One fetch takes everything the doorbell covers: at most sq_bbs BBs are posted and
+     * not completed, and the descriptor ring holds sq_bbs (a ring overflow adds one). */
+    fetch_new(e, &tmp, q, UINT32_MAX);
     uint32_t lost = 0;
     while (desc_count(q) > 0) {
         struct desc *d = &q->descs[q->desc_head % q->sq_bbs];

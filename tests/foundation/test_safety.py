@@ -165,6 +165,16 @@ def test_deregistration_and_queue_close_with_wqes_in_flight():
         q.ring()
         time.sleep(0.1)
         print("after_close", q.poll(), int((dst != snap).sum()))
+
+        # Closing a QP whose ring the poster overran: one error completion, no hang.
+        qs = qpd.create_queues(1, sq_bbs=16, ncqe=16)
+        q = HostPoster(qs)
+        for _ in range(20):
+            q.write(rdma_write(q.pi, q.qpn, smr.address, smr.lkey, 8, dmr.address, dmr.rkey))
+        ctx.stop()
+        q.ring()
+        qs.close()
+        print("overrun", [c.describe() for c in iter(q.poll, None)])
         ctx.close()
     """)
     lines = {line.split()[0]: line for line in out.splitlines()}
@@ -179,6 +189,7 @@ def test_deregistration_and_queue_close_with_wqes_in_flight():
     assert at_close.count("wr_flush_err") + at_close.count(": ok,") == 3, at_close
     assert "wr_flush_err" in at_close and at_close.endswith("None]"), at_close
     assert lines["after_close"] == "after_close None 0"
+    assert lines["overrun"] == "overrun ['wqe 0: error local_qp_op_err (0x02), reason ring_overflow']"
 
 
 # -- 3. the inline flag only in an inline segment --------------------------------------
