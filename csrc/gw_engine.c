@@ -21,6 +21,8 @@
 #include <pthread.h>
 #include <time.h>
 #include <dlfcn.h>
+#include <math.h>
+#include <sched.h>
 #include <emmintrin.h>
 
 #include "gw_layouts.h"
@@ -157,9 +159,12 @@ struct desc {
     uint32_t bytes_dropped;
     uint32_t stage_slots;
     uint64_t db_ns;               /* when the doorbell that covered this WQE was seen */
+    uint32_t dst_key;             /* rkey of the destination region, checked again after a
+                                   * deregistration (revalidate) */
     uint8_t *dst;
     const uint8_t *inline_src;
     struct sge sge[MAX_SGE];
+    uint32_t sge_key[MAX_SGE];    /* lkey of each gather entry, likewise */
 };
 
 struct qp {
@@ -187,6 +192,8 @@ struct qp {
     uint32_t desc_head, desc_tail;
     uint32_t pull_next;           /* next descriptor pull_ahead looks at */
     _Atomic int reset_request;
+    int in_use;                   /* slot of e->qps taken (QPs can be destroyed) */
+    struct worker *worker;        /* the worker that services it */
 };
 
 enum { CREDIT_RING = 1 << 14 };
@@ -222,6 +229,8 @@ struct worker {
     struct gw_counters c;
     uint64_t agent_tickets[64];   /* pulls this worker posted to the agent, not yet seen done */
     uint32_t agent_pending;
+    uint64_t gen_seen;            /* engine generation this worker last revalidated against */
+    _Atomic uint64_t gen_done;    /* generation of the last pass it finished */
 };
 
 struct gw_engine {
@@ -237,10 +246,15 @@ struct gw_engine {
     _Atomic int running;
     _Atomic int stalled;
     int started;
+    /* Control operations (add/remove, start/stop, poll) are serialised by `lock`;
+     * workers never take it. A removal bumps `gen` and waits until every worker has
+     * finished a pass begun after the bump (see quiesce). */
     pthread_mutex_t lock;
     _Atomic uint64_t agent_next;  /* the pull agent's next ticket */
     _Atomic uint64_t agent_pulls;
     _Atomic uint64_t agent_failed;
+    _Atomic uint64_t gen;
+    struct gw_counters ctl;       /* counted by control operations (flush on QP destroy) */
 };
 
 /* ---- counters -------------------------------------------------------------------- */
@@ -443,18 +457,28 @@ static int claim_staging(struct qp *q, struct desc *d, const struct sge *s)
     off -= lead;                                                    /* the first slot's */
     uint32_t need = (uint32_t)((lead + GW_STAGE_HDR_BYTES + (uint64_t)s->length +
                                 q->stage_slot_bytes - 1) / q->stage_slot_bytes);
+    /* The GPU's padding rule (device verbs' ring_pad): a run that does not fit between
+     * the cursor and the ring's end starts at slot 0, and the slots skipped at the end
+     * belong to the message (returned with it). Nothing else is accepted. */
+    uint32_t pos = q->stage_cursor % q->stage_slots;
+    uint32_t pad = pos + need > q->stage_slots ? q->stage_slots - pos : 0;
     if (hdr.magic_seq != (GW_STAGE_MAGIC | q->push_seq) || hdr.byte_count != s->length ||
-        hdr.slots < need || hdr.slots > q->stage_slots || hdr.wqe_index != d->wqe_index)
+        need > q->stage_slots || hdr.slots != pad + need || hdr.wqe_index != d->wqe_index)
         return -1;
-    uint32_t pad = hdr.slots - need;
-    uint32_t expect = (q->stage_cursor + pad) % q->stage_slots;
-    if (off / q->stage_slot_bytes != expect)
+    if (off / q->stage_slot_bytes != (pad ? 0 : pos))
         return -1;
     q->stage_cursor += hdr.slots;
     q->push_seq++;
     d->stage_slots = hdr.slots;
     d->pushed = 1;
     return 0;
+}
+
+/* mlx5 carries inline payloads in RDMA writes and sends only. */
+static int opcode_allows_inline(uint8_t opcode)
+{
+    return opcode == GW_OPCODE_RDMA_WRITE || opcode == GW_OPCODE_RDMA_WRITE_IMM ||
+           opcode == GW_OPCODE_SEND;
 }
 
 /* Turns the WQE at BB ci_fetch into a descriptor; returns its size in BBs, or 0 if the
@@ -521,9 +545,13 @@ static uint32_t fetch_wqe(struct gw_engine *e, struct worker *w, struct qp *q, s
     } first;
     read_seg(q, q->ci_fetch, 2, first.seg);
     uint32_t first_bc = be32_get(first.inl.byte_count);
-    if (first_bc & GW_INLINE_SEG_FLAG) {
+    if ((first_bc & GW_INLINE_SEG_FLAG) && opcode_allows_inline(d->opcode)) {
+        /* An inline segment as mlx5 posters write it: at least one byte (libmlx5 writes
+         * no inline segment for an empty payload) and exactly the segments it needs. A
+         * pointer segment of 2^31 bytes reads as an empty inline one: a length error. */
         uint32_t len = first_bc & ~(uint32_t)GW_INLINE_SEG_FLAG;
-        if (len > GW_MAX_INLINE_BYTES || 4 + len > (ds - 2) * GW_SEND_WQE_DS) {
+        uint32_t need_ds = (2 * GW_SEND_WQE_DS + 4 + len + GW_SEND_WQE_DS - 1) / GW_SEND_WQE_DS;
+        if (len == 0 || len > GW_MAX_INLINE_BYTES || ds != need_ds) {
             desc_fail(d, GW_SYND_LOCAL_LENGTH_ERR, GW_REASON_LENGTH);
             return nbb;
         }
@@ -557,6 +585,7 @@ static uint32_t fetch_wqe(struct gw_engine *e, struct worker *w, struct qp *q, s
             d->sge[i].addr = addr;
             d->sge[i].length = len;
             d->sge[i].kind = m->kind;
+            d->sge_key[i] = lkey;
             total += len;
         }
         d->nsge = (uint8_t)nsge;
@@ -587,6 +616,7 @@ static uint32_t fetch_wqe(struct gw_engine *e, struct worker *w, struct qp *q, s
         return nbb;
     }
     d->dst = (uint8_t *)(uintptr_t)remote;
+    d->dst_key = rkey;
 
     /* A pushed payload must sit where the GPU's slot protocol says it does. */
     uint32_t staged = 0;
@@ -1086,6 +1116,10 @@ static int progress(struct gw_engine *e, struct worker *w, struct qp *q, uint64_
 
 static void qp_reset_state(struct qp *q)
 {
+    /* The doorbell record restarts with the rings (as libmlx5 zeroes it on a move to
+     * RESET); cleared here, in the same step, so that a running worker never compares
+     * an old producer index with new counters (a false ring overflow) or the reverse. */
+    store_rel32(&q->dbrec->send_counter, 0);
     q->state = GW_QPS_RTS;
     q->ci_fetch = q->ci_done = q->last_pi = 0;
     q->stage_cursor = q->stage_freed = 0;
@@ -1093,9 +1127,71 @@ static void qp_reset_state(struct qp *q)
     q->desc_head = q->desc_tail = q->pull_next = 0;
 }
 
+/* ---- invalidation: deregistration and QP destruction against in-flight WQEs ------ */
+
+/*
+ * Keys and bounds are checked when a WQE is fetched; a region can be deregistered
+ * after that, while its WQE waits for the link. A real NIC invalidates its translation
+ * entries and answers later accesses with a protection error; here a removal bumps the
+ * engine generation `gen` and waits until each worker has finished a pass begun after
+ * the bump (quiesce). A worker that starts a pass under a new generation first fails
+ * every fetched WQE whose regions are gone (revalidate). So once gw_engine_remove_mr
+ * returns, no worker is inside a pass that could still write into the region, and no
+ * later pass will. The common path pays one acquire load and one release store per
+ * pass, not a lock or a check per packet.
+ */
+static void revalidate(struct gw_engine *e, struct worker *w)
+{
+    uint32_t n = atomic_load_explicit(&w->nqps, memory_order_acquire);
+    for (uint32_t i = 0; i < n; i++) {
+        struct qp *q = atomic_load_explicit(&w->qps[i], memory_order_acquire);
+        for (uint32_t k = q->desc_head; k != q->desc_tail; k++) {
+            struct desc *d = &q->descs[k % q->sq_bbs];
+            if (d->status != DESC_OK || !d->dst)
+                continue;
+            if (!mr_lookup(e, d->dst_key)) {
+                desc_fail(d, GW_SYND_REMOTE_ACCESS_ERR, GW_REASON_RKEY_INVALIDATED);
+                continue;
+            }
+            for (uint32_t j = 0; j < d->nsge; j++)
+                if (!mr_lookup(e, d->sge_key[j])) {
+                    desc_fail(d, GW_SYND_LOCAL_PROT_ERR, GW_REASON_LKEY_INVALIDATED);
+                    break;
+                }
+        }
+    }
+}
+
+/* Waits until every worker thread has finished a pass begun at generation `gen` or
+ * later. Called with e->lock held; returns -1 if a worker did not answer in time
+ * (the caller must then keep the memory alive). */
+static int quiesce(struct gw_engine *e, uint64_t gen)
+{
+    if (!atomic_load(&e->running))
+        return 0;   /* no worker threads; gw_engine_poll takes e->lock */
+    uint64_t deadline = gw_now_ns() + 10000000000ull;
+    for (uint32_t i = 0; i < e->cfg.workers; i++)
+        while (atomic_load_explicit(&e->workers[i].gen_done, memory_order_acquire) < gen) {
+            if (gw_now_ns() > deadline)
+                return -1;
+            sched_yield();
+        }
+    return 0;
+}
+
+static uint64_t bump_gen(struct gw_engine *e)
+{
+    return atomic_fetch_add(&e->gen, 1) + 1;
+}
+
 static int worker_pass(struct worker *w)
 {
     struct gw_engine *e = w->engine;
+    uint64_t gen = atomic_load_explicit(&e->gen, memory_order_acquire);
+    if (gen != w->gen_seen) {
+        revalidate(e, w);
+        w->gen_seen = gen;
+    }
     uint64_t now = e->link.limited ? gw_now_ns() : 0;
     int did = 0;
     if (w->index == 0)
@@ -1114,6 +1210,7 @@ static int worker_pass(struct worker *w)
         count_set(&w->c.credits_available, (uint64_t)(e->link.credits > 0 ? e->link.credits : 0));
         count_set(&w->c.rx_occupied_blocks, e->link.rx_occupied);
     }
+    atomic_store_explicit(&w->gen_done, gen, memory_order_release);
     return did;
 }
 
@@ -1141,6 +1238,12 @@ static void *worker_main(void *arg)
 
 static int is_pow2(uint32_t x) { return x && !(x & (x - 1)); }
 
+/* 0 (no model) or a finite rate in range: serialisation times stay far below 2^64 ns. */
+static int rate_ok(double gbps)
+{
+    return gbps == 0.0 || (isfinite(gbps) && gbps >= GW_RATE_MIN_MGBPS / 1000.0 && gbps <= GW_RATE_MAX_GBPS);
+}
+
 struct gw_engine *gw_engine_create(const struct gw_engine_config *config, char *err, size_t errlen)
 {
     if (config->policy != GW_POLICY_HOLD && config->policy != GW_POLICY_DROP) {
@@ -1158,9 +1261,28 @@ struct gw_engine *gw_engine_create(const struct gw_engine_config *config, char *
                 config->link.rate_gbps, config->workers);
         return NULL;
     }
-    if (config->link.rate_gbps < 0 || config->link.drain_gbps < 0) {
-        set_err(err, errlen, "link rates must be >= 0 (rate_gbps=%g, drain_gbps=%g)",
-                config->link.rate_gbps, config->link.drain_gbps);
+    if (!rate_ok(config->link.rate_gbps) || !rate_ok(config->link.drain_gbps)) {
+        set_err(err, errlen, "rate_gbps=%g, drain_gbps=%g: each must be 0 (unlimited / the "
+                "link rate) or from %g to %g Gb/s", config->link.rate_gbps,
+                config->link.drain_gbps, GW_RATE_MIN_MGBPS / 1000.0, (double)GW_RATE_MAX_GBPS);
+        return NULL;
+    }
+    if (config->link.mtu_bytes > 4096 || config->link.credit_latency_ns > GW_MAX_CREDIT_LATENCY_NS) {
+        set_err(err, errlen, "mtu_bytes=%u (at most 4096), credit_latency_ns=%llu (at most "
+                "%u): out of range", config->link.mtu_bytes,
+                (unsigned long long)config->link.credit_latency_ns, GW_MAX_CREDIT_LATENCY_NS);
+        return NULL;
+    }
+    if (config->max_qps < 1 || config->max_qps > GW_MAX_QPS || config->max_cqs < 1 ||
+        config->max_cqs > GW_MAX_QPS + 1 || config->max_mrs < 1 ||
+        config->max_mrs > GW_MAX_MRS) {
+        set_err(err, errlen, "max_qps=%u, max_cqs=%u, max_mrs=%u: allowed 1 to %u queue pairs, "
+                "1 to %u CQs, 1 to %u regions", config->max_qps, config->max_cqs,
+                config->max_mrs, GW_MAX_QPS, GW_MAX_QPS + 1, GW_MAX_MRS);
+        return NULL;
+    }
+    if (config->idle_sleep_ns >= 1000000000u) {
+        set_err(err, errlen, "idle_sleep_ns=%u: allowed 0 to 999999999", config->idle_sleep_ns);
         return NULL;
     }
     if (config->link.rate_gbps > 0 && config->link.rx_credits > 0 &&
@@ -1178,6 +1300,7 @@ struct gw_engine *gw_engine_create(const struct gw_engine_config *config, char *
         return NULL;
     }
     e->cfg = *config;
+    pthread_mutex_init(&e->lock, NULL);
     e->workers = calloc(config->workers, sizeof(struct worker));
     e->mrs = calloc(config->max_mrs, sizeof(struct mr));
     e->cqs = calloc(config->max_cqs, sizeof(struct cq));
@@ -1205,7 +1328,6 @@ struct gw_engine *gw_engine_create(const struct gw_engine_config *config, char *
         }
         e->have_cuda = 1;
     }
-    pthread_mutex_init(&e->lock, NULL);
     return e;
 }
 
@@ -1219,20 +1341,59 @@ int gw_engine_add_cq(struct gw_engine *e, const struct gw_cq_desc *desc, char *e
         set_err(err, errlen, "ncqe=%u must be a power of two", desc->ncqe);
         return -1;
     }
+    if (!desc->cqes || !desc->dbrec) {
+        set_err(err, errlen, "cq %u: its ring and doorbell record must be given", desc->cqn);
+        return -1;
+    }
+    pthread_mutex_lock(&e->lock);
     struct cq *cq = &e->cqs[desc->cqn];
+    if (cq->cqes) {
+        pthread_mutex_unlock(&e->lock);
+        set_err(err, errlen, "cqn %u is in use", desc->cqn);
+        return -1;
+    }
     cq->cqn = desc->cqn;
     cq->ncqe = desc->ncqe;
     cq->cqes = desc->cqes;
     cq->dbrec = desc->dbrec;
     cq->pi = 0;
     cq->consumer = 0;
+    pthread_mutex_unlock(&e->lock);
     return 0;
+}
+
+static int cq_in_use_by_qp(struct gw_engine *e, const struct cq *cq)
+{
+    for (uint32_t i = 0; i < e->cfg.max_qps; i++)
+        if (e->qps[i].in_use && e->qps[i].cq == cq)
+            return 1;
+    return 0;
+}
+
+int gw_engine_remove_cq(struct gw_engine *e, uint32_t cqn)
+{
+    if (cqn >= e->cfg.max_cqs)
+        return -1;
+    pthread_mutex_lock(&e->lock);
+    struct cq *cq = &e->cqs[cqn];
+    int rc = -1;
+    if (cq->cqes && !cq_in_use_by_qp(e, cq)) {
+        memset(cq, 0, sizeof(*cq));
+        rc = 0;
+    }
+    pthread_mutex_unlock(&e->lock);
+    return rc;
 }
 
 int gw_engine_add_qp(struct gw_engine *e, const struct gw_qp_desc *desc, char *err, size_t errlen)
 {
     if (desc->cqn >= e->cfg.max_cqs || !e->cqs[desc->cqn].cqes) {
         set_err(err, errlen, "qp %u names cq %u, which is not registered", desc->qpn, desc->cqn);
+        return -1;
+    }
+    if (!desc->sq || !desc->dbrec || !desc->status) {
+        set_err(err, errlen, "qp %u: its ring, doorbell record and status line must be given",
+                desc->qpn);
         return -1;
     }
     if (!is_pow2(desc->sq_bbs) || desc->sq_bbs > 32768) {
@@ -1250,12 +1411,21 @@ int gw_engine_add_qp(struct gw_engine *e, const struct gw_qp_desc *desc, char *e
         return -1;
     }
     pthread_mutex_lock(&e->lock);
-    if (e->nqps_total >= e->cfg.max_qps) {
+    struct qp *q = NULL;
+    for (uint32_t i = 0; i < e->cfg.max_qps; i++) {
+        if (e->qps[i].in_use && e->qps[i].qpn == desc->qpn) {
+            pthread_mutex_unlock(&e->lock);
+            set_err(err, errlen, "qpn %u is in use", desc->qpn);
+            return -1;
+        }
+        if (!q && !e->qps[i].in_use)
+            q = &e->qps[i];
+    }
+    if (!q) {
         pthread_mutex_unlock(&e->lock);
         set_err(err, errlen, "the engine holds max_qps=%u queue pairs already", e->cfg.max_qps);
         return -1;
     }
-    struct qp *q = &e->qps[e->nqps_total++];
     memset(q, 0, sizeof(*q));
     q->qpn = desc->qpn;
     q->cq = &e->cqs[desc->cqn];
@@ -1270,7 +1440,6 @@ int gw_engine_add_qp(struct gw_engine *e, const struct gw_qp_desc *desc, char *e
     q->flags = desc->flags;
     q->descs = calloc(desc->sq_bbs, sizeof(struct desc));
     if (!q->descs) {
-        e->nqps_total--;
         pthread_mutex_unlock(&e->lock);
         set_err(err, errlen, "out of memory");
         return -1;
@@ -1278,6 +1447,9 @@ int gw_engine_add_qp(struct gw_engine *e, const struct gw_qp_desc *desc, char *e
     qp_reset_state(q);
     store_rel32(&q->status->qp_state, GW_QPS_RTS);
     struct worker *w = &e->workers[desc->cqn % e->cfg.workers];
+    q->worker = w;
+    q->in_use = 1;
+    e->nqps_total++;
     uint32_t n = atomic_load_explicit(&w->nqps, memory_order_relaxed);
     atomic_store_explicit(&w->qps[n], q, memory_order_release);
     atomic_store_explicit(&w->nqps, n + 1, memory_order_release);
@@ -1298,8 +1470,21 @@ int gw_engine_add_mr(struct gw_engine *e, uint32_t key, uint64_t addr, uint64_t 
         set_err(err, errlen, "memory kind %u: allowed host (0), device (1), staging (2)", mem_kind);
         return -1;
     }
+    if (access & ~(uint32_t)GW_ACCESS_ALL) {
+        set_err(err, errlen, "access=0x%x has unknown bits 0x%x: allowed local write (1), remote "
+                "write (2), remote read (4)", access, access & ~(uint32_t)GW_ACCESS_ALL);
+        return -1;
+    }
+    if (length == 0 || !addr || addr + length < addr) {
+        set_err(err, errlen, "region [0x%llx, +%llu): must be nonempty, at a nonzero address, "
+                "and not wrap the address space", (unsigned long long)addr,
+                (unsigned long long)length);
+        return -1;
+    }
+    pthread_mutex_lock(&e->lock);
     struct mr *m = &e->mrs[index];
     if (atomic_load(&m->valid)) {
+        pthread_mutex_unlock(&e->lock);
         set_err(err, errlen, "key index %u is in use", index);
         return -1;
     }
@@ -1309,21 +1494,100 @@ int gw_engine_add_mr(struct gw_engine *e, uint32_t key, uint64_t addr, uint64_t 
     m->access = access;
     m->kind = mem_kind;
     atomic_store_explicit(&m->valid, 1, memory_order_release);
+    pthread_mutex_unlock(&e->lock);
     return 0;
 }
 
 int gw_engine_remove_mr(struct gw_engine *e, uint32_t key)
 {
+    pthread_mutex_lock(&e->lock);
     struct mr *m = mr_lookup(e, key);
-    if (!m)
+    if (!m) {
+        pthread_mutex_unlock(&e->lock);
         return -1;
+    }
     atomic_store_explicit(&m->valid, 0, memory_order_release);
+    int rc = quiesce(e, bump_gen(e)) == 0 ? 0 : -2;
+    pthread_mutex_unlock(&e->lock);
+    return rc;
+}
+
+/* Destroying a QP first moves it to the error state and flushes what was posted to it
+ * (IBV_WC_WR_FLUSH_ERR completions, as for a QP moved to error before ibv_destroy_qp);
+ * from then on the engine no longer reads its rings: WQEs posted later never complete.
+ * Runs in the caller's thread once no worker holds the QP; its counts go to e->ctl. */
+static uint32_t flush_detached(struct gw_engine *e, struct qp *q)
+{
+    struct worker tmp;
+    memset(&tmp, 0, sizeof(tmp));
+    tmp.engine = e;
+    tmp.index = q->worker->index;
+    q->state = GW_QPS_ERR;
+    store_rel32(&q->status->qp_state, GW_QPS_ERR);
+    /* One fetch takes everything the doorbell covers: at most sq_bbs BBs are posted and
+     * not completed, and the descriptor ring holds sq_bbs (a ring overflow adds one). */
+    fetch_new(e, &tmp, q, UINT32_MAX);
+    uint32_t lost = 0;
+    while (desc_count(q) > 0) {
+        struct desc *d = &q->descs[q->desc_head % q->sq_bbs];
+        if (d->status == DESC_OK)
+            desc_fail(d, GW_SYND_WR_FLUSH_ERR, GW_REASON_FLUSHED);
+        if (!retire(e, &tmp, q, d)) {
+            /* The CQ is full: the rest are flushed without a completion, and counted. */
+            lost = desc_count(q);
+            count(&tmp.c.flushed_wqes, lost);
+            break;
+        }
+    }
+    enum { N = sizeof(struct gw_counters) / sizeof(uint64_t) };
+    uint64_t *dst = (uint64_t *)&e->ctl;
+    const uint64_t *src = (const uint64_t *)&tmp.c;
+    for (int k = 0; k < N; k++)
+        __atomic_fetch_add(&dst[k], src[k], __ATOMIC_RELAXED);
+    return lost;
+}
+
+int gw_engine_remove_qp(struct gw_engine *e, uint32_t qpn)
+{
+    pthread_mutex_lock(&e->lock);
+    struct qp *q = NULL;
+    for (uint32_t i = 0; i < e->cfg.max_qps && !q; i++)
+        if (e->qps[i].in_use && e->qps[i].qpn == qpn)
+            q = &e->qps[i];
+    if (!q) {
+        pthread_mutex_unlock(&e->lock);
+        return -1;
+    }
+    /* Unlink it from its worker (the last entry moves into its place; a pass that reads
+     * the array meanwhile sees a QP twice or the removed one once, both harmless). */
+    struct worker *w = q->worker;
+    uint32_t n = atomic_load_explicit(&w->nqps, memory_order_relaxed);
+    for (uint32_t i = 0; i < n; i++)
+        if (atomic_load_explicit(&w->qps[i], memory_order_relaxed) == q) {
+            struct qp *last = atomic_load_explicit(&w->qps[n - 1], memory_order_relaxed);
+            atomic_store_explicit(&w->qps[i], last, memory_order_release);
+            atomic_store_explicit(&w->nqps, n - 1, memory_order_release);
+            break;
+        }
+    if (quiesce(e, bump_gen(e)) != 0) {
+        /* A worker may still hold it: its slot and descriptors stay taken. */
+        pthread_mutex_unlock(&e->lock);
+        return -2;
+    }
+    flush_detached(e, q);
+    free(q->descs);
+    q->descs = NULL;
+    q->in_use = 0;
+    e->nqps_total--;
+    pthread_mutex_unlock(&e->lock);
     return 0;
 }
 
 int gw_engine_start(struct gw_engine *e, char *err, size_t errlen)
 {
+    pthread_mutex_lock(&e->lock);
     if (atomic_load(&e->running)) {
+        pthread_mutex_unlock(&e->lock);
         set_err(err, errlen, "the engine is already running");
         return -1;
     }
@@ -1334,33 +1598,41 @@ int gw_engine_start(struct gw_engine *e, char *err, size_t errlen)
             atomic_store(&e->running, 0);
             for (uint32_t j = 0; j < i; j++)
                 pthread_join(e->workers[j].thread, NULL);
+            pthread_mutex_unlock(&e->lock);
             return -1;
         }
     }
     e->started = 1;
+    pthread_mutex_unlock(&e->lock);
     return 0;
 }
 
 void gw_engine_stop(struct gw_engine *e)
 {
-    if (!e->started)
-        return;
-    atomic_store(&e->running, 0);
-    for (uint32_t i = 0; i < e->cfg.workers; i++)
-        pthread_join(e->workers[i].thread, NULL);
-    e->started = 0;
+    pthread_mutex_lock(&e->lock);
+    if (e->started) {
+        atomic_store(&e->running, 0);
+        for (uint32_t i = 0; i < e->cfg.workers; i++)
+            pthread_join(e->workers[i].thread, NULL);
+        e->started = 0;
+    }
+    pthread_mutex_unlock(&e->lock);
 }
 
 int gw_engine_running(struct gw_engine *e) { return atomic_load(&e->running); }
 
 int gw_engine_poll(struct gw_engine *e, uint32_t passes)
 {
-    if (atomic_load(&e->running))
+    pthread_mutex_lock(&e->lock);
+    if (atomic_load(&e->running)) {
+        pthread_mutex_unlock(&e->lock);
         return -1;
+    }
     int did = 0;
     for (uint32_t p = 0; p < passes; p++)
         for (uint32_t i = 0; i < e->cfg.workers; i++)
             did |= worker_pass(&e->workers[i]);
+    pthread_mutex_unlock(&e->lock);
     return did;
 }
 
@@ -1369,8 +1641,9 @@ void gw_engine_destroy(struct gw_engine *e)
     if (!e)
         return;
     gw_engine_stop(e);
-    for (uint32_t i = 0; i < e->nqps_total; i++)
-        free(e->qps[i].descs);
+    if (e->qps)
+        for (uint32_t i = 0; i < e->cfg.max_qps; i++)
+            free(e->qps[i].descs);
     if (e->workers)
         for (uint32_t i = 0; i < e->cfg.workers; i++)
             free(e->workers[i].qps);
@@ -1380,6 +1653,7 @@ void gw_engine_destroy(struct gw_engine *e)
     free(e->qps);
     if (e->cuda.lib)
         dlclose(e->cuda.lib);
+    pthread_mutex_destroy(&e->lock);
     free(e);
 }
 
@@ -1388,8 +1662,8 @@ void gw_engine_read_counters(struct gw_engine *e, struct gw_counters *out)
     memset(out, 0, sizeof(*out));
     enum { N = sizeof(struct gw_counters) / sizeof(uint64_t) };
     uint64_t *dst = (uint64_t *)out;
-    for (uint32_t i = 0; i < e->cfg.workers; i++) {
-        const uint64_t *src = (const uint64_t *)&e->workers[i].c;
+    for (uint32_t i = 0; i <= e->cfg.workers; i++) {
+        const uint64_t *src = (const uint64_t *)(i < e->cfg.workers ? &e->workers[i].c : &e->ctl);
         for (int k = 0; k < N; k++)
             dst[k] += __atomic_load_n(&src[k], __ATOMIC_RELAXED);
     }
@@ -1402,9 +1676,11 @@ void gw_engine_set_receiver_stall(struct gw_engine *e, int stalled)
 
 int gw_engine_qp_reset(struct gw_engine *e, uint32_t qpn)
 {
-    for (uint32_t i = 0; i < e->nqps_total; i++) {
+    pthread_mutex_lock(&e->lock);
+    int rc = -1;
+    for (uint32_t i = 0; i < e->cfg.max_qps; i++) {
         struct qp *q = &e->qps[i];
-        if (q->qpn != qpn)
+        if (!q->in_use || q->qpn != qpn)
             continue;
         if (!atomic_load(&e->running)) {
             qp_reset_state(q);
@@ -1412,15 +1688,19 @@ int gw_engine_qp_reset(struct gw_engine *e, uint32_t qpn)
             atomic_store_explicit(&q->reset_request, 1, memory_order_release);
             uint64_t deadline = gw_now_ns() + 1000000000ull;
             while (atomic_load_explicit(&q->reset_request, memory_order_acquire))
-                if (gw_now_ns() > deadline)
+                if (gw_now_ns() > deadline) {
+                    pthread_mutex_unlock(&e->lock);
                     return -2;
+                }
         }
         store_rel32(&q->status->stage_freed, 0);
         store_rel32(&q->status->sq_consumed, 0);
         store_rel32(&q->status->qp_state, GW_QPS_RTS);
-        return 0;
+        rc = 0;
+        break;
     }
-    return -1;
+    pthread_mutex_unlock(&e->lock);
+    return rc;
 }
 
 /* ---- the floor: a bare doorbell ping-pong responder ---------------------------------- */

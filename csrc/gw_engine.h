@@ -113,12 +113,30 @@ enum {
     GW_QP_F_STAGE_CREDITS_IN_CQE = 1,
 };
 
+/* Limits of the configuration and of registrations (Python checks the same values). */
+enum {
+    GW_RATE_MIN_MGBPS = 1,            /* link and drain rates: 0 (none) or 0.001 ... */
+    GW_RATE_MAX_GBPS = 100000,        /* ... to 100000 Gb/s, finite */
+    GW_MAX_CREDIT_LATENCY_NS = 1000000000,
+    GW_MAX_QPS = 65536,
+    GW_MAX_MRS = 16777216,            /* a key is index << 8 | 8 random bits, 32 bits in all */
+    GW_ACCESS_ALL = 7,                /* every GW_ACCESS_* bit */
+};
+
 struct gw_engine *gw_engine_create(const struct gw_engine_config *config, char *err, size_t errlen);
 int gw_engine_add_cq(struct gw_engine *engine, const struct gw_cq_desc *cq, char *err, size_t errlen);
 int gw_engine_add_qp(struct gw_engine *engine, const struct gw_qp_desc *qp, char *err, size_t errlen);
 int gw_engine_add_mr(struct gw_engine *engine, uint32_t key, uint64_t addr, uint64_t length,
                      uint32_t access, uint32_t mem_kind, char *err, size_t errlen);
+/* Returns once no engine thread can write into (or read from) the region again: WQEs
+ * that still target it complete with a protection error. -1: unknown key; -2: an
+ * engine thread did not answer in 10 s (keep the memory alive). */
 int gw_engine_remove_mr(struct gw_engine *engine, uint32_t key);
+/* Destroys a QP: what was posted to it is flushed (IBV_WC_WR_FLUSH_ERR completions as
+ * far as its CQ has room), then the engine never reads its rings again. Same codes. */
+int gw_engine_remove_qp(struct gw_engine *engine, uint32_t qpn);
+/* Frees a CQ number no QP uses any more; -1 if unknown or still in use. */
+int gw_engine_remove_cq(struct gw_engine *engine, uint32_t cqn);
 int gw_engine_start(struct gw_engine *engine, char *err, size_t errlen);
 void gw_engine_stop(struct gw_engine *engine);
 void gw_engine_destroy(struct gw_engine *engine);

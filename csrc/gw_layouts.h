@@ -134,6 +134,8 @@ enum {
     GW_REASON_FLUSHED = 14,
     GW_REASON_PULL_FAILED = 15,
     GW_REASON_UNSUPPORTED = 16,
+    GW_REASON_RKEY_INVALIDATED = 17,  /* destination deregistered while the WQE was in flight */
+    GW_REASON_LKEY_INVALIDATED = 18,  /* a source region likewise */
 };
 
 /* Requester completion (mlx5: struct mlx5_cqe64, fields gpuwrite uses named). */

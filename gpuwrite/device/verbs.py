@@ -51,6 +51,7 @@ E_TIMEOUT_CQE = -3         # waited for a completion
 E_QP_ERROR = -4            # the NIC moved the QP to the error state
 E_TOO_LARGE = -5           # the message does not fit the staging ring or an inline WQE
 E_CQE_ERROR = -6           # a completion came back with an error syndrome
+E_TIMEOUT_BOUNCE = -7      # waited for host bounce-buffer space (completions)
 
 ERROR_NAMES = {
     OK: "ok",
@@ -60,6 +61,7 @@ ERROR_NAMES = {
     E_QP_ERROR: "the queue pair is in the error state",
     E_TOO_LARGE: "message too large for the staging ring or an inline WQE",
     E_CQE_ERROR: "a completion carried an error syndrome",
+    E_TIMEOUT_BOUNCE: "timed out waiting for bounce-buffer space",
 }
 
 # Positions in the tuple Q (QueueSet.device_args).
@@ -137,6 +139,7 @@ _INLINE_FLAG = L.INLINE_SEG_FLAG
 _MAX_INLINE = L.MAX_INLINE_BYTES
 _CQ_UPDATE = L.CTRL_CQ_UPDATE
 _OP_WRITE = L.OPCODE_RDMA_WRITE
+_OP_NOP = L.OPCODE_NOP
 _CQE_INVALID = L.CQE_INVALID
 _CQE_REQ_ERR = L.CQE_REQ_ERR
 _QPS_ERR = L.QPS_ERR
@@ -177,6 +180,19 @@ def ring_pad(pos, ring, n):
     """Units skipped before a run of ``n`` that would start at ``pos`` in a ring of
     ``ring`` units: runs never wrap the end, so a run that does not fit starts at 0."""
     return ring - pos if pos + n > ring else 0
+
+
+@cuda.jit(device=True)
+def ring_free_target(res, pad, n, ring):
+    """How far the consumer must have freed (cumulative units) before a run of ``n``
+    after ``pad`` skipped units, claimed at cumulative position ``res``, is free.
+
+    The run's units were last used one lap earlier, ``ring`` units back; but when the
+    run wraps to the start, the skipped units are nobody's yet, so once everything
+    claimed before ``res`` is free the ring is empty and any run that fits it fits:
+    the target never exceeds ``res`` (pad + n can exceed the ring; without this cap
+    such a run waited for units no one would ever free)."""
+    return min(res + pad + n - ring, res)
 
 
 # Shapes of a posting block's shared-memory copy of its QP's state and description
@@ -257,10 +273,11 @@ def stage_reserve(Q, i, nbytes, timeout_ns):
     limit = slots - (slots >> 2) if cqe_credits else slots
     pad = ring_pad(pos, slots, need)
     total = pad + need
-    if (need > limit) | (slots - (res - freed) < total):
+    if (need > limit) | (freed < ring_free_target(res, pad, need, slots)):
         if need > limit:
             return E_TOO_LARGE, 0, 0
-        st = _stage_wait(Q, i, res + total - slots, cqe_credits, timeout_ns)
+        st = _stage_wait(Q, i, ring_free_target(res, pad, need, slots), cqe_credits,
+                         timeout_ns)
         if st != OK:
             return st, 0, 0
     state[i, S_STAGE_RES] = res + total
@@ -276,6 +293,12 @@ def _stage_wait(Q, i, target, cqe_credits, timeout_ns):
     consuming completions (``I_STAGE_CQE``, see ``stage_aux``) or polling the credit
     counter in the NIC's status line."""
     if cqe_credits:
+        if target > Q[Q_STATE][i, S_STAGE_SIG]:
+            # Slots up to ``target`` are held by WQEs posted unsignaled, whose completions
+            # nobody asked for (a run that wraps can need all of them): ask now.
+            st = _stage_nop(Q, i, timeout_ns)
+            if st != OK:
+                return st
         return _poll_cq_until(Q, i, S_STAGE_FREED, target, timeout_ns, E_TIMEOUT_STAGING,
                               _SPACE_POLL_MAX_NS)
     state = Q[Q_STATE]
@@ -300,6 +323,23 @@ def _stage_wait(Q, i, target, cqe_credits, timeout_ns):
             return E_TIMEOUT_STAGING
         backoff(pause)
         pause = min(2 * pause, _SPACE_POLL_MAX_NS)
+
+
+@cuda.jit(device=True)
+def _stage_nop(Q, i, timeout_ns):
+    """Posts a signaled NOP WQE whose completion returns every staging slot claimed so
+    far (``I_STAGE_CQE``). Room is kept for the pushed WQE the caller has reserved."""
+    st = sq_reserve(Q, i, 2, timeout_ns)
+    if st != OK:
+        return st
+    state = Q[Q_STATE]
+    pi = state[i, S_PI]
+    qpn = Q[Q_INFO][i, I_QPN]
+    _ctrl(Q[Q_SQ][i], (pi & (Q[Q_INFO][i, I_SQ_BBS] - 1)) * _BB_WORDS, _OP_NOP, pi, qpn, 1, True)
+    _commit_wqe(Q, i, pi, 1, AUX_STAGE | state[i, S_STAGE_RES],
+                bswap32(qpn << 8 | 1) << 32 | bswap32((pi & 0xFFFF) << 8 | _OP_NOP))
+    state[i, S_STAGE_SIG] = state[i, S_STAGE_RES]
+    return OK
 
 
 @cuda.jit(device=True)
@@ -672,7 +712,8 @@ def wait_done(Q, i, target_pi, timeout_ns):
 def bounce_reserve(Q, i, nwords, timeout_ns):
     """Claims ``nwords`` of QP ``i``'s host bounce ring (host_staged); returns (status, word).
 
-    Space comes back as the WQEs that used it complete. Runs never wrap the ring's end.
+    Space comes back as the WQEs that used it complete. Runs never wrap the ring's end:
+    one that does not fit starts at word 0, the skipped words counted as used.
     """
     state = Q[Q_STATE]
     ring = Q[Q_INFO][i, I_BOUNCE_WORDS]
@@ -681,8 +722,8 @@ def bounce_reserve(Q, i, nwords, timeout_ns):
     res = state[i, S_BOUNCE_RES]
     pos = res % ring
     pad = ring_pad(pos, ring, nwords)
-    st = _poll_cq_until(Q, i, S_BOUNCE_FREE, res + pad + nwords - ring, timeout_ns, E_TIMEOUT_SQ,
-                        _SPACE_POLL_MAX_NS)
+    st = _poll_cq_until(Q, i, S_BOUNCE_FREE, ring_free_target(res, pad, nwords, ring), timeout_ns,
+                        E_TIMEOUT_BOUNCE, _SPACE_POLL_MAX_NS)
     if st != OK:
         return st, 0
     state[i, S_BOUNCE_RES] = res + pad + nwords

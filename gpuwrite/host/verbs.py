@@ -6,11 +6,21 @@ software engine), a :class:`ProtectionDomain` groups memory regions and queues, 
 holds queue pairs with their completion queues, in GPU-visible memory, and hands
 kernels the handles they need (``QueueSet.device_args``). Each is a context manager
 and releases what it holds.
+
+Ownership follows the NIC, not the Python objects: a registration (memory region, queue
+set) pins its memory in the context's engine handle until the engine has let go of it
+(deregistration or destruction returns only then), and a context dropped without
+``close()`` is closed by its finalizer, which stops the engine threads before any pinned
+memory is released.
 """
 from __future__ import annotations
 
+import heapq
 import itertools
+import math
+import operator
 import random
+import weakref
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -34,10 +44,46 @@ def _check(rc: int, err) -> None:
         raise VerbsError(ffi.string(err).decode())
 
 
+def _int_in(name: str, value, low: int, high: int, why: str = "") -> int:
+    """``value`` as an int in [low, high], or a ValueError naming it and the range
+    (before it reaches cffi, whose OverflowError names neither)."""
+    if isinstance(value, bool):
+        raise ValueError(f"{name}={value!r}: allowed an integer from {low} to {high}{why}")
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise ValueError(f"{name}={value!r}: allowed an integer from {low} to {high}{why}") \
+            from None
+    if not low <= number <= high:
+        raise ValueError(f"{name}={number}: allowed {low} to {high}{why}")
+    return number
+
+
 def _pow2(name: str, value: int, low: int, high: int) -> int:
-    if not (low <= value <= high) or value & (value - 1):
+    value = _int_in(name, value, low, high, " (a power of two)")
+    if value & (value - 1):
         raise ValueError(f"{name}={value}: must be a power of two from {low} to {high}")
     return value
+
+
+U32_MAX = 0xFFFFFFFF
+# Link and drain rates: 0 (no model / the link rate) or finite within this range. The
+# slowest rate keeps a 4096-byte packet's serialisation time (4096 * 8 / rate ns) at
+# 33 ms, far from overflowing the engine's 64-bit nanosecond clock arithmetic.
+RATE_MIN_GBPS = lib.GW_RATE_MIN_MGBPS / 1000
+RATE_MAX_GBPS = float(lib.GW_RATE_MAX_GBPS)
+
+
+def _rate(name: str, value, zero_means: str) -> float:
+    try:
+        rate = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}={value!r}: must be a number") from None
+    if isinstance(value, bool) or not (rate == 0 or (math.isfinite(rate)
+                                                      and RATE_MIN_GBPS <= rate <= RATE_MAX_GBPS)):
+        raise ValueError(f"{name}={value!r}: allowed 0 ({zero_means}) or a finite rate from "
+                         f"{RATE_MIN_GBPS:g} to {RATE_MAX_GBPS:g} Gb/s")
+    return rate
 
 
 @dataclass(frozen=True)
@@ -58,16 +104,13 @@ class LinkConfig:
     drain_gbps: float = 0.0
 
     def __post_init__(self):
-        if self.rate_gbps < 0:
-            raise ValueError(f"rate_gbps={self.rate_gbps}: must be >= 0 (0 means unlimited)")
-        if self.drain_gbps < 0:
-            raise ValueError(f"drain_gbps={self.drain_gbps}: must be >= 0 (0: the link rate)")
-        if self.mtu_bytes not in (256, 512, 1024, 2048, 4096):
-            raise ValueError(f"mtu_bytes={self.mtu_bytes}: allowed 256, 512, 1024, 2048, 4096 "
+        _rate("rate_gbps", self.rate_gbps, "unlimited")
+        _rate("drain_gbps", self.drain_gbps, "the link rate")
+        if isinstance(self.mtu_bytes, bool) or self.mtu_bytes not in (256, 512, 1024, 2048, 4096):
+            raise ValueError(f"mtu_bytes={self.mtu_bytes!r}: allowed 256, 512, 1024, 2048, 4096 "
                              "(InfiniBand MTUs)")
-        if self.rx_credits < 0 or self.credit_latency_ns < 0:
-            raise ValueError(f"rx_credits={self.rx_credits}, credit_latency_ns="
-                             f"{self.credit_latency_ns}: both must be >= 0")
+        _int_in("rx_credits", self.rx_credits, 0, U32_MAX, " blocks of 64 bytes (0: unlimited)")
+        _int_in("credit_latency_ns", self.credit_latency_ns, 0, lib.GW_MAX_CREDIT_LATENCY_NS)
         if self.rx_credits and self.rx_credits * L.CREDIT_BLOCK_BYTES < self.mtu_bytes:
             raise ValueError(f"rx_credits={self.rx_credits} blocks of 64 bytes cannot hold one "
                              f"{self.mtu_bytes}-byte packet: need at least "
@@ -86,6 +129,51 @@ def _cuda_context_handle() -> int:
     raise VerbsError(f"cannot read the CUDA context handle from {handle!r}")
 
 
+class _NumberPool:
+    """Numbers from ``first`` below ``end``, the lowest free one first; a number given
+    back is handed out again (fresh ones are counted, not listed, so a large range
+    costs nothing)."""
+
+    def __init__(self, first: int, end: int):
+        self._fresh = first
+        self._end = end
+        self._returned: list[int] = []   # a heap
+
+    def free(self) -> int:
+        return self._end - self._fresh + len(self._returned)
+
+    def take(self) -> int:
+        if self._returned:
+            return heapq.heappop(self._returned)
+        if self._fresh >= self._end:
+            raise IndexError("pool exhausted")
+        self._fresh += 1
+        return self._fresh - 1
+
+    def give(self, number: int) -> None:
+        heapq.heappush(self._returned, int(number))
+
+
+class _Engine:
+    """The C engine and the memory it may touch.
+
+    Every buffer the engine reads or writes (registered regions, queue rings) is pinned
+    here under its registration's name until the engine has let go of it. The object
+    refers to no Context, so a Context's finalizer can own it: when a Context is
+    collected, ``destroy`` stops the engine threads before the pins are released.
+    """
+
+    def __init__(self, ptr):
+        self.ptr = ptr
+        self.pins: dict[tuple, object] = {}
+
+    def destroy(self) -> None:
+        if self.ptr is not None:
+            lib.gw_engine_destroy(self.ptr)   # joins the engine threads first
+            self.ptr = None
+        self.pins.clear()
+
+
 class Context:
     """An opened NIC: the software engine of emulated mode.
 
@@ -99,6 +187,14 @@ class Context:
                  max_qps: int = 4096, max_mrs: int = 4096, idle_sleep_ns: int = 0):
         if policy not in POLICIES:
             raise ValueError(f"policy={policy!r}: allowed {sorted(POLICIES)}")
+        if link is not None and not isinstance(link, LinkConfig):
+            raise TypeError(f"link={link!r}: give a LinkConfig")
+        workers = _int_in("workers", workers, 1, 64, " engine threads")
+        max_qps = _int_in("max_qps", max_qps, 1, lib.GW_MAX_QPS)
+        max_mrs = _int_in("max_mrs", max_mrs, 2, lib.GW_MAX_MRS,
+                          " (key index 0 is never used)")
+        idle_sleep_ns = _int_in("idle_sleep_ns", idle_sleep_ns, 0, 999_999_999,
+                                " (0: spin without sleeping)")
         self.policy = policy
         self.link = link or LinkConfig()
         self.workers = workers
@@ -106,7 +202,7 @@ class Context:
         cfg.policy = POLICIES[policy]
         cfg.workers = workers
         cfg.max_qps = max_qps
-        cfg.max_cqs = max_qps
+        cfg.max_cqs = max_qps + 1    # CQ numbers run from 1 (0 is never handed out)
         cfg.max_mrs = max_mrs
         cfg.idle_sleep_ns = idle_sleep_ns
         for key, value in asdict(self.link).items():
@@ -116,16 +212,34 @@ class Context:
             cfg.cuda_context = ffi.cast("void *", _cuda_context_handle())
             cfg.libcuda_path = self._libcuda
         err = ffi.new("char[]", _ERRLEN)
-        self._engine = lib.gw_engine_create(cfg, err, _ERRLEN)
-        if self._engine == ffi.NULL:
+        ptr = lib.gw_engine_create(cfg, err, _ERRLEN)
+        if ptr == ffi.NULL:
             raise VerbsError(ffi.string(err).decode())
+        self._eng = _Engine(ptr)
+        self._finalizer = weakref.finalize(self, self._eng.destroy)
         self._max_mrs = max_mrs
-        self._mr_index = itertools.count(1)
+        # Key indices and CQ numbers come back when the engine has let go of them; a
+        # reused key index gets the next variant byte, so a stale key never matches
+        # the new region (as a NIC's mkey variant does).
+        self._key_indices = _NumberPool(1, max_mrs)
+        self._key_variant: dict[int, int] = {}
         self._qpn = itertools.count(0x100)
-        self._cqn = itertools.count(1)
+        self._cqns = _NumberPool(1, max_qps + 1)
         self._rng = random.Random(0x6777)
-        self._keep = []          # buffers the engine points at stay alive with the context
+        self._keep = []          # queue sets live as long as the context, as before
         self.max_qps = max_qps
+
+    @property
+    def closed(self) -> bool:
+        return self._eng.ptr is None
+
+    @property
+    def _engine(self):
+        ptr = self._eng.ptr
+        if ptr is None:
+            raise VerbsError("the context is closed: its engine, regions and queues are gone "
+                             "(open a new Context)")
+        return ptr
 
     # -- life cycle -------------------------------------------------------------------
     def start(self) -> "Context":
@@ -134,8 +248,7 @@ class Context:
         return self
 
     def stop(self) -> None:
-        if self._engine is not None:
-            lib.gw_engine_stop(self._engine)
+        lib.gw_engine_stop(self._engine)
 
     @property
     def running(self) -> bool:
@@ -143,16 +256,16 @@ class Context:
 
     def poll(self, passes: int = 1) -> bool:
         """Runs engine passes in this thread (engine not started): for tests."""
+        passes = _int_in("passes", passes, 0, U32_MAX)
         rc = lib.gw_engine_poll(self._engine, passes)
         if rc < 0:
             raise VerbsError("poll() needs a stopped engine; this one is running")
         return bool(rc)
 
     def close(self) -> None:
-        if self._engine is not None:
-            lib.gw_engine_destroy(self._engine)
-            self._engine = None
-            self._keep.clear()
+        """Stops and destroys the engine, then releases every pinned buffer (idempotent)."""
+        self._finalizer()
+        self._keep.clear()
 
     def __enter__(self) -> "Context":
         return self
@@ -176,27 +289,61 @@ class Context:
 
     # -- internals used by PD and QueueSet ----------------------------------------------
     def _new_key(self) -> int:
-        index = next(self._mr_index)
-        if index >= self._max_mrs:
-            raise VerbsError(f"out of memory-region keys: max_mrs={self._max_mrs}")
-        return index << 8 | self._rng.randrange(256)
+        if not self._key_indices.free():
+            raise VerbsError(f"out of memory-region keys: max_mrs={self._max_mrs} regions, "
+                             "all registered")
+        index = self._key_indices.take()
+        last = self._key_variant.get(index)
+        variant = self._rng.randrange(256) if last is None else (last + 1) & 0xFF
+        self._key_variant[index] = variant
+        return index << 8 | variant
+
+    def _free_key(self, key: int) -> None:
+        self._key_indices.give(key >> 8)
+
+    def _take_cqns(self, n: int) -> list[int]:
+        if n > self._cqns.free():
+            raise VerbsError(f"{n} completion queues asked for, {self._cqns.free()} left of "
+                             f"max_qps={self.max_qps}")
+        return [self._cqns.take() for _ in range(n)]
+
+    def _give_cqns(self, cqns) -> None:
+        for cqn in cqns:
+            self._cqns.give(cqn)
 
 
 class MemoryRegion:
     """A registered buffer: [address, address + length) with keys and access rights."""
 
     def __init__(self, pd: "ProtectionDomain", buffer, access: int, kind: int | None = None):
+        engine = pd.context._engine
+        access = _int_in("access", access, 0, U32_MAX)
+        if access & ~lib.GW_ACCESS_ALL:
+            raise ValueError(f"access=0x{access:x} has unknown bits 0x{access & ~lib.GW_ACCESS_ALL:x}"
+                             ": allowed an OR of ACCESS_LOCAL_WRITE (1), ACCESS_REMOTE_WRITE (2), "
+                             "ACCESS_REMOTE_READ (4)")
+        if kind is not None:
+            kind = _int_in("kind", kind, L.MEM_HOST, L.MEM_STAGING,
+                           " (host 0, device 1, staging 2)")
         addr, nbytes, detected = describe(buffer)
+        if nbytes == 0:
+            raise ValueError("a memory region of 0 bytes: register a buffer of at least 1 byte")
         self.buffer = buffer
         self.address = addr
         self.length = nbytes
         self.access = access
         self.kind = detected if kind is None else kind
         self.key = pd.context._new_key()
-        self._pd = pd
+        self._pd = None
         err = ffi.new("char[]", _ERRLEN)
-        _check(lib.gw_engine_add_mr(pd.context._engine, self.key, addr, nbytes, access, self.kind,
-                                    err, _ERRLEN), err)
+        if lib.gw_engine_add_mr(engine, self.key, addr, nbytes, access, self.kind, err,
+                                _ERRLEN) != 0:
+            pd.context._free_key(self.key)
+            raise VerbsError(ffi.string(err).decode())
+        self._pd = pd
+        # The registration, not this object, keeps the buffer alive: until deregistration
+        # returns (or the context is closed or collected).
+        pd.context._eng.pins[("mr", self.key)] = buffer
 
     @property
     def lkey(self) -> int:
@@ -207,9 +354,19 @@ class MemoryRegion:
         return self.key
 
     def deregister(self) -> None:
-        if self._pd is not None and self._pd.context._engine is not None:
-            lib.gw_engine_remove_mr(self._pd.context._engine, self.key)
-        self._pd = None
+        """Returns once the engine can no longer touch the region; WQEs still aimed at it
+        complete with a protection error (reason rkey_invalidated / lkey_invalidated)."""
+        pd, self._pd = self._pd, None
+        if pd is None or pd.context.closed:
+            return
+        eng = pd.context._eng
+        rc = lib.gw_engine_remove_mr(eng.ptr, self.key)
+        if rc == -2:
+            raise VerbsError(f"region key 0x{self.key:x}: the engine did not let go of it in "
+                             "10 s; its buffer stays pinned until the context is closed")
+        eng.pins.pop(("mr", self.key), None)
+        if rc == 0:
+            pd.context._free_key(self.key)
 
     def __enter__(self):
         return self
@@ -267,13 +424,13 @@ class QueueSet:
                  stage_slots: int = 256, stage_slot_bytes: int = 256, bounce_bytes: int = 64 * 1024,
                  stage_credits: str = "status", poll_delay_ns: int = 0):
         ctx = pd.context
+        ctx._engine   # a closed context says so before anything else
         if stage_credits not in STAGE_CREDITS:
             raise ValueError(f"stage_credits={stage_credits!r}: allowed {', '.join(STAGE_CREDITS)}")
-        if not 0 <= poll_delay_ns <= 100_000:
-            raise ValueError(f"poll_delay_ns={poll_delay_ns}: allowed 0 to 100000 (a pause "
-                             "before a completion wait's first poll, device verbs I_POLL_DELAY_NS)")
-        if not 1 <= n_qps <= ctx.max_qps:
-            raise ValueError(f"n_qps={n_qps}: allowed 1 to max_qps={ctx.max_qps}")
+        poll_delay_ns = _int_in("poll_delay_ns", poll_delay_ns, 0, 100_000,
+                                " ns (a pause before a completion wait's first poll, device "
+                                "verbs I_POLL_DELAY_NS)")
+        n_qps = _int_in("n_qps", n_qps, 1, ctx.max_qps, f" (max_qps={ctx.max_qps})")
         _pow2("sq_bbs", sq_bbs, 16, 32768)
         _pow2("ncqe", ncqe, 16, 1 << 22)
         if ncqe < sq_bbs:
@@ -281,9 +438,12 @@ class QueueSet:
                              "complete with an error CQE")
         # Powers of two: the device verbs find slots with shifts, not 64-bit divisions.
         _pow2("stage_slot_bytes", stage_slot_bytes, 64, 1 << 20)
-        if stage_slots < 1:
-            raise ValueError(f"stage_slots={stage_slots}: must be at least 1")
-        if bounce_bytes % 4 or bounce_bytes < 64:
+        stage_slots = _int_in("stage_slots", stage_slots, 1, 1 << 20)
+        if stage_slots * stage_slot_bytes > 1 << 30:
+            raise ValueError(f"stage_slots={stage_slots} of stage_slot_bytes={stage_slot_bytes}: "
+                             "a staging ring of at most 1 GiB")
+        bounce_bytes = _int_in("bounce_bytes", bounce_bytes, 64, 1 << 30)
+        if bounce_bytes % 4:
             raise ValueError(f"bounce_bytes={bounce_bytes}: a multiple of 4, at least 64")
         self.pd = pd
         self.n_qps = n_qps
@@ -302,10 +462,28 @@ class QueueSet:
         # CQEs start invalid: opcode 0xf in op_own, the last byte of each entry.
         self.cq.host.reshape(n, ncqe, L.CQE_SIZE // 4)[:, :, L.CQE_W_TAIL] = \
             np.uint32(L.CQE_INVALID << 4 << 24)
+        self._ctx_eng = None      # set once the engine holds something of this set
+        self._added_qpns: list[int] = []
+        self._added_cqns: list[int] = []
+        self.cqns = np.array(ctx._take_cqns(n), dtype=np.int64)
+        try:
+            self._register(ctx, n, sq_bbs, ncqe, stage_slots, stage_slot_bytes, stage_credits,
+                           poll_delay_ns)
+        except BaseException:
+            self._release(ctx, ctx._eng)   # what the failed call took is given back
+            raise
+        ctx._keep.append(self)
+
+    def _register(self, ctx, n, sq_bbs, ncqe, stage_slots, stage_slot_bytes, stage_credits,
+                  poll_delay_ns) -> None:
+        pd = self.pd
+        self._ctx_eng = ctx._eng
+        # The rings stay pinned in the engine handle until the engine has let go of them.
+        ctx._eng.pins[("queues", id(self))] = (self.sq, self.dbrec, self.status, self.cq,
+                                                self.cqdb, self.stage, self.bounce)
         self.stage_mr = pd.reg_mr(self.stage, access=L.ACCESS_LOCAL_WRITE, kind=L.MEM_STAGING)
         self.bounce_mr = pd.reg_mr(self.bounce, access=L.ACCESS_LOCAL_WRITE)
         self.qpns = np.array([next(ctx._qpn) for _ in range(n)], dtype=np.int64)
-        self.cqns = np.array([next(ctx._cqn) for _ in range(n)], dtype=np.int64)
         info = np.zeros((n, dv.I_COLS), dtype=np.int64)
         info[:, dv.I_QPN] = self.qpns
         info[:, dv.I_SQ_BBS] = sq_bbs
@@ -334,6 +512,7 @@ class QueueSet:
             cq.cqes = ffi.cast("void *", self.cq.address + i * self.cq.host[0].nbytes)
             cq.dbrec = ffi.cast("void *", self.cqdb.address + i * self.cqdb.host[0].nbytes)
             _check(lib.gw_engine_add_cq(ctx._engine, cq, err, _ERRLEN), err)
+            self._added_cqns.append(int(self.cqns[i]))
             qp = ffi.new("struct gw_qp_desc *")
             qp.qpn = int(self.qpns[i])
             qp.cqn = int(self.cqns[i])
@@ -348,7 +527,29 @@ class QueueSet:
             if stage_credits == "completions":
                 qp.flags = lib.GW_QP_F_STAGE_CREDITS_IN_CQE
             _check(lib.gw_engine_add_qp(ctx._engine, qp, err, _ERRLEN), err)
-        ctx._keep.append(self)
+            self._added_qpns.append(int(self.qpns[i]))
+
+    def _release(self, ctx, eng) -> None:
+        """Destroys what the engine holds of this set (its QPs flushed, then gone), then
+        gives back the CQ numbers and unpins the rings."""
+        stuck = []
+        if eng.ptr is not None:
+            for qpn in self._added_qpns:
+                if lib.gw_engine_remove_qp(eng.ptr, qpn) == -2:
+                    stuck.append(qpn)
+            for cqn in self._added_cqns:
+                lib.gw_engine_remove_cq(eng.ptr, cqn)
+        self._added_qpns = []
+        self._added_cqns = []
+        for mr in (getattr(self, "stage_mr", None), getattr(self, "bounce_mr", None)):
+            if mr is not None:
+                mr.deregister()
+        if eng.ptr is not None and not stuck:
+            ctx._give_cqns(self.cqns)
+        if stuck:
+            raise VerbsError(f"queue pairs {stuck}: the engine did not let go of them in 10 s; "
+                             "their rings stay pinned until the context is closed")
+        eng.pins.pop(("queues", id(self)), None)
 
     @property
     def device_args(self) -> tuple:
@@ -371,7 +572,6 @@ class QueueSet:
         Like a modify-QP through RESET to RTS: both sides' send-queue, staging and
         bounce counters restart from zero; completion-queue counters carry on.
         """
-        self.dbrec.host[i] = 0
         state = self.state.copy_to_host()
         keep = state[i, dv.S_CQ_CI]
         state[i] = 0
@@ -380,10 +580,19 @@ class QueueSet:
         rc = lib.gw_engine_qp_reset(self.pd.context._engine, int(self.qpns[i]))
         if rc != 0:
             raise VerbsError(f"the engine did not reset qp {int(self.qpns[i])} (rc={rc})")
+        self.dbrec.host[i] = 0     # the engine cleared the send counter; the rest too
 
     def close(self) -> None:
-        self.stage_mr.deregister()
-        self.bounce_mr.deregister()
+        """Destroys the queue pairs (as ibv_destroy_qp after moving them to error): WQEs
+        posted and not yet completed get flush completions (``wr_flush_err``), and the
+        engine never reads these rings again, so WQEs posted later never complete."""
+        eng, self._ctx_eng = self._ctx_eng, None
+        if eng is None:
+            return
+        ctx = self.pd.context
+        self._release(ctx, eng)
+        if self in ctx._keep:
+            ctx._keep.remove(self)
 
     def __enter__(self):
         return self

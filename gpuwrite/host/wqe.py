@@ -31,7 +31,15 @@ def raddr_seg(raddr: int, rkey: int) -> np.ndarray:
     return seg
 
 
+# A data segment's byte count is 31 bits: bit 31 is mlx5's inline flag (MLX5_INLINE_SEG).
+MAX_SEG_BYTES = L.INLINE_SEG_FLAG - 1
+
+
 def data_seg(addr: int, length: int, lkey: int) -> np.ndarray:
+    if isinstance(length, bool) or not isinstance(length, (int, np.integer)) \
+            or not 0 <= length <= MAX_SEG_BYTES:
+        raise ValueError(f"length={length!r}: a data segment carries 0 to {MAX_SEG_BYTES} bytes "
+                         "(2^31 - 1; bit 31 of its byte count is the inline flag)")
     seg = np.zeros(1, dtype=L.DATA_SEG)
     seg["byte_count"] = length
     seg["lkey"] = lkey
