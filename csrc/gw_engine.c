@@ -1241,7 +1241,7 @@ static int is_pow2(uint32_t x) { return x && !(x & (x - 1)); }
 /* 0 (no model) or a finite rate in range: serialisation times stay far below 2^64 ns. */
 static int rate_ok(double gbps)
 {
-    return gbps == 0.0 || (isfinite(gbps) && gbps >= GW_RATE_MIN_MGBPS / 1000.0 && gbps <= GW_RATE_MAX_GBPS);
+    return gbps == 0.0 || (isfinite(gbps) && gbps >= GW_RATE_MIN_KBPS / 1e6 && gbps <= GW_RATE_MAX_GBPS);
 }
 
 struct gw_engine *gw_engine_create(const struct gw_engine_config *config, char *err, size_t errlen)
@@ -1264,7 +1264,7 @@ struct gw_engine *gw_engine_create(const struct gw_engine_config *config, char *
     if (!rate_ok(config->link.rate_gbps) || !rate_ok(config->link.drain_gbps)) {
         set_err(err, errlen, "rate_gbps=%g, drain_gbps=%g: each must be 0 (unlimited / the "
                 "link rate) or from %g to %g Gb/s", config->link.rate_gbps,
-                config->link.drain_gbps, GW_RATE_MIN_MGBPS / 1000.0, (double)GW_RATE_MAX_GBPS);
+                config->link.drain_gbps, GW_RATE_MIN_KBPS / 1e6, (double)GW_RATE_MAX_GBPS);
         return NULL;
     }
     if (config->link.mtu_bytes > 4096 || config->link.credit_latency_ns > GW_MAX_CREDIT_LATENCY_NS) {

@@ -115,7 +115,7 @@ enum {
 
 /* Limits of the configuration and of registrations (Python checks the same values). */
 enum {
-    GW_RATE_MIN_MGBPS = 1,            /* link and drain rates: 0 (none) or 0.001 ... */
+    GW_RATE_MIN_KBPS = 1,             /* link and drain rates: 0 (none) or 1 kb/s ... */
     GW_RATE_MAX_GBPS = 100000,        /* ... to 100000 Gb/s, finite */
     GW_MAX_CREDIT_LATENCY_NS = 1000000000,
     GW_MAX_QPS = 65536,

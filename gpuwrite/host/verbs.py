@@ -69,8 +69,8 @@ def _pow2(name: str, value: int, low: int, high: int) -> int:
 U32_MAX = 0xFFFFFFFF
 # Link and drain rates: 0 (no model / the link rate) or finite within this range. The
 # slowest rate keeps a 4096-byte packet's serialisation time (4096 * 8 / rate ns) at
-# 33 ms, far from overflowing the engine's 64-bit nanosecond clock arithmetic.
-RATE_MIN_GBPS = lib.GW_RATE_MIN_MGBPS / 1000
+# 33 s, far from overflowing the engine's 64-bit nanosecond clock arithmetic.
+RATE_MIN_GBPS = lib.GW_RATE_MIN_KBPS / 1e6
 RATE_MAX_GBPS = float(lib.GW_RATE_MAX_GBPS)
 
 

@@ -27,7 +27,8 @@ def test_every_experiment_file_loads_and_names_a_figure():
     files = find_specs(EXPERIMENTS)
     assert [f.stem for f in files] == ["fig1_latency", "fig2_pcie_efficiency", "fig3_buffer_stall",
                                        "fig4_throughput", "fig5_latency_cdf", "fig6_push_wins",
-                                       "fig7_throughput_vs_buffer", "fig8_validation"]
+                                       "fig7_throughput_vs_buffer", "fig8_validation",
+                                       "fig9_emulated_latency"]
     for file in files:
         spec = load_spec(file)
         assert spec.figure_kind in FIGURES and spec.title and spec.caption
