@@ -1,0 +1,274 @@
+"""Engine behaviour no other test reached (issue 18): the fields of the CQEs the engine
+writes, a completion queue that wraps, a send queue filled to exactly its size, staging
+headers with a wrong or stale sequence number, and a pushed message cut part-way by
+missing credits under the drop policy.
+
+Every test here drives the engine from the host (``HostPoster``) and runs its passes in
+this thread (``Context.poll``), so each outcome is exact, not a race.
+"""
+import time
+
+import numpy as np
+import pytest
+
+from gwtest import ACCESS_RW, canaried
+from gpuwrite import layouts as L
+from gpuwrite._gw_cffi import lib
+from gpuwrite.device import verbs as dv
+from gpuwrite.host.verbs import Context, LinkConfig
+from gpuwrite.host.wqe import HostPoster, rdma_write, rdma_write_inline
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def cqe_entry(qs, slot: int, i: int = 0) -> np.void:
+    """CQ entry ``slot`` of QP ``i`` as the engine left it, seen as ``struct gw_cqe64``."""
+    raw = qs.cq.host[i].view(np.uint8)[slot * L.CQE_SIZE:(slot + 1) * L.CQE_SIZE]
+    return raw.view(L.CQE64)[0]
+
+
+def err_entry(qs, slot: int, i: int = 0) -> np.void:
+    raw = qs.cq.host[i].view(np.uint8)[slot * L.CQE_SIZE:(slot + 1) * L.CQE_SIZE]
+    return raw.view(L.ERR_CQE)[0]
+
+
+def poll_until(ctx, p, count: int, deadline_s: float = 5.0) -> list:
+    """Runs engine passes until ``count`` completions have been read (or the deadline)."""
+    got = []
+    end = time.monotonic() + deadline_s
+    while len(got) < count and time.monotonic() < end:
+        ctx.poll(1)
+        while (c := p.poll()) is not None:
+            got.append(c)
+    return got
+
+
+def stage_push(qs, p, slot: int, seq: int, payload: np.ndarray, dst_addr: int, rkey: int,
+               magic: int = L.STAGE_MAGIC) -> int:
+    """Writes a staging header and ``payload`` at staging slot ``slot`` of QP 0, as the
+    device verbs would, and a signaled WQE for them; returns the slots it takes."""
+    nbytes = len(payload)
+    slot_bytes = qs.stage_slot_bytes
+    lead = L.stage_lead_bytes(nbytes, slot_bytes)
+    need = L.stage_slots_needed(nbytes, slot_bytes)
+    hdr = slot * slot_bytes + lead
+    words = qs.stage.host[0]
+    words[hdr // 4 + L.STAGE_W_MAGIC_SEQ] = magic | (seq & 0xFFFF)
+    words[hdr // 4 + L.STAGE_W_BYTE_COUNT] = nbytes
+    words[hdr // 4 + L.STAGE_W_SLOTS] = need
+    words[hdr // 4 + L.STAGE_W_INDEX_FLAGS] = (p.pi & 0xFFFF) | \
+        ((L.STAGE_F_ALIGNED if lead else 0) << 16)
+    start = hdr + L.STAGE_HDR_BYTES
+    words.view(np.uint8)[start:start + nbytes] = payload
+    laddr = int(qs.info_host[0, dv.I_STAGE_ADDR]) + start
+    p.write(rdma_write(p.pi, p.qpn, laddr, qs.stage_mr.lkey, nbytes, dst_addr, rkey))
+    return need
+
+
+def test_cqes_the_engine_writes_carry_count_counter_qpn_opcode_and_syndrome(nic):
+    pd = nic.alloc_pd()
+    src = (np.arange(1024) % 251).astype(np.uint8)
+    whole, dst, guard = canaried(1024)
+    smr, dmr = pd.reg_mr(src), pd.reg_mr(dst, access=ACCESS_RW)
+    qs = pd.create_queues(1, sq_bbs=16, ncqe=16)
+    p = HostPoster(qs)
+    inline = bytes(range(200))
+    p.write(rdma_write(p.pi, p.qpn, smr.address, smr.lkey, 100, dmr.address, dmr.rkey))   # BB 0
+    p.write(rdma_write_inline(p.pi, p.qpn, inline, dmr.address + 128, dmr.rkey))       # BBs 1-4
+    p.write(rdma_write(p.pi, p.qpn, smr.address, smr.lkey, 64, dmr.address + 512, dmr.rkey,
+                       signaled=False))                                                 # BB 5
+    p.write(rdma_write(p.pi, p.qpn, smr.address + 8, smr.lkey, 36, dmr.address + 600,
+                       dmr.rkey ^ 0x1))                                                 # BB 6
+    before_ns = lib.gw_now_ns()
+    p.ring()
+    nic.poll(4)
+    after_ns = lib.gw_now_ns()
+
+    ok = [cqe_entry(qs, k) for k in (0, 1)]
+    assert [int(c["op_own"]) for c in ok] == [L.CQE_REQ << 4 | 0] * 2   # opcode, owner 0
+    assert [int(c["byte_cnt"]) for c in ok] == [100, 200]
+    assert [int(c["wqe_counter"]) for c in ok] == [0, 1]              # first BB of each
+    assert [int(c["sop_drop_qpn"]) & 0xFFFFFF for c in ok] == [p.qpn] * 2
+    for c in ok:
+        assert before_ns <= int(c["timestamp"]) <= after_ns
+    # The unsignaled WQE (BB 5) completed silently; the bad rkey one is the third CQE.
+    err = err_entry(qs, 2)
+    assert int(err["op_own"]) == L.CQE_REQ_ERR << 4 | 0
+    assert int(err["wqe_counter"]) == 6
+    assert int(err["syndrome"]) == L.SYNDROME["remote_access_err"]
+    assert int(err["vendor_err_synd"]) == L.REASON["bad_rkey"]
+    assert int(err["s_wqe_opcode_qpn"]) == L.OPCODE_RDMA_WRITE << 24 | p.qpn
+    assert int(cqe_entry(qs, 3)["op_own"]) >> 4 == L.CQE_INVALID      # nothing more
+    c = nic.counters()
+    assert (c["cqes"], c["error_cqes"], c["msgs_delivered"]) == (3, 1, 3)
+    assert c["bytes_delivered"] == 100 + 200 + 64
+    assert np.array_equal(dst[:100], src[:100])
+    assert bytes(dst[128:328]) == inline
+    assert (dst[600:636] == 0xA5).all() and (whole[:guard] == 0xA5).all()
+
+
+def test_a_completion_queue_wraps_with_the_owner_bit_flipping_each_lap(nic):
+    """Five laps of a 16-entry CQ: each lap's entries carry owner = lap & 1, and a reader
+    that checks the owner bit sees every completion exactly once, in order."""
+    pd = nic.alloc_pd()
+    src = (np.arange(64 * 80) % 241).astype(np.uint8)
+    dst = np.zeros_like(src)
+    smr, dmr = pd.reg_mr(src), pd.reg_mr(dst, access=ACCESS_RW)
+    qs = pd.create_queues(1, sq_bbs=16, ncqe=16)
+    p = HostPoster(qs)
+    seen = []
+    for lap in range(5):
+        for k in range(16 * lap, 16 * lap + 16):
+            p.write(rdma_write(p.pi, p.qpn, smr.address + 64 * k, smr.lkey, 64,
+                               dmr.address + 64 * k, dmr.rkey))
+        p.ring()
+        nic.poll(4)
+        # Every entry of this lap is written before any is read: owner bits are exact.
+        ops = [int(cqe_entry(qs, s)["op_own"]) for s in range(16)]
+        assert ops == [L.CQE_REQ << 4 | (lap & 1)] * 16, f"lap {lap}"
+        got = poll_until(nic, p, 16)
+        assert all(c.ok for c in got)
+        seen += [c.wqe_counter for c in got]
+        assert p.poll() is None, f"lap {lap}: a completion was read twice"
+    assert seen == list(range(80))
+    assert np.array_equal(dst, src)
+    assert nic.counters()["cqes"] == 80
+
+
+def test_a_send_queue_filled_to_exactly_its_size_is_not_an_overflow(nic):
+    """sq_bbs outstanding basic blocks is a full ring, not an overrun; the CQ, as full,
+    waits for the reader instead of overwriting a completion it has not read."""
+    pd = nic.alloc_pd()
+    src = (np.arange(64 * 32) % 239).astype(np.uint8)
+    dst = np.zeros_like(src)
+    smr, dmr = pd.reg_mr(src), pd.reg_mr(dst, access=ACCESS_RW)
+    qs = pd.create_queues(1, sq_bbs=16, ncqe=16)
+    p = HostPoster(qs)
+    for k in range(16):
+        p.write(rdma_write(p.pi, p.qpn, smr.address + 64 * k, smr.lkey, 64,
+                           dmr.address + 64 * k, dmr.rkey))
+    p.ring()
+    nic.poll(4)
+    c = nic.counters()
+    assert c["ring_overflows"] == 0 and qs.qp_state(0) == "rts"
+    assert c["cqes"] == 16 and c["error_cqes"] == 0
+    # The ring is free again (all 16 completed); 16 more fill it a second time while the
+    # CQ still holds 16 unread completions: the engine must wait, not overwrite them.
+    for k in range(16, 32):
+        p.write(rdma_write(p.pi, p.qpn, smr.address + 64 * k, smr.lkey, 64,
+                           dmr.address + 64 * k, dmr.rkey))
+    p.ring()
+    nic.poll(4)
+    c = nic.counters()
+    assert c["cqes"] == 16 and c["cq_full_stalls"] > 0 and c["ring_overflows"] == 0
+    assert [int(cqe_entry(qs, s)["wqe_counter"]) for s in range(16)] == list(range(16))
+    got = poll_until(nic, p, 32)
+    assert [g.wqe_counter for g in got] == list(range(32)) and all(g.ok for g in got)
+    assert np.array_equal(dst, src) and qs.qp_state(0) == "rts"
+
+
+def test_one_basic_block_past_a_full_send_queue_is_an_overflow(nic):
+    pd = nic.alloc_pd()
+    src = np.ones(64, dtype=np.uint8)
+    dst = np.zeros(64 * 17, dtype=np.uint8)
+    smr, dmr = pd.reg_mr(src), pd.reg_mr(dst, access=ACCESS_RW)
+    qs = pd.create_queues(1, sq_bbs=16, ncqe=16)
+    p = HostPoster(qs)
+    for k in range(17):        # the 17th overwrites the first, unread
+        p.write(rdma_write(p.pi, p.qpn, smr.address, smr.lkey, 64, dmr.address + 64 * k,
+                           dmr.rkey))
+    p.ring()
+    nic.poll(4)
+    got = poll_until(nic, p, 1)
+    assert len(got) == 1 and not got[0].ok
+    assert got[0].syndrome == L.SYNDROME["local_qp_op_err"]
+    assert got[0].reason == L.REASON["ring_overflow"]
+    assert nic.counters()["ring_overflows"] == 1 and qs.qp_state(0) == "error"
+    assert not dst.any(), "a WQE of an overrun ring was executed"
+
+
+@pytest.fixture
+def pushed(nic):
+    pd = nic.alloc_pd()
+    whole, dst, guard = canaried(4096)
+    dmr = pd.reg_mr(dst, access=ACCESS_RW)
+    qs = pd.create_queues(1, sq_bbs=16, ncqe=16, stage_slots=16, stage_slot_bytes=256)
+    return qs, HostPoster(qs), dst, dmr
+
+
+@pytest.mark.parametrize("first_seq,second_seq,bad", [
+    (0, 1, None),            # both right
+    (1, 2, 0),               # the first already wrong (one ahead)
+    (0, 0, 1),               # the second repeats the first's: stale
+    (0, 2, 1),               # the second skips one
+])
+def test_a_staging_header_with_a_wrong_sequence_is_a_bad_staging_error(nic, pushed, first_seq,
+                                                                       second_seq, bad):
+    qs, p, dst, dmr = pushed
+    payloads = [np.full(64, 0x11, np.uint8), np.full(64, 0x22, np.uint8)]
+    slot = stage_push(qs, p, 0, first_seq, payloads[0], dmr.address, dmr.rkey)
+    stage_push(qs, p, slot, second_seq, payloads[1], dmr.address + 64, dmr.rkey)
+    p.ring()
+    got = poll_until(nic, p, 2)
+    assert [g.ok for g in got] == [bad is None or k < bad for k in range(2)]
+    if bad == 0:         # fetched with the first, before the QP went to the error state
+        assert L.reason_name(got[1].reason) in ("bad_staging", "flushed"), got[1].describe()
+    if bad is not None:
+        assert got[bad].syndrome == L.SYNDROME["local_prot_err"], got[bad].describe()
+        assert got[bad].reason == L.REASON["bad_staging"], got[bad].describe()
+        assert (dst[64 * bad:128] == 0xA5).all(), "a push with a bad header wrote bytes"
+        assert qs.qp_state(0) == "error"
+    for k in range(2 if bad is None else bad):
+        assert np.array_equal(dst[64 * k:64 * k + 64], payloads[k])
+
+
+def test_a_header_with_the_wrong_magic_is_a_bad_staging_error(nic, pushed):
+    qs, p, dst, dmr = pushed
+    stage_push(qs, p, 0, 0, np.full(64, 0x33, np.uint8), dmr.address, dmr.rkey,
+               magic=L.STAGE_MAGIC ^ 0x10000)
+    p.ring()
+    (got,) = poll_until(nic, p, 1)
+    assert (got.syndrome, got.reason) == (L.SYNDROME["local_prot_err"], L.REASON["bad_staging"])
+    assert (dst == 0xA5).all()
+
+
+# 1 Gb/s, 512-byte packets, a receiver buffer of 16 credit blocks (1 KiB).
+DROP_LINK = LinkConfig(rate_gbps=1.0, mtu_bytes=512, rx_credits=16, credit_latency_ns=2000)
+
+
+def test_a_message_cut_part_way_by_missing_credits_is_counted_byte_for_byte():
+    """Under ``drop``, a 1536-byte push into a stalled 1 KiB receiver: its first two
+    packets take the credits, the third is lost. The next message is lost whole. Both come
+    back as dropped error completions; every byte is delivered or counted dropped."""
+    with Context(policy="drop", link=DROP_LINK) as ctx:
+        pd = ctx.alloc_pd()
+        whole, dst, guard = canaried(4096)
+        dmr = pd.reg_mr(dst, access=ACCESS_RW)
+        qs = pd.create_queues(1, sq_bbs=16, ncqe=16, stage_slots=16, stage_slot_bytes=256)
+        p = HostPoster(qs)
+        ctx.stall_receiver(True)
+        first = (np.arange(1536) % 253).astype(np.uint8)
+        second = np.full(512, 0x5A, np.uint8)
+        slots = stage_push(qs, p, 0, 0, first, dmr.address, dmr.rkey)
+        slots += stage_push(qs, p, slots, 1, second, dmr.address + 2048, dmr.rkey)
+        p.ring()
+        got = poll_until(ctx, p, 2)
+        c = ctx.counters()
+    assert [g.wqe_counter for g in got] == [0, 1]
+    for g in got:
+        assert not g.ok
+        assert g.syndrome == L.SYNDROME["transport_retry_exc_err"], g.describe()
+        assert g.reason == L.REASON["dropped"], g.describe()
+    assert np.array_equal(dst[:1024], first[:1024])        # the two packets that had credits
+    assert (dst[1024:] == 0xA5).all(), "dropped bytes reached the destination"
+    assert (whole[:guard] == 0xA5).all() and (whole[guard + 4096:] == 0xA5).all()
+    assert c["bytes_pushed"] == 1536 + 512
+    assert c["bytes_delivered"] == 1024
+    assert c["dropped_bytes"] == 512 + 512
+    assert c["bytes_pushed"] == c["bytes_delivered"] + c["dropped_bytes"]
+    assert (c["dropped_msgs"], c["error_cqes"], c["msgs_delivered"]) == (2, 2, 0)
+    assert (c["held_msgs"], c["held_bytes"]) == (0, 0)
+    assert c["held_bytes_max"] == 1024                      # what was accepted, never more
+    # Drops do not move the QP to the error state, and every slot came back.
+    assert qs.qp_state(0) == "rts"
+    assert int(qs.status.host[0, L.STATUS_W_STAGE_FREED]) == slots
