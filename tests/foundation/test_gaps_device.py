@@ -108,3 +108,34 @@ def test_a_run_padded_at_the_ring_end_waits_for_the_pad_slots_while_they_are_hel
     # The ring is at slot 3 with 3 slots held (0-2): 5 fit at 3-7, no padding.
     freed[0] = 8
     assert reserve(5) == [[dv.OK, 3 * slot_words, 5, 16]]
+
+
+@cuda.jit
+def _post_bad_rkey_and_wait(Q, src_addr, lkey, dst_addr, rkey, out):
+    if cuda.threadIdx.x == 0:
+        dv.wqe_rdma_write(Q, 0, src_addr, lkey, 64, dst_addr, rkey ^ 0x3, True, 0)
+        dv.ring_doorbell(Q, 0)
+        out[0] = dv.wait_done(Q, 0, Q[dv.Q_STATE][0, dv.S_PI], WAIT_NS)
+        out[1] = Q[dv.Q_STATE][0, dv.S_LAST_SYND]
+        out[2] = dv.qp_in_error(Q, 0)
+
+
+@pytest.mark.timeout(30)
+def test_a_device_wait_reports_the_error_completion_s_syndrome_and_reason():
+    with Context() as ctx:
+        pd = ctx.alloc_pd()
+        src = mapped((16,), np.uint32)
+        dst = mapped((16,), np.uint32)
+        smr = pd.reg_mr(src, access=L.ACCESS_LOCAL_WRITE)
+        dmr = pd.reg_mr(dst, access=ACCESS_RW)
+        qs = pd.create_queues(1, sq_bbs=16, ncqe=16)
+        out = cuda.to_device(np.zeros(3, dtype=np.int64))
+        ctx.start()
+        _post_bad_rkey_and_wait[1, 1](qs.device_args, smr.address, smr.lkey, dmr.address,
+                                      dmr.rkey, out)
+        cuda.synchronize()
+        status, synd, in_error = out.copy_to_host().tolist()
+    assert status == dv.E_CQE_ERROR
+    assert synd >> 8 == L.SYNDROME["remote_access_err"]
+    assert synd & 0xFF == L.REASON["bad_rkey"]
+    assert in_error == 1

@@ -253,3 +253,112 @@ def test_a_message_cut_part_way_by_missing_credits_is_counted_byte_for_byte():
     # Drops do not move the QP to the error state, and every slot came back.
     assert qs.qp_state(0) == "rts"
     assert int(qs.status.host[0, L.STATUS_W_STAGE_FREED]) == slots
+
+
+def test_a_packet_with_a_partial_credit_block_takes_a_whole_block():
+    """A 1000-byte push is packets of 512 and 488 bytes: 8 + 8 credit blocks (488 bytes
+    round up), all 16 the stalled receiver has; the 24-byte push after it finds none."""
+    with Context(policy="drop", link=DROP_LINK) as ctx:
+        pd = ctx.alloc_pd()
+        whole, dst, guard = canaried(2048)
+        dmr = pd.reg_mr(dst, access=ACCESS_RW)
+        qs = pd.create_queues(1, sq_bbs=16, ncqe=16, stage_slots=16, stage_slot_bytes=256)
+        p = HostPoster(qs)
+        ctx.stall_receiver(True)
+        first = (np.arange(1000) % 249).astype(np.uint8)
+        slots = stage_push(qs, p, 0, 0, first, dmr.address, dmr.rkey)
+        stage_push(qs, p, slots, 1, np.full(24, 7, np.uint8), dmr.address + 1024, dmr.rkey)
+        p.ring()
+        got = poll_until(ctx, p, 2)
+        c = ctx.counters()
+    assert [g.ok for g in got] == [True, False]
+    assert got[1].reason == L.REASON["dropped"]
+    assert np.array_equal(dst[:1000], first) and (dst[1000:] == 0xA5).all()
+    assert (c["bytes_delivered"], c["dropped_bytes"], c["dropped_msgs"]) == (1000, 24, 1)
+    assert c["rx_occupied_blocks"] == 16 and c["credits_available"] == 0
+
+
+def test_an_inline_length_past_its_wqe_is_a_length_error(nic):
+    """An inline segment claiming more bytes than the WQE's segments hold would make the
+    NIC read past the WQE (into the next one): a length error, nothing written."""
+    pd = nic.alloc_pd()
+    whole, dst, guard = canaried(512)
+    dmr = pd.reg_mr(dst, access=ACCESS_RW)
+    qs = pd.create_queues(1, sq_bbs=16, ncqe=16)
+    p = HostPoster(qs)
+    wqe = bytearray(rdma_write_inline(p.pi, p.qpn, bytes(range(40)), dmr.address, dmr.rkey))
+    # 40 bytes take 5 segments (ds=5, two BBs); claim 100, which reaches into a third BB.
+    assert len(wqe) == 2 * L.WQE_BB
+    wqe[L.DATA_BASE:L.DATA_BASE + 4] = np.array([100 | L.INLINE_SEG_FLAG], ">u4").tobytes()
+    p.write(bytes(wqe))
+    # Bytes in that third BB (not posted: the doorbell covers the one WQE).
+    qs.sq.host[0].view(np.uint8)[2 * L.WQE_BB:3 * L.WQE_BB] = np.arange(64, dtype=np.uint8)
+    p.ring()
+    nic.poll(4)
+    (got,) = poll_until(nic, p, 1)
+    assert (got.syndrome, got.reason) == (L.SYNDROME["local_length_err"], L.REASON["length"])
+    assert (dst == 0xA5).all()
+
+
+def test_a_write_one_byte_past_a_region_is_refused_and_one_to_its_end_is_not(nic):
+    pd = nic.alloc_pd()
+    src = np.arange(256, dtype=np.uint8)
+    whole, dst, guard = canaried(256)
+    smr, dmr = pd.reg_mr(src), pd.reg_mr(dst, access=ACCESS_RW)
+    qs = pd.create_queues(1, sq_bbs=16, ncqe=16)
+    p = HostPoster(qs)
+    p.write(rdma_write(p.pi, p.qpn, smr.address, smr.lkey, 64, dmr.address + 192, dmr.rkey))
+    p.write(rdma_write(p.pi, p.qpn, smr.address + 192, smr.lkey, 64, dmr.address, dmr.rkey))
+    p.write(rdma_write(p.pi, p.qpn, smr.address + 193, smr.lkey, 64, dmr.address, dmr.rkey))
+    p.ring()
+    nic.poll(4)
+    got = poll_until(nic, p, 3)
+    assert [g.ok for g in got] == [True, True, False]
+    assert got[2].reason == L.REASON["local_bounds"]
+    # and the same past the destination's end, on a fresh QP
+    qs2 = pd.create_queues(1, sq_bbs=16, ncqe=16)
+    p2 = HostPoster(qs2)
+    p2.write(rdma_write(p2.pi, p2.qpn, smr.address, smr.lkey, 64, dmr.address + 193, dmr.rkey))
+    p2.ring()
+    nic.poll(4)
+    (bad,) = poll_until(nic, p2, 1)
+    assert bad.reason == L.REASON["remote_bounds"]
+    assert np.array_equal(dst[192:], src[:64]) and np.array_equal(dst[:64], src[192:])
+    assert (whole[guard + 256:] == 0xA5).all() and (whole[:guard] == 0xA5).all()
+
+
+def test_the_staging_region_is_no_write_destination(nic):
+    """The NIC's staging region is registered (local write only); even so its key is no
+    rkey: a remote write there would overwrite payloads the GPU has pushed."""
+    pd = nic.alloc_pd()
+    src = np.full(64, 0x77, np.uint8)
+    smr = pd.reg_mr(src)
+    qs = pd.create_queues(1, sq_bbs=16, ncqe=16, stage_slots=4, stage_slot_bytes=256)
+    qs.stage_mr.access |= L.ACCESS_REMOTE_WRITE      # what the engine was told stays as it was
+    p = HostPoster(qs)
+    p.write(rdma_write(p.pi, p.qpn, smr.address, smr.lkey, 64,
+                       int(qs.info_host[0, dv.I_STAGE_ADDR]), qs.stage_mr.rkey))
+    p.ring()
+    nic.poll(4)
+    (got,) = poll_until(nic, p, 1)
+    assert not got.ok and got.reason in (L.REASON["bad_rkey"], L.REASON["remote_access"])
+    assert not qs.stage.host.any()
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(sq_bbs=64, ncqe=32), "ncqe=32 must be at least sq_bbs=64"),
+    (dict(sq_bbs=48), "sq_bbs=48: must be a power of two from 16 to 32768"),
+    (dict(ncqe=48 * 16), "ncqe=768: must be a power of two"),
+    (dict(stage_slot_bytes=96), "stage_slot_bytes=96: must be a power of two"),
+    (dict(bounce_bytes=4098), "bounce_bytes=4098: a multiple of 4"),
+])
+def test_queue_sizes_are_validated_with_named_errors(nic, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        nic.alloc_pd().create_queues(1, **kwargs)
+
+
+def test_a_receiver_smaller_than_one_packet_is_refused():
+    with pytest.raises(ValueError, match="rx_credits=15 blocks of 64 bytes cannot hold one "
+                                         "1024-byte packet: need at least 16"):
+        LinkConfig(rate_gbps=1.0, mtu_bytes=1024, rx_credits=15)
+    assert LinkConfig(rate_gbps=1.0, mtu_bytes=1024, rx_credits=16).rx_credits == 16
