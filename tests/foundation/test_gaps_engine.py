@@ -75,35 +75,36 @@ def test_cqes_the_engine_writes_carry_count_counter_qpn_opcode_and_syndrome(nic)
     inline = bytes(range(200))
     p.write(rdma_write(p.pi, p.qpn, smr.address, smr.lkey, 100, dmr.address, dmr.rkey))   # BB 0
     p.write(rdma_write_inline(p.pi, p.qpn, inline, dmr.address + 128, dmr.rkey))       # BBs 1-4
+    p.write(rdma_write_inline(p.pi, p.qpn, inline[:40], dmr.address + 400, dmr.rkey))  # BBs 5-6
     p.write(rdma_write(p.pi, p.qpn, smr.address, smr.lkey, 64, dmr.address + 512, dmr.rkey,
-                       signaled=False))                                                 # BB 5
+                       signaled=False))                                                 # BB 7
     p.write(rdma_write(p.pi, p.qpn, smr.address + 8, smr.lkey, 36, dmr.address + 600,
-                       dmr.rkey ^ 0x1))                                                 # BB 6
+                       dmr.rkey ^ 0x1))                                                 # BB 8
     before_ns = lib.gw_now_ns()
     p.ring()
     nic.poll(4)
     after_ns = lib.gw_now_ns()
 
-    ok = [cqe_entry(qs, k) for k in (0, 1)]
-    assert [int(c["op_own"]) for c in ok] == [L.CQE_REQ << 4 | 0] * 2   # opcode, owner 0
-    assert [int(c["byte_cnt"]) for c in ok] == [100, 200]
-    assert [int(c["wqe_counter"]) for c in ok] == [0, 1]              # first BB of each
-    assert [int(c["sop_drop_qpn"]) & 0xFFFFFF for c in ok] == [p.qpn] * 2
+    ok = [cqe_entry(qs, k) for k in (0, 1, 2)]
+    assert [int(c["op_own"]) for c in ok] == [L.CQE_REQ << 4 | 0] * 3   # opcode, owner 0
+    assert [int(c["byte_cnt"]) for c in ok] == [100, 200, 40]
+    assert [int(c["wqe_counter"]) for c in ok] == [0, 1, 5]           # first BB of each
+    assert [int(c["sop_drop_qpn"]) & 0xFFFFFF for c in ok] == [p.qpn] * 3
     for c in ok:
         assert before_ns <= int(c["timestamp"]) <= after_ns
-    # The unsignaled WQE (BB 5) completed silently; the bad rkey one is the third CQE.
-    err = err_entry(qs, 2)
+    # The unsignaled WQE (BB 7) completed silently; the bad rkey one is the fourth CQE.
+    err = err_entry(qs, 3)
     assert int(err["op_own"]) == L.CQE_REQ_ERR << 4 | 0
-    assert int(err["wqe_counter"]) == 6
+    assert int(err["wqe_counter"]) == 8
     assert int(err["syndrome"]) == L.SYNDROME["remote_access_err"]
     assert int(err["vendor_err_synd"]) == L.REASON["bad_rkey"]
     assert int(err["s_wqe_opcode_qpn"]) == L.OPCODE_RDMA_WRITE << 24 | p.qpn
-    assert int(cqe_entry(qs, 3)["op_own"]) >> 4 == L.CQE_INVALID      # nothing more
+    assert int(cqe_entry(qs, 4)["op_own"]) >> 4 == L.CQE_INVALID      # nothing more
     c = nic.counters()
-    assert (c["cqes"], c["error_cqes"], c["msgs_delivered"]) == (3, 1, 3)
-    assert c["bytes_delivered"] == 100 + 200 + 64
+    assert (c["cqes"], c["error_cqes"], c["msgs_delivered"]) == (4, 1, 4)
+    assert c["bytes_delivered"] == 100 + 200 + 40 + 64
     assert np.array_equal(dst[:100], src[:100])
-    assert bytes(dst[128:328]) == inline
+    assert bytes(dst[128:328]) == inline and bytes(dst[400:440]) == inline[:40]
     assert (dst[600:636] == 0xA5).all() and (whole[:guard] == 0xA5).all()
 
 
@@ -328,21 +329,54 @@ def test_a_write_one_byte_past_a_region_is_refused_and_one_to_its_end_is_not(nic
 
 
 def test_the_staging_region_is_no_write_destination(nic):
-    """The NIC's staging region is registered (local write only); even so its key is no
-    rkey: a remote write there would overwrite payloads the GPU has pushed."""
+    """A staging region's key is no rkey, even one registered with remote write access:
+    a remote write there would overwrite payloads the GPU has pushed."""
     pd = nic.alloc_pd()
     src = np.full(64, 0x77, np.uint8)
     smr = pd.reg_mr(src)
-    qs = pd.create_queues(1, sq_bbs=16, ncqe=16, stage_slots=4, stage_slot_bytes=256)
-    qs.stage_mr.access |= L.ACCESS_REMOTE_WRITE      # what the engine was told stays as it was
+    staging = np.zeros(256, dtype=np.uint8)
+    stmr = pd.reg_mr(staging, access=ACCESS_RW, kind=L.MEM_STAGING)
+    qs = pd.create_queues(1, sq_bbs=16, ncqe=16)
     p = HostPoster(qs)
-    p.write(rdma_write(p.pi, p.qpn, smr.address, smr.lkey, 64,
-                       int(qs.info_host[0, dv.I_STAGE_ADDR]), qs.stage_mr.rkey))
+    p.write(rdma_write(p.pi, p.qpn, smr.address, smr.lkey, 64, stmr.address, stmr.rkey))
     p.ring()
     nic.poll(4)
     (got,) = poll_until(nic, p, 1)
-    assert not got.ok and got.reason in (L.REASON["bad_rkey"], L.REASON["remote_access"])
-    assert not qs.stage.host.any()
+    assert (got.syndrome, got.reason) == (L.SYNDROME["remote_access_err"], L.REASON["bad_rkey"])
+    assert not staging.any()
+
+
+def _wqe_with(p, field: str, value: int, smr, dmr) -> bytes:
+    """A valid one-BB RDMA write with one control-segment field changed."""
+    wqe = bytearray(rdma_write(p.pi, p.qpn, smr.address, smr.lkey, 64, dmr.address, dmr.rkey))
+    ctrl = np.frombuffer(bytes(wqe[:16]), dtype=L.CTRL_SEG).copy()
+    ctrl[field] = value
+    wqe[:16] = ctrl.tobytes()
+    return bytes(wqe)
+
+
+@pytest.mark.parametrize("field,value,reason", [
+    # the WQE index of the next WQE, not this one's
+    ("opmod_idx_opcode", 1 << 8 | L.OPCODE_RDMA_WRITE, "bad_wqe_index"),
+    # 33 segments: more than the 8 BBs (32 segments) a WQE may span
+    ("qpn_ds", None, "bad_ds"),
+])
+def test_a_control_segment_out_of_line_is_refused(nic, field, value, reason):
+    pd = nic.alloc_pd()
+    src = np.full(64, 0x42, np.uint8)
+    whole, dst, guard = canaried(64)
+    smr, dmr = pd.reg_mr(src), pd.reg_mr(dst, access=ACCESS_RW)
+    qs = pd.create_queues(1, sq_bbs=64, ncqe=64)
+    p = HostPoster(qs)
+    if value is None:
+        value = p.qpn << 8 | (L.MAX_WQE_BBS * L.WQE_BB // L.WQE_DS + 1)
+    p.write(_wqe_with(p, field, value, smr, dmr) + bytes(8 * L.WQE_BB))
+    p.ring()
+    nic.poll(4)
+    got = poll_until(nic, p, 1)
+    assert got and not got[0].ok and L.reason_name(got[0].reason) == reason, got
+    assert got[0].syndrome == L.SYNDROME["local_qp_op_err"]
+    assert (whole == 0xA5).all()
 
 
 @pytest.mark.parametrize("kwargs,match", [
@@ -362,3 +396,31 @@ def test_a_receiver_smaller_than_one_packet_is_refused():
                                          "1024-byte packet: need at least 16"):
         LinkConfig(rate_gbps=1.0, mtu_bytes=1024, rx_credits=15)
     assert LinkConfig(rate_gbps=1.0, mtu_bytes=1024, rx_credits=16).rx_credits == 16
+
+
+def test_hold_sends_no_packet_the_receiver_has_no_room_for():
+    """Under ``hold``, a 2048-byte push into a stalled 1 KiB receiver: two 512-byte
+    packets take its 16 credit blocks, the rest waits in the staging region (no third
+    packet on credits that are not there), and all of it goes once the receiver drains."""
+    with Context(policy="hold", link=DROP_LINK) as ctx:
+        pd = ctx.alloc_pd()
+        whole, dst, guard = canaried(2048)
+        dmr = pd.reg_mr(dst, access=ACCESS_RW)
+        qs = pd.create_queues(1, sq_bbs=16, ncqe=16, stage_slots=16, stage_slot_bytes=256)
+        p = HostPoster(qs)
+        ctx.stall_receiver(True)
+        payload = (np.arange(2048) % 247).astype(np.uint8)
+        stage_push(qs, p, 0, 0, payload, dmr.address, dmr.rkey)
+        p.ring()
+        assert poll_until(ctx, p, 1, deadline_s=0.05) == []      # 12 packet times
+        c = ctx.counters()
+        assert (c["rx_occupied_blocks"], c["credits_available"]) == (16, 0)
+        assert c["bytes_delivered"] == 1024 and c["credit_stalls"] > 0
+        assert (c["held_msgs"], c["held_bytes"]) == (1, 1024)
+        assert (dst[1024:] == 0xA5).all()
+        ctx.stall_receiver(False)
+        got = poll_until(ctx, p, 1)
+        c = ctx.counters()
+    assert len(got) == 1 and got[0].ok
+    assert np.array_equal(dst, payload)
+    assert (c["bytes_delivered"], c["dropped_bytes"], c["held_bytes"]) == (2048, 0, 0)
