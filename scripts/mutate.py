@@ -8,8 +8,11 @@ mutation as
 
 * ``killed``    a selected test failed (the first failing test's node id is kept), or
                 the run hit its time limit (a hang is caught too);
-* ``survived``  every selected test passed with the bug in place: a gap in the tests,
-                or an equivalent mutant (say which in TESTING.md);
+* ``survived``  every selected test passed with the bug in place: a gap in the tests
+                (close it, or explain it in TESTING.md);
+* ``equivalent`` survived, as its entry's ``equivalent`` note says it must: a change no
+                test can see (the note says why). Not counted in the score; should such
+                a mutant ever be killed, it is reported as ``killed`` and the note is wrong;
 * ``not-applicable``  the text to find does not occur exactly once in the file: the
                 list is out of date with the code. Reported loudly, exit status 2;
 * ``invalid``   the mutant does not build, or the unmutated tree already fails the
@@ -81,6 +84,7 @@ class Mutation:
     tests: tuple[str, ...]
     bug: str
     timeout_s: int = DEFAULT_TIMEOUT_S
+    equivalent: str = ""          # why no test can tell this mutant apart, if none can
 
     @property
     def needs_build(self) -> bool:
@@ -92,7 +96,7 @@ class Outcome:
     id: str
     file: str
     bug: str
-    status: str                   # killed / survived / not-applicable / invalid
+    status: str                   # killed / survived / equivalent / not-applicable / invalid
     detail: str = ""              # the killing test, or why not applicable / invalid
     seconds: float = 0.0
     tests: list[str] = field(default_factory=list)
@@ -123,9 +127,13 @@ def load(path: Path) -> list[Mutation]:
         timeout_s = int(e.get("timeout_s", DEFAULT_TIMEOUT_S))
         if not 1 <= timeout_s <= 3600:
             raise ListError(f"{where}: timeout_s={timeout_s}: allowed 1 to 3600")
+        unknown = set(e) - {"id", "file", "find", "replace", "tests", "bug", "timeout_s",
+                            "equivalent"}
+        if unknown:
+            raise ListError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
         seen.add(e["id"])
         out.append(Mutation(e["id"], e["file"], e["find"], e["replace"], tuple(tests),
-                            e["bug"], timeout_s))
+                            e["bug"], timeout_s, e.get("equivalent", "")))
     return out
 
 
@@ -243,7 +251,8 @@ def run_one(ws: Workspace, m: Mutation, baseline: dict) -> Outcome:
         if rc is None:
             out.status, out.detail = "killed", f"time limit of {m.timeout_s} s (a hang)"
         elif rc == 0:
-            out.status = "survived"
+            out.status = "equivalent" if m.equivalent else "survived"
+            out.detail = m.equivalent
         elif rc == 5:
             out.detail = "the selection collected no tests"
         else:
@@ -315,6 +324,9 @@ def markdown(results: list[Outcome]) -> str:
     survivors = [o for o in results if o.status == "survived"]
     if survivors:
         lines += ["", "Survivors:"] + [f"- `{o.id}`: {o.bug}" for o in survivors]
+    equivalent = [o for o in results if o.status == "equivalent"]
+    if equivalent:
+        lines += ["", "Equivalent (not scored):"] + [f"- `{o.id}`: {o.detail}" for o in equivalent]
     return "\n".join(lines) + "\n"
 
 
@@ -376,7 +388,7 @@ def main(argv=None) -> int:
         args.markdown.write_text(markdown(results))
     if any(o.status in ("not-applicable", "invalid") for o in results):
         return 2
-    return 0 if all(o.status == "killed" for o in results) else 1
+    return 0 if all(o.status in ("killed", "equivalent") for o in results) else 1
 
 
 if __name__ == "__main__":

@@ -84,11 +84,13 @@ def _slots_bytes(n_slots: int) -> int:
 
 
 @pytest.mark.timeout(30)
-def test_a_run_padded_at_the_ring_end_waits_for_the_pad_slots_while_they_are_held(nic):
+@pytest.mark.parametrize("seen", [False, True])
+def test_a_run_padded_at_the_ring_end_waits_for_the_pad_slots_while_they_are_held(nic, seen):
     """An 8-slot ring: A takes slots 0-1, B slots 2-5. With A returned and B still held,
     a 3-slot run does not fit at 6-7: it must start at 0 with 2 slots of padding, 5 slots
     in all, and only 4 are free, so it waits (and times out). Once B is returned it gets
-    slot 0 and is charged 5 slots."""
+    slot 0 and is charged 5 slots. ``seen``: the GPU has already read that A came back
+    (its copy of the NIC's counter is current), so only the padding makes it wait."""
     qs = nic.alloc_pd().create_queues(1, sq_bbs=16, ncqe=16, stage_slots=8,
                                       stage_slot_bytes=SLOT)
     freed = qs.status.host[0, L.STATUS_W_STAGE_FREED:L.STATUS_W_STAGE_FREED + 1]
@@ -102,6 +104,10 @@ def test_a_run_padded_at_the_ring_end_waits_for_the_pad_slots_while_they_are_hel
     slot_words = SLOT // 4
     assert reserve(2, 4) == [[dv.OK, 0, 2, 2], [dv.OK, 2 * slot_words, 4, 6]]
     freed[0] = 2                                   # the NIC returns A; B stays held
+    if seen:
+        state = qs.state.copy_to_host()
+        state[0, dv.S_STAGE_FREED] = 2
+        qs.state.copy_to_device(state)
     assert reserve(3)[0][0] == dv.E_TIMEOUT_STAGING
     freed[0] = 6                                   # and now B
     assert reserve(3) == [[dv.OK, 0, 5, 11]]

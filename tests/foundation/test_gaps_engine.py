@@ -424,3 +424,27 @@ def test_hold_sends_no_packet_the_receiver_has_no_room_for():
     assert len(got) == 1 and got[0].ok
     assert np.array_equal(dst, payload)
     assert (c["bytes_delivered"], c["dropped_bytes"], c["held_bytes"]) == (2048, 0, 0)
+
+
+def test_multi_bb_wqes_return_all_their_ring_space(nic):
+    """Inline WQEs of 4 BBs, four at a time, fill a 16-BB send queue exactly, five laps
+    over: each completion returns all four of its BBs, or a later lap overruns."""
+    pd = nic.alloc_pd()
+    whole, dst, guard = canaried(20 * 200)
+    dmr = pd.reg_mr(dst, access=ACCESS_RW)
+    qs = pd.create_queues(1, sq_bbs=16, ncqe=16)
+    p = HostPoster(qs)
+    payloads = [((np.arange(200) + k) % 256).astype(np.uint8).tobytes() for k in range(20)]
+    seen = []
+    for lap in range(5):
+        for k in range(4 * lap, 4 * lap + 4):
+            wqe = rdma_write_inline(p.pi, p.qpn, payloads[k], dmr.address + 200 * k, dmr.rkey)
+            assert len(wqe) == 4 * L.WQE_BB
+            p.write(wqe)
+        p.ring()
+        got = poll_until(nic, p, 4)
+        assert [g.ok for g in got] == [True] * 4, [g.describe() for g in got]
+        seen += [g.wqe_counter for g in got]
+    assert seen == [4 * k for k in range(20)]
+    assert nic.counters()["ring_overflows"] == 0
+    assert bytes(dst) == b"".join(payloads)
