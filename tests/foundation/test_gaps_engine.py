@@ -7,6 +7,7 @@ Every test here drives the engine from the host (``HostPoster``) and runs its pa
 this thread (``Context.poll``), so each outcome is exact, not a race.
 """
 import time
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -218,17 +219,24 @@ def test_a_header_with_the_wrong_magic_is_a_bad_staging_error(nic, pushed):
 DROP_LINK = LinkConfig(rate_gbps=1.0, mtu_bytes=512, rx_credits=16, credit_latency_ns=2000)
 
 
+@contextmanager
+def stalled_link(policy: str, nbytes: int):
+    """A context on DROP_LINK whose receiver is stalled, one QP with a 16-slot staging
+    ring, and a canaried destination of ``nbytes``: (ctx, qs, poster, whole, dst, guard, mr)."""
+    with Context(policy=policy, link=DROP_LINK) as ctx:
+        pd = ctx.alloc_pd()
+        whole, dst, guard = canaried(nbytes)
+        dmr = pd.reg_mr(dst, access=ACCESS_RW)
+        qs = pd.create_queues(1, sq_bbs=16, ncqe=16, stage_slots=16, stage_slot_bytes=256)
+        ctx.stall_receiver(True)
+        yield ctx, qs, HostPoster(qs), whole, dst, guard, dmr
+
+
 def test_a_message_cut_part_way_by_missing_credits_is_counted_byte_for_byte():
     """Under ``drop``, a 1536-byte push into a stalled 1 KiB receiver: its first two
     packets take the credits, the third is lost. The next message is lost whole. Both come
     back as dropped error completions; every byte is delivered or counted dropped."""
-    with Context(policy="drop", link=DROP_LINK) as ctx:
-        pd = ctx.alloc_pd()
-        whole, dst, guard = canaried(4096)
-        dmr = pd.reg_mr(dst, access=ACCESS_RW)
-        qs = pd.create_queues(1, sq_bbs=16, ncqe=16, stage_slots=16, stage_slot_bytes=256)
-        p = HostPoster(qs)
-        ctx.stall_receiver(True)
+    with stalled_link("drop", 4096) as (ctx, qs, p, whole, dst, guard, dmr):
         first = (np.arange(1536) % 253).astype(np.uint8)
         second = np.full(512, 0x5A, np.uint8)
         slots = stage_push(qs, p, 0, 0, first, dmr.address, dmr.rkey)
@@ -259,13 +267,7 @@ def test_a_message_cut_part_way_by_missing_credits_is_counted_byte_for_byte():
 def test_a_packet_with_a_partial_credit_block_takes_a_whole_block():
     """A 1000-byte push is packets of 512 and 488 bytes: 8 + 8 credit blocks (488 bytes
     round up), all 16 the stalled receiver has; the 24-byte push after it finds none."""
-    with Context(policy="drop", link=DROP_LINK) as ctx:
-        pd = ctx.alloc_pd()
-        whole, dst, guard = canaried(2048)
-        dmr = pd.reg_mr(dst, access=ACCESS_RW)
-        qs = pd.create_queues(1, sq_bbs=16, ncqe=16, stage_slots=16, stage_slot_bytes=256)
-        p = HostPoster(qs)
-        ctx.stall_receiver(True)
+    with stalled_link("drop", 2048) as (ctx, qs, p, whole, dst, guard, dmr):
         first = (np.arange(1000) % 249).astype(np.uint8)
         slots = stage_push(qs, p, 0, 0, first, dmr.address, dmr.rkey)
         stage_push(qs, p, slots, 1, np.full(24, 7, np.uint8), dmr.address + 1024, dmr.rkey)
@@ -402,13 +404,7 @@ def test_hold_sends_no_packet_the_receiver_has_no_room_for():
     """Under ``hold``, a 2048-byte push into a stalled 1 KiB receiver: two 512-byte
     packets take its 16 credit blocks, the rest waits in the staging region (no third
     packet on credits that are not there), and all of it goes once the receiver drains."""
-    with Context(policy="hold", link=DROP_LINK) as ctx:
-        pd = ctx.alloc_pd()
-        whole, dst, guard = canaried(2048)
-        dmr = pd.reg_mr(dst, access=ACCESS_RW)
-        qs = pd.create_queues(1, sq_bbs=16, ncqe=16, stage_slots=16, stage_slot_bytes=256)
-        p = HostPoster(qs)
-        ctx.stall_receiver(True)
+    with stalled_link("hold", 2048) as (ctx, qs, p, whole, dst, guard, dmr):
         payload = (np.arange(2048) % 247).astype(np.uint8)
         stage_push(qs, p, 0, 0, payload, dmr.address, dmr.rkey)
         p.ring()
