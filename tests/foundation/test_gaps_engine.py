@@ -45,13 +45,14 @@ def poll_until(ctx, p, count: int, deadline_s: float = 5.0) -> list:
 
 
 def stage_push(qs, p, slot: int, seq: int, payload: np.ndarray, dst_addr: int, rkey: int,
-               magic: int = L.STAGE_MAGIC) -> int:
+               magic: int = L.STAGE_MAGIC, pad: int = 0) -> int:
     """Writes a staging header and ``payload`` at staging slot ``slot`` of QP 0, as the
-    device verbs would, and a signaled WQE for them; returns the slots it takes."""
+    device verbs would, and a signaled WQE for them; returns the slots it takes (``pad``
+    slots skipped at the ring's end before ``slot`` included)."""
     nbytes = len(payload)
     slot_bytes = qs.stage_slot_bytes
     lead = L.stage_lead_bytes(nbytes, slot_bytes)
-    need = L.stage_slots_needed(nbytes, slot_bytes)
+    need = L.stage_slots_needed(nbytes, slot_bytes) + pad
     hdr = slot * slot_bytes + lead
     words = qs.stage.host[0]
     words[hdr // 4 + L.STAGE_W_MAGIC_SEQ] = magic | (seq & 0xFFFF)
@@ -408,7 +409,7 @@ def test_hold_sends_no_packet_the_receiver_has_no_room_for():
         payload = (np.arange(2048) % 247).astype(np.uint8)
         stage_push(qs, p, 0, 0, payload, dmr.address, dmr.rkey)
         p.ring()
-        assert poll_until(ctx, p, 1, deadline_s=0.05) == []      # 12 packet times
+        assert poll_until(ctx, p, 1, deadline_s=0.05) == []      # 50 ms: 12000 packet times
         c = ctx.counters()
         assert (c["rx_occupied_blocks"], c["credits_available"]) == (16, 0)
         assert c["bytes_delivered"] == 1024 and c["credit_stalls"] > 0
@@ -444,3 +445,25 @@ def test_multi_bb_wqes_return_all_their_ring_space(nic):
     assert seen == [4 * k for k in range(20)]
     assert nic.counters()["ring_overflows"] == 0
     assert bytes(dst) == b"".join(payloads)
+
+
+def test_a_push_padded_at_the_ring_end_is_taken_from_slot_0(nic):
+    """A 4-slot ring: A takes slots 0-2; B needs 2, which do not fit at 3, so the GPU
+    skips slot 3 and puts B at slot 0, its header saying 3 slots (1 of padding). The NIC
+    must look for it there, and return all 3 slots with it."""
+    pd = nic.alloc_pd()
+    whole, dst, guard = canaried(1024)
+    dmr = pd.reg_mr(dst, access=ACCESS_RW)
+    qs = pd.create_queues(1, sq_bbs=16, ncqe=16, stage_slots=4, stage_slot_bytes=256)
+    p = HostPoster(qs)
+    a = (np.arange(600) % 251).astype(np.uint8)            # 112 + 16 + 600 bytes: 3 slots
+    b = np.full(300, 0x3C, np.uint8)                        # 16 + 300 bytes: 2 slots
+    assert stage_push(qs, p, 0, 0, a, dmr.address, dmr.rkey) == 3
+    p.ring()
+    (first,) = poll_until(nic, p, 1)
+    assert stage_push(qs, p, 0, 1, b, dmr.address + 600, dmr.rkey, pad=1) == 3
+    p.ring()
+    (second,) = poll_until(nic, p, 1)
+    assert first.ok and second.ok, second.describe()
+    assert np.array_equal(dst[:600], a) and np.array_equal(dst[600:900], b)
+    assert int(qs.status.host[0, L.STATUS_W_STAGE_FREED]) == 6
