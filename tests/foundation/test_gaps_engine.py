@@ -110,15 +110,21 @@ def test_cqes_the_engine_writes_carry_count_counter_qpn_opcode_and_syndrome(nic)
     assert (dst[600:636] == 0xA5).all() and (whole[:guard] == 0xA5).all()
 
 
-def test_a_completion_queue_wraps_with_the_owner_bit_flipping_each_lap(nic):
-    """Five laps of a 16-entry CQ: each lap's entries carry owner = lap & 1, and a reader
-    that checks the owner bit sees every completion exactly once, in order."""
+def copy_queue(nic, n_msgs: int, seed: int):
+    """``n_msgs`` 64-byte messages' worth of source and (zeroed) destination, registered,
+    and one QP of 16 BBs and 16 CQEs: (src, dst, src_mr, dst_mr, queues, poster)."""
     pd = nic.alloc_pd()
-    src = (np.arange(64 * 80) % 241).astype(np.uint8)
+    src = (np.arange(64 * n_msgs) % seed).astype(np.uint8)
     dst = np.zeros_like(src)
     smr, dmr = pd.reg_mr(src), pd.reg_mr(dst, access=ACCESS_RW)
     qs = pd.create_queues(1, sq_bbs=16, ncqe=16)
-    p = HostPoster(qs)
+    return src, dst, smr, dmr, qs, HostPoster(qs)
+
+
+def test_a_completion_queue_wraps_with_the_owner_bit_flipping_each_lap(nic):
+    """Five laps of a 16-entry CQ: each lap's entries carry owner = lap & 1, and a reader
+    that checks the owner bit sees every completion exactly once, in order."""
+    src, dst, smr, dmr, qs, p = copy_queue(nic, 80, seed=241)
     seen = []
     for lap in range(5):
         for k in range(16 * lap, 16 * lap + 16):
@@ -142,12 +148,7 @@ def test_a_send_queue_filled_to_exactly_its_size_is_not_an_overflow(nic):
     """sq_bbs outstanding basic blocks is a full ring, not an overrun (one more is:
     test_protection.py); the CQ, as full, waits for the reader instead of overwriting a
     completion it has not read."""
-    pd = nic.alloc_pd()
-    src = (np.arange(64 * 32) % 239).astype(np.uint8)
-    dst = np.zeros_like(src)
-    smr, dmr = pd.reg_mr(src), pd.reg_mr(dst, access=ACCESS_RW)
-    qs = pd.create_queues(1, sq_bbs=16, ncqe=16)
-    p = HostPoster(qs)
+    src, dst, smr, dmr, qs, p = copy_queue(nic, 32, seed=239)
     for k in range(16):
         p.write(rdma_write(p.pi, p.qpn, smr.address + 64 * k, smr.lkey, 64,
                            dmr.address + 64 * k, dmr.rkey))
