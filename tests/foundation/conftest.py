@@ -1,6 +1,21 @@
+from pathlib import Path
+
 import pytest
 
 from gpuwrite.host.verbs import Context
+
+HERE = Path(__file__).resolve().parent
+# A foundation test that names no time limit of its own gets this one. The slowest takes
+# a few seconds alone on the CUDA simulator (2-core CI, several when the machine is
+# shared); a device wait whose timeout never fires then fails the test in a minute
+# rather than at pytest-timeout's global 900 s.
+DEFAULT_TIMEOUT_S = 60
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if HERE in Path(item.path).resolve().parents and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(DEFAULT_TIMEOUT_S))
 
 
 @pytest.fixture

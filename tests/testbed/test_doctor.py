@@ -118,7 +118,40 @@ def test_cli_bad_root_is_a_usage_error(tmp_path, capsys):
     assert "sysfs root" in capsys.readouterr().err
 
 
+def _this_machine() -> tuple[set, set]:
+    """This machine's NVIDIA GPUs and RDMA NICs, found without doctor: PCI devices of
+    class 0x03 (display) from vendor 0x10de, and of class 0x02 (network) with an
+    infiniband/ entry."""
+    gpus, nics = set(), set()
+    for dev in Path("/sys/bus/pci/devices").glob("*"):
+        try:
+            base = int((dev / "class").read_text(), 16) >> 16
+            vendor = int((dev / "vendor").read_text(), 16)
+        except (OSError, ValueError):
+            continue
+        if base == 0x03 and vendor == 0x10DE:
+            gpus.add(dev.name)
+        elif base == 0x02 and (dev / "infiniband").is_dir():
+            nics.add(dev.name)
+    return gpus, nics
+
+
 def test_runs_on_this_machine(capsys):
-    """Whatever this machine has (on CI: no GPU, no RDMA NIC), doctor reports it."""
+    """Whatever this machine has (on CI: no GPU, no RDMA NIC), doctor reports exactly
+    that: the same GPUs and NICs as a direct look at sysfs, this kernel, one pair per
+    GPU and NIC, and a verdict that follows from them."""
     assert main(["doctor", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["verdict"]
+    report = json.loads(capsys.readouterr().out)
+    gpus, nics = _this_machine()
+    assert {g["bdf"] for g in report["gpus"]} == gpus
+    assert {n["bdf"] for n in report["nics"]} == nics
+    assert report["kernel"] == Path("/proc/sys/kernel/osrelease").read_text().strip()
+    assert report["nvidia_driver"]["loaded"] == Path("/proc/driver/nvidia/version").exists()
+    assert len(report["pairs"]) == len(gpus) * len(nics)
+    if not (gpus and nics):
+        assert report["ready"] is False
+    assert report["verdict"] == doctor.verdict(report)
+    if not gpus:
+        assert report["verdict"].startswith("no NVIDIA GPU")
+    elif not nics:
+        assert report["verdict"].startswith(f"no RDMA NIC found ({len(gpus)} GPU(s))")

@@ -1,0 +1,147 @@
+"""Device-verb behaviour no other test reached (issue 18): a completion queue that wraps
+under ``poll_cq``, and a staging run that needs padding at the ring's end while earlier
+slots are still held."""
+import numpy as np
+import pytest
+
+from gwtest import ACCESS_RW
+from gpuwrite import layouts as L
+from gpuwrite.cudaenv import cuda
+from gpuwrite.device import verbs as dv
+from gpuwrite.host.memory import mapped
+from gpuwrite.host.verbs import Context
+
+N_WQES = 56          # three and a half laps of a 16-entry CQ
+WAIT_NS = 2_000_000_000
+
+
+@cuda.jit
+def _post_each_and_wait(Q, src_addr, lkey, dst_addr, rkey, out):
+    """Posts N signaled 64-byte writes one at a time, waiting for each; records the
+    status and what the QP state says after each wait."""
+    if cuda.threadIdx.x == 0:
+        for k in range(out.shape[0]):
+            st = dv.sq_reserve(Q, 0, 1, WAIT_NS)
+            if st == dv.OK:
+                dv.wqe_rdma_write(Q, 0, src_addr + 64 * k, lkey, 64, dst_addr + 64 * k, rkey,
+                                  True, 0)
+                dv.ring_doorbell(Q, 0)
+                st = dv.wait_done(Q, 0, Q[dv.Q_STATE][0, dv.S_PI], WAIT_NS)
+            out[k, 0] = st
+            out[k, 1] = Q[dv.Q_STATE][0, dv.S_DONE]
+            out[k, 2] = Q[dv.Q_STATE][0, dv.S_CQ_CI]
+            out[k, 3] = Q[dv.Q_STATE][0, dv.S_LAST_CQE]
+            if st != dv.OK:
+                return
+
+
+@pytest.mark.timeout(60)
+def test_poll_cq_follows_the_owner_bit_through_several_laps_of_the_cq():
+    """A CQ of 16 entries and 56 completions: from the second lap on, an entry whose owner
+    bit is that of the previous lap is an old completion, never a new one."""
+    with Context() as ctx:
+        pd = ctx.alloc_pd()
+        src = mapped((N_WQES * 16,), np.uint32)
+        src.host[:] = np.arange(N_WQES * 16, dtype=np.uint32) * 2654435761
+        dst = mapped((N_WQES * 16,), np.uint32)
+        smr = pd.reg_mr(src, access=L.ACCESS_LOCAL_WRITE)
+        dmr = pd.reg_mr(dst, access=ACCESS_RW)
+        qs = pd.create_queues(1, sq_bbs=16, ncqe=16)
+        out = cuda.to_device(np.zeros((N_WQES, 4), dtype=np.int64))
+        ctx.start()
+        _post_each_and_wait[1, 1](qs.device_args, smr.address, smr.lkey, dmr.address, dmr.rkey,
+                                  out)
+        cuda.synchronize()
+        got = out.copy_to_host()
+        delivered = dst.host.copy()
+        cqes = ctx.counters()["cqes"]
+    k = np.arange(N_WQES)
+    assert (got[:, 0] == dv.OK).all(), f"statuses {got[:, 0].tolist()}"
+    assert got[:, 1].tolist() == (k + 1).tolist(), "S_DONE after each wait"
+    assert got[:, 2].tolist() == (k + 1).tolist(), "completions consumed after each wait"
+    assert got[:, 3].tolist() == k.tolist(), "the completion each wait consumed"
+    assert cqes == N_WQES
+    assert np.array_equal(delivered, src.host)
+
+
+@cuda.jit
+def _reserve(Q, sizes, out):
+    if cuda.threadIdx.x == 0:
+        for k in range(sizes.shape[0]):
+            st, first, total = dv.stage_reserve(Q, 0, sizes[k], 50_000_000)
+            out[k, 0] = st
+            out[k, 1] = first
+            out[k, 2] = total
+            out[k, 3] = Q[dv.Q_STATE][0, dv.S_STAGE_RES]
+
+
+SLOT = 64
+
+
+def _slots_bytes(n_slots: int) -> int:
+    """A payload that, with its header, takes exactly ``n_slots`` slots."""
+    return n_slots * SLOT - L.STAGE_HDR_BYTES
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("seen", [False, True])
+def test_a_run_padded_at_the_ring_end_waits_for_the_pad_slots_while_they_are_held(nic, seen):
+    """An 8-slot ring: A takes slots 0-1, B slots 2-5. With A returned and B still held,
+    a 3-slot run does not fit at 6-7: it must start at 0 with 2 slots of padding, 5 slots
+    in all, and only 4 are free, so it waits (and times out). Once B is returned it gets
+    slot 0 and is charged 5 slots. ``seen``: the GPU has already read that A came back
+    (its copy of the NIC's counter is current), so only the padding makes it wait."""
+    qs = nic.alloc_pd().create_queues(1, sq_bbs=16, ncqe=16, stage_slots=8,
+                                      stage_slot_bytes=SLOT)
+    freed = qs.status.host[0, L.STATUS_W_STAGE_FREED:L.STATUS_W_STAGE_FREED + 1]
+
+    def reserve(*n_slots):
+        out = cuda.to_device(np.zeros((len(n_slots), 4), dtype=np.int64))
+        sizes = np.array([_slots_bytes(n) for n in n_slots], dtype=np.int64)
+        _reserve[1, 1](qs.device_args, cuda.to_device(sizes), out)
+        return out.copy_to_host().tolist()
+
+    slot_words = SLOT // 4
+    assert reserve(2, 4) == [[dv.OK, 0, 2, 2], [dv.OK, 2 * slot_words, 4, 6]]
+    freed[0] = 2                                   # the NIC returns A; B stays held
+    if seen:
+        state = qs.state.copy_to_host()
+        state[0, dv.S_STAGE_FREED] = 2
+        qs.state.copy_to_device(state)
+    assert reserve(3)[0][0] == dv.E_TIMEOUT_STAGING
+    freed[0] = 6                                   # and now B
+    assert reserve(3) == [[dv.OK, 0, 5, 11]]
+    # The ring is at slot 3 with 3 slots held (0-2): 5 fit at 3-7, no padding.
+    freed[0] = 8
+    assert reserve(5) == [[dv.OK, 3 * slot_words, 5, 16]]
+
+
+@cuda.jit
+def _post_bad_rkey_and_wait(Q, src_addr, lkey, dst_addr, rkey, out):
+    if cuda.threadIdx.x == 0:
+        dv.wqe_rdma_write(Q, 0, src_addr, lkey, 64, dst_addr, rkey ^ 0x3, True, 0)
+        dv.ring_doorbell(Q, 0)
+        out[0] = dv.wait_done(Q, 0, Q[dv.Q_STATE][0, dv.S_PI], WAIT_NS)
+        out[1] = Q[dv.Q_STATE][0, dv.S_LAST_SYND]
+        out[2] = dv.qp_in_error(Q, 0)
+
+
+@pytest.mark.timeout(30)
+def test_a_device_wait_reports_the_error_completion_s_syndrome_and_reason():
+    with Context() as ctx:
+        pd = ctx.alloc_pd()
+        src = mapped((16,), np.uint32)
+        dst = mapped((16,), np.uint32)
+        smr = pd.reg_mr(src, access=L.ACCESS_LOCAL_WRITE)
+        dmr = pd.reg_mr(dst, access=ACCESS_RW)
+        qs = pd.create_queues(1, sq_bbs=16, ncqe=16)
+        out = cuda.to_device(np.zeros(3, dtype=np.int64))
+        ctx.start()
+        _post_bad_rkey_and_wait[1, 1](qs.device_args, smr.address, smr.lkey, dmr.address,
+                                      dmr.rkey, out)
+        cuda.synchronize()
+        status, synd, in_error = out.copy_to_host().tolist()
+    assert status == dv.E_CQE_ERROR
+    assert synd >> 8 == L.SYNDROME["remote_access_err"]
+    assert synd & 0xFF == L.REASON["bad_rkey"]
+    assert in_error == 1
