@@ -38,3 +38,10 @@ COLUMNS=160 python3 -c "
 import json, sys
 from gpuwrite.cli.bench import _print
 _print(json.load(open('$OUT/bench.json')))" 2>&1 | tee "$OUT/bench.txt"
+step put_api_bench
+started=$SECONDS
+# put + quiet kernel vs send_messages (64 B latency, 1 MiB bandwidth, 64 B rate) and the
+# all-to-all application's time per path (experiments/apps/bench.py).
+timeout 240 python3 -m experiments.apps.bench ${QUICK:+--quick} --out "$OUT/put_api_bench.json" \
+  > "$OUT/put_api_bench.txt" 2> "$OUT/put_api_bench.err"
+echo "put_api_bench rc=$? ($((SECONDS - started)) s)"; tail -30 "$OUT/put_api_bench.txt"; tail -5 "$OUT/put_api_bench.err"

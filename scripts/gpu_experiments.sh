@@ -1,15 +1,14 @@
 #!/usr/bin/env bash
 # On a GPU machine: calibrate this GPU, run the sweeps only a GPU can measure (figure 4's
-# emulated points, figure 5's latency CDF, figure 9's emulated latency vs size), draw those
-# figures, and copy the files to $OUT (default ./gpu-out). Under 9 minutes on an H100.
+# emulated points, figure 5's latency CDF, figure 9's emulated latency vs size), and copy
+# the tables to $OUT (default ./gpu-out). Under 9 minutes on an H100.
 #
 # Then, on any machine: copy $OUT/*.parquet to experiments/results/gpu/ and the
 # calibration TOML to experiments/calibration/, commit them, and run `gpuwrite figures`.
 #
 # Usage: bash scripts/gpu_experiments.sh
-# What comes back (8 files at most): gpu_experiments.log (every step's output and rc), the
-# calibration TOML, experiments/results/gpu/*.parquet (figures 4, 5 and 9), and the PNGs of
-# figures 4 and 9.
+# What comes back: gpu_experiments.log (every step's output and rc), the calibration TOML
+# and experiments/results/gpu/*.parquet (figures 4, 5 and 9).
 set -u
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
@@ -47,7 +46,7 @@ step build 300 python3 csrc/ffi_build.py || { tail -30 "$LOG"; exit 1; }
 rm -f gpuwrite/_gw_cffi.c csrc/*.o
 
 # Calibration: the file lands in experiments/calibration/<device>-<date>.toml.
-step calibrate 120 python3 -m gpuwrite calibrate
+step calibrate 180 python3 -m gpuwrite calibrate
 # Figures 4 and 5: measured now (--fresh), not taken from results stored earlier.
 # Figure 4: the emulated points only (the model lines are computed anywhere).
 step fig4_emulated 200 python3 -m gpuwrite sweep experiments/fig4_throughput.toml --sweep emulated --fresh --json
@@ -55,11 +54,10 @@ step fig4_emulated 200 python3 -m gpuwrite sweep experiments/fig4_throughput.tom
 step fig5_cdf 120 python3 -m gpuwrite sweep experiments/fig5_latency_cdf.toml --fresh --json
 # Figure 9: latency vs size per path, one message in flight, 32 and 256 threads.
 step fig9_latency 150 python3 -m gpuwrite sweep experiments/fig9_emulated_latency.toml --fresh --json
-step figures 120 python3 -m gpuwrite figures --only fig4_throughput --only fig5_latency_cdf --only fig9_emulated_latency
+# The figures are drawn afterwards on any machine, from the tables this copies back.
 
 calibration=$(ls -t experiments/calibration/*.toml 2>/dev/null | head -1)
-for file in $calibration experiments/results/gpu/*.parquet \
-            experiments/figures/fig4_throughput.png experiments/figures/fig9_emulated_latency.png; do
+for file in $calibration experiments/results/gpu/*.parquet; do
   [ -f "$file" ] && cp "$file" "$OUT/"
 done
 echo "== steps:$RCS" | tee -a "$LOG"
