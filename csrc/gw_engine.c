@@ -723,16 +723,33 @@ static uint64_t agent_post(struct gw_engine *e, uint64_t dst, uint64_t src, uint
     return t;
 }
 
+static int quiesce(struct gw_engine *e, uint64_t gen);
+static uint64_t bump_gen(struct gw_engine *e);
+
+/* Attaches an agent (ring != NULL) or detaches it (ring == NULL); -1 for a bad ring, -2
+ * when running workers did not let go of the old ring within quiesce's limit. */
 int gw_engine_set_pull_agent(struct gw_engine *e, void *ring, void *done, uint32_t slots,
                              uint64_t timeout_ns)
 {
     if (ring && (slots == 0 || slots > 65536 || (slots & (slots - 1)) || !done))
         return -1;
+    pthread_mutex_lock(&e->lock);
+    if (e->cfg.pull_ring) {
+        /* Workers may be inside a pass that saw the old ring: its posts and waits still
+         * read pull_done and pull_slots, so those change only once every worker has
+         * finished a pass begun after the ring was withdrawn. */
+        __atomic_store_n(&e->cfg.pull_ring, NULL, __ATOMIC_RELEASE);
+        if (quiesce(e, bump_gen(e)) != 0) {
+            pthread_mutex_unlock(&e->lock);
+            return -2;
+        }
+    }
     e->cfg.pull_done = done;
     e->cfg.pull_slots = slots;
     e->cfg.pull_timeout_ns = timeout_ns ? timeout_ns : 1000000000ull;
     atomic_store(&e->agent_next, 0);
     __atomic_store_n(&e->cfg.pull_ring, ring, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&e->lock);
     return 0;
 }
 

@@ -36,7 +36,7 @@ P_SRC_WORD, P_BYTES, P_DST_ADDR, P_RKEY, P_LKEY, P_SIG_ADDR, P_SIG_RKEY, P_SIG_V
 P_COLS = 8
 
 
-@cuda.jit
+@cuda.jit(**api.KERNEL_OPTIONS)
 def dispatch(Q, cfg, send, plan, path, status):
     sh = cuda.shared.array(SLOTS, int64)
     pair = cuda.blockIdx.x * WARPS + cuda.threadIdx.x // 32

@@ -45,7 +45,7 @@ SMALL_RINGS = dict(sq_bbs=256, stage_slots=64, stage_slot_bytes=256, bounce_byte
 B_DST, B_RKEY, B_LKEY, B_BYTES, B_PER_QP, B_BATCH = range(6)
 
 
-@cuda.jit
+@cuda.jit(**api.KERNEL_OPTIONS)
 def put_latency(Q, cfg, src, prm, path, t_ns, status):
     """One warp, QP 0: each message is put, then quieted; t_ns[m] = post to completion."""
     sh = cuda.shared.array(SLOT1, int64)
@@ -67,7 +67,7 @@ def put_latency(Q, cfg, src, prm, path, t_ns, status):
         status[0] = st
 
 
-@cuda.jit
+@cuda.jit(**api.KERNEL_OPTIONS)
 def put_stream(Q, cfg, src, prm, path, warp_scope, t_first, t_last, status):
     """Block b drives QP b (the whole block, or its one warp): its messages are put one
     after another, a doorbell every ``batch``, then one quiet."""

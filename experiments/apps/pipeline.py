@@ -35,7 +35,7 @@ CANARY = 0xDEADBEEF
 R_DST_ADDR, R_RKEY, R_LKEY, R_SIG_ADDR, R_SIG_RKEY, R_TILE_BYTES, R_TILES = range(7)
 
 
-@cuda.jit
+@cuda.jit(**api.KERNEL_OPTIONS)
 def produce(Q, cfg, tiles, prm, path, t_start, status):
     sh = cuda.shared.array(SLOTS, int64)
     b = cuda.blockIdx.x
@@ -56,7 +56,7 @@ def produce(Q, cfg, tiles, prm, path, t_start, status):
         status[b] = st if st != api.OK else done
 
 
-@cuda.jit
+@cuda.jit(**api.KERNEL_OPTIONS)
 def consume(recv, sig, tile_words, timeout_ns, sums, t_seen, status):
     ready = cuda.shared.array(1, int64)
     c = cuda.blockIdx.x

@@ -62,6 +62,7 @@ from gpuwrite import layouts as L
 from gpuwrite._gw_cffi import lib
 from gpuwrite.cudaenv import SIMULATOR, cuda
 from gpuwrite.device import verbs as dv
+from gpuwrite.device.verbs import KERNEL_OPTIONS   # re-exported: @cuda.jit(**api.KERNEL_OPTIONS)
 from gpuwrite.device.copy import copy_bytes as _copy_bytes   # 16-byte vectors (issue 14)
 from gpuwrite.device.intrinsics import (address_of, backoff, bswap32, globaltimer_ns,
                                         ld_acquire_sys_u32, st_relaxed_sys_u32, st_v4_u32)

@@ -27,7 +27,7 @@ from __future__ import annotations
 from numba import uint32
 
 from gpuwrite import layouts as L
-from gpuwrite.cudaenv import cuda
+from gpuwrite.cudaenv import SIMULATOR, cuda
 from gpuwrite.device.copy import copy_bytes
 from gpuwrite.device.intrinsics import (
     backoff,
@@ -137,6 +137,13 @@ _ALIGN_MIN = L.STAGE_ALIGN_MIN_BYTES
 _F_ALIGNED = L.STAGE_F_ALIGNED
 _INLINE_FLAG = L.INLINE_SEG_FLAG
 _MAX_INLINE = L.MAX_INLINE_BYTES
+
+# Options for kernels that call these verbs: at most 128 registers a thread, so that a
+# block of 512 threads can launch (65536 registers per SM). The payload preloads took the
+# H100's compiler past 128 and launches failed with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
+# ptxas for sm_90 fits send_messages in 128 with no spills. The simulator has no such option.
+MAX_REGISTERS = 128
+KERNEL_OPTIONS = {} if SIMULATOR else {"max_registers": MAX_REGISTERS}
 _CQ_UPDATE = L.CTRL_CQ_UPDATE
 _OP_WRITE = L.OPCODE_RDMA_WRITE
 _OP_NOP = L.OPCODE_NOP

@@ -65,13 +65,9 @@ def _reap(q, pend, i, t_done, head, tail):
     return head
 
 
-# At most 128 registers a thread, so that a block of 512 threads (the bench's bandwidth
-# runs) can launch: the payload preloads made the H100's compiler go past 128, and the
-# launch failed with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES. ptxas for sm_90 fits the kernel
-# in 128 with no spills.
-MAX_REGISTERS = 128
+MAX_REGISTERS = dv.MAX_REGISTERS
 MAX_BLOCK_THREADS = 65536 // MAX_REGISTERS
-_LIMITS = {} if SIMULATOR else {"max_registers": MAX_REGISTERS}   # no such option there
+_LIMITS = dv.KERNEL_OPTIONS
 
 
 @cuda.jit(**_LIMITS)

@@ -110,6 +110,9 @@ def _nonblocking_stream():
     return libcuda, handle
 
 
+# Agents whose ring the engine could not be detached from: kept alive for the process.
+_KEPT: list = []
+
 class PullAgent:
     """Runs the agent for a context's engine: ``with PullAgent(ctx): ...`` sends the
     engine's pulls from GPU memory to it, and stops it at the end."""
@@ -165,7 +168,10 @@ class PullAgent:
             self._stream.synchronize()
             self._libcuda.cuStreamDestroy_v2(self._handle)
             self._stream = None
-        lib.gw_engine_set_pull_agent(self.ctx._engine, ffi.NULL, ffi.NULL, 0, 0)
+        if lib.gw_engine_set_pull_agent(self.ctx._engine, ffi.NULL, ffi.NULL, 0, 0) != 0:
+            _KEPT.append(self)   # a worker may still read the ring: never free it
+            raise RuntimeError("the engine's workers did not let go of the pull agent's ring "
+                               "within 10 s; its memory is kept")
         failed = ffi.new("uint64_t *")
         answered = lib.gw_engine_agent_pulls(self.ctx._engine, failed)
         out = self.outcome.copy_to_host()
