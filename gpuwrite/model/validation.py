@@ -149,6 +149,11 @@ def _sweep_rows(sweeps: dict, params: Params, source: str, machine: str) -> list
     return out
 
 
+def _at(size_bytes) -> str:
+    """' at N B', or nothing for a measurement of no one size (a full-grid sweep)."""
+    return "" if pd.isna(size_bytes) else f" at {int(size_bytes)} B"
+
+
 def summary(frame: pd.DataFrame) -> str:
     """One line: how many counted predictions are within the goal, and which miss."""
     counted = frame[frame["within_goal"].notna()]
@@ -156,7 +161,7 @@ def summary(frame: pd.DataFrame) -> str:
     text = (f"{int((counted['within_goal'] == True).sum())} of {len(counted)} predictions for transfers of "  # noqa: E712
             f"{GOAL_MIN_BYTES} B and more are within {GOAL_PCT:g} %")
     if len(misses):
-        text += "; misses: " + "; ".join(f"{r.machine} {r.quantity} at {int(r.size_bytes)} B ({r.error_pct:+.0f} %)"
+        text += "; misses: " + "; ".join(f"{r.machine} {r.quantity}{_at(r.size_bytes)} ({r.error_pct:+.0f} %)"
                                          for r in misses.itertuples())
     return text
 
