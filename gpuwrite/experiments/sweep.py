@@ -145,8 +145,11 @@ def _stored_rows(spec: ExperimentSpec, results_dir: Path) -> dict[str, pd.DataFr
     measured += [pd.read_parquet(f) for f in sorted(folder.glob("*.parquet"))] if folder.is_dir() else []
     out: dict[str, pd.DataFrame] = {}
     for frame in measured:
+        # One row a configuration: the same configuration can stand in two sweeps of one
+        # table (Fig. 6's sensitivity sweep holds a point of its throughput sweep), and
+        # taking every stored row would duplicate it again on each rerun.
         for key, positions in frame.groupby("config_hash", sort=False).indices.items():
-            out.setdefault(key, frame.iloc[positions])
+            out.setdefault(key, frame.iloc[positions[:1]])
     return out
 
 
