@@ -123,4 +123,4 @@ def test_a_bounce_ring_wait_times_out_when_nothing_completes(nic):
     cuda.synchronize()
     got = out.copy_to_host()
     assert got[0] == dv.OK
-    check_timed_out(got[1:], dv.E_TIMEOUT_SQ)
+    check_timed_out(got[1:], dv.E_TIMEOUT_BOUNCE)    # its own code, not the send queue's
