@@ -1,12 +1,19 @@
 """The applications in experiments/apps, at CI sizes on the CUDA simulator."""
 import json
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from experiments.apps import alltoall, bench, pipeline
-from experiments.apps.common import EXIT_UNAVAILABLE
-from gpuwrite.device import api
+# The applications live in the checkout's experiments/, which is not part of the installed
+# package: the checkout is appended (not prepended) to the path, so that under `pytest -P`
+# `gpuwrite` still comes from the installed package, which has the compiled engine.
+sys.path.append(str(Path(__file__).resolve().parents[2]))
+
+from experiments.apps import alltoall, bench, pipeline  # noqa: E402
+from experiments.apps.common import EXIT_UNAVAILABLE  # noqa: E402
+from gpuwrite.device import api  # noqa: E402
 
 
 def test_alltoall_delivers_every_byte_on_every_path():
