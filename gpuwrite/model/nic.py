@@ -225,7 +225,7 @@ SOURCES = {
     "nic.read_outstanding": "assumption: 64 outstanding read requests (8-bit PCIe tags allow 256)",
     "nic.read_request_overhead_ns": "pcie-bench/data bw_dma_sz_sweep.csv: NFP6000 16 ns per 64 B DMA; assumed 4x faster",
     "nic.read_stream_gbps": "assumption: a ConnectX-class engine streams one read at link rate (0); "
-                            "pcie-bench's NFP6000 does not (experiments/model/validation)",
+                            "pcie-bench's NFP6000 does not (gpuwrite/model/validation_data)",
     "nic.fifo_bytes": "assumption: 16 KiB cut-through FIFO of the naive (drop) NIC",
     "network.rate_gbps": "IBTA NDR 4x: 400 Gb/s",
     "network.propagation_ns": "assumption: ~20 m of cable at 5 ns/m",

@@ -3,7 +3,7 @@
 Two sources, one parameter set per machine (no per-size fitting):
 
 * pcie-bench's NFP6000 DMA engine (Neugebauer et al., SIGCOMM 2018; the data repository's
-  values copied into experiments/model/validation/pcie_bench_nfp6000_e5-2630v4.csv):
+  values copied into gpuwrite/model/validation_data/pcie_bench_nfp6000_e5-2630v4.csv):
   latency of one DMA read of host memory vs size, and DMA read bandwidth vs size, with
   the parameter file nfp6000_e5-2630v4.toml beside it. Model: ``paths.read_ns`` (one read
   at zero load) and ``paths.read_engine_gbps`` (saturated reads) on the route NIC -> host
@@ -30,7 +30,8 @@ from gpuwrite.model import paths, pcie
 from gpuwrite.model.params import Params, _load_toml
 
 ROOT = Path(__file__).resolve().parents[2]
-VALIDATION_DIR = ROOT / "experiments" / "model" / "validation"
+# Shipped with the package (pyproject package-data): the model is checked wherever it is installed.
+VALIDATION_DIR = Path(__file__).resolve().parent / "validation_data"
 CALIBRATION_DIR = ROOT / "experiments" / "calibration"
 PCIE_BENCH_DATA = VALIDATION_DIR / "pcie_bench_nfp6000_e5-2630v4.csv"
 PCIE_BENCH_PARAMS = VALIDATION_DIR / "nfp6000_e5-2630v4.toml"
