@@ -110,8 +110,13 @@ def test_app_kernels_compile_for_a_gpu():
     import subprocess
     import sys
 
-    p = subprocess.run([sys.executable, "-c", _PTX_SCRIPT], capture_output=True, text=True,
-                       env=dict(os.environ, NUMBA_ENABLE_CUDASIM="0"), timeout=600)
+    # -P and PYTHONPATH: the child imports the gpuwrite this test imported (the working
+    # directory, a checkout without the compiled extension, must not shadow it), and the apps.
+    home = str(Path(api.__file__).resolve().parents[2])
+    p = subprocess.run([sys.executable, "-P", "-c", _PTX_SCRIPT], capture_output=True, text=True,
+                       env=dict(os.environ, NUMBA_ENABLE_CUDASIM="0",
+                                PYTHONPATH=os.pathsep.join([home, str(Path(__file__).resolve().parents[2])])),
+                       timeout=600)
     if p.returncode != 0:
         if "NVVM" in p.stderr or "libnvvm" in p.stderr:
             pytest.skip("no NVVM on this machine to compile PTX with")

@@ -110,7 +110,8 @@ def test_installed_copy_without_csrc_gets_the_same_keys(tmp_path):
     """An installed package (no csrc/, no pyproject.toml beside it) fingerprints the emulated
     backend exactly as this checkout does."""
     site = tmp_path / "site"
-    shutil.copytree(ROOT / "gpuwrite", site / "gpuwrite",
+    # The package this test imported (installed, or built in place): it has the extension.
+    shutil.copytree(Path(spec_module.__file__).resolve().parents[1], site / "gpuwrite",
                     ignore=shutil.ignore_patterns("__pycache__", "*.c", "*.o"))
     code = "from gpuwrite.experiments.spec import code_fingerprint as f; print(f('emulated'), f('model'))"
     env = {**os.environ, "PYTHONPATH": str(site), "NUMBA_ENABLE_CUDASIM": "1"}

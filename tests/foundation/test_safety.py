@@ -10,6 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import gpuwrite
+
 import numpy as np
 import pytest
 
@@ -23,13 +25,16 @@ from gpuwrite.host.wqe import HostPoster, rdma_write
 from gpuwrite.paths import runner
 
 ROOT = Path(__file__).resolve().parents[2]
+# Where the gpuwrite this test imported lives (site-packages under README's `pytest -P`,
+# the checkout when the extension was built in place): child processes import the same one.
+GPUWRITE_HOME = str(Path(gpuwrite.__file__).resolve().parents[1])
 
 
 def _run(script: str, timeout_s: float = 60) -> str:
     """Runs ``script`` in a fresh interpreter on this tree; returns its stdout. A crash
     (signal, glibc abort) or a hang fails the test with what the child printed."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], env=env, cwd=ROOT,
+    env = dict(os.environ, PYTHONPATH=GPUWRITE_HOME)
+    proc = subprocess.run([sys.executable, "-P", "-c", textwrap.dedent(script)], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout_s)
     assert proc.returncode == 0, (f"child exited with {proc.returncode}\n"
                                   f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-3000:]}")

@@ -1,5 +1,10 @@
 """The testbed runner's pure parts, and its refusal to pretend on a machine without a NIC."""
+import os
+from pathlib import Path
+
 import pytest
+
+import gpuwrite
 
 from gpuwrite.backends import availability
 from gpuwrite.backends.testbed import EXIT_UNAVAILABLE, probe
@@ -79,8 +84,11 @@ def test_selftest_without_a_device_says_so_and_exits_3(capsys):
     assert main(["testbed", "--selftest"]) == EXIT_UNAVAILABLE
     out = capsys.readouterr().out
     assert out.startswith("gpuwrite testbed --selftest: not run: ") and out.count("\n") == 1
-    run = subprocess.run([sys.executable, "-m", "gpuwrite", "testbed", "--selftest", "--json"],
-                         capture_output=True, text=True, timeout=120)
+    # -P: the working directory (the checkout) must not shadow the gpuwrite this test
+    # imported; PYTHONPATH names where that one lives.
+    home = str(Path(gpuwrite.__file__).resolve().parents[1])
+    run = subprocess.run([sys.executable, "-P", "-m", "gpuwrite", "testbed", "--selftest", "--json"],
+                         capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": home})
     assert run.returncode == EXIT_UNAVAILABLE and "Traceback" not in run.stderr
     out = json.loads(run.stdout)
     assert out["mode"] == "testbed-selftest" and out["ran"] is False
