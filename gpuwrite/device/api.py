@@ -62,7 +62,7 @@ from gpuwrite import layouts as L
 from gpuwrite._gw_cffi import lib
 from gpuwrite.cudaenv import SIMULATOR, cuda
 from gpuwrite.device import verbs as dv
-from gpuwrite.device.verbs import KERNEL_OPTIONS   # re-exported: @cuda.jit(**api.KERNEL_OPTIONS)
+from gpuwrite.device.verbs import KERNEL_OPTIONS  # noqa: F401  (re-exported: @cuda.jit(**api.KERNEL_OPTIONS))
 from gpuwrite.device.copy import copy_bytes as _copy_bytes   # 16-byte vectors (issue 14)
 from gpuwrite.device.intrinsics import (address_of, backoff, bswap32, globaltimer_ns,
                                         ld_acquire_sys_u32, st_relaxed_sys_u32, st_v4_u32)
@@ -700,11 +700,13 @@ def default_thresholds() -> Thresholds:
                                                  f"not import: {exc})")
 
 
-def newest_calibration() -> str | None:
-    """The newest ``gpuwrite calibrate`` file in the checkout's experiments/calibration/."""
-    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    files = sorted(glob.glob(os.path.join(here, "experiments", "calibration", "*.toml")),
-                   key=os.path.getmtime)
+def newest_calibration(folder: str | None = None) -> str | None:
+    """The newest ``gpuwrite calibrate`` file in ``folder`` (default: the checkout's
+    experiments/calibration/ beside this package; an installed package has none)."""
+    if folder is None:
+        here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        folder = os.path.join(here, "experiments", "calibration")
+    files = sorted(glob.glob(os.path.join(str(folder), "*.toml")), key=os.path.getmtime)
     return files[-1] if files else None
 
 

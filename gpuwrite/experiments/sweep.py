@@ -225,7 +225,9 @@ def _assemble(spec: ExperimentSpec, sweep: Sweep, points: list[dict], measured: 
                          "measure": sweep.measure or "", "output": sweep.output}, index=body.index)
     config = pd.DataFrame({column: pd.Series([p.get(column) for p in points]).take(point_of_row).to_numpy()
                            for column in sweep.columns}, index=body.index).infer_objects()
-    body = body.dropna(axis=1, how="all")
+    # Empty measured columns go; meta columns stay even when empty (an installed package
+    # has no git commit: the column says None rather than vanishing).
+    body = body.drop(columns=[c for c in body.columns if c not in store.META_COLUMNS and body[c].isna().all()])
     meta = [c for c in store.META_COLUMNS if c in body]
     return pd.concat([head, config, body.drop(columns=meta), body[meta]], axis=1)
 
