@@ -269,7 +269,9 @@ class SimResult:
         """Books at evenly spaced times: sent = delivered + in flight + held + dropped."""
         raw, inputs = self.raw, self.inputs
         samples = samples or self.workload.samples
-        end = int(max(raw["done"].max(), raw["drain_end"].max() + inputs.credit_return_delay))
+        # Per packet: a dropped message's packets sent before the loss drain (and return
+        # their credits) after every message-level time, so the books must run past them.
+        end = int(max(raw["done"].max(), raw["p_drain_end"].max() + inputs.credit_return_delay))
         times = np.linspace(0, end, samples + 1)[1:].astype(np.int64)
         sizes = inputs.sizes
         dropped = raw["dropped"].astype(bool)

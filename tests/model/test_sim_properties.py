@@ -148,3 +148,22 @@ def test_fast_core_and_simpy_reference_agree_on_random_runs(run):
     fast, reference = sim.run_fast(inputs), run_simpy(inputs)
     for key in fast:
         assert np.array_equal(fast[key], reference[key]), key
+
+
+def test_a_message_dropped_after_its_first_packet_still_returns_that_packets_credits():
+    """Found by the property above: with ``drop``, a 4097-byte message whose second packet
+    overflows the FIFO has sent its first; the books must run until that packet's credits
+    are back (they ended at the last message-level return, 65 blocks short)."""
+    from gpuwrite.model.params import Params, Workload
+
+    params = Params().updated({
+        "path": "gpu_push", "topology": "same_switch", "gpu": {"poll_interval_ns": 0.0},
+        "nic": {"staging_buffer_bytes": 16384, "policy": "drop", "read_outstanding": 1, "fifo_bytes": 4096},
+        "network": {"vl_buffer_bytes": 16384, "credit_update_delay_ns": 0.0},
+        "receiver": {"drain_rate_gbps": 50.0}})
+    workload = Workload(n_messages=6, n_qps=1, size_kind="choice", size_bytes=4096, sizes_bytes=(4097,),
+                        arrival="closed", outstanding=3, issue_gap_ns=10.0, samples=200)
+    result = sim.simulate(params, workload, 0)
+    assert result.raw["dropped"].any()                                   # the case is exercised
+    assert ((result.raw["p_tx_start"] >= 0) & (result.raw["p_table"] >= 0)).sum() > 0
+    assert result.timeseries()["credits_available"].iloc[-1] == params.network.credits_total
