@@ -138,18 +138,18 @@ def _stored_rows(spec: ExperimentSpec, results_dir: Path) -> dict[str, pd.DataFr
         table = store.read_table(store.table_path(results_dir, spec.name, gpu=gpu))
         if table is None or "config_hash" not in table:
             continue
-        for (backend, measure), part in table.groupby(["backend", "measure"], sort=False):
+        # One sweep at a time: the same configuration can stand in two sweeps of one table
+        # (Fig. 6's sensitivity sweep holds a point of its throughput sweep), and its rows
+        # (several for a time series) must come from one of them, not from both.
+        for (backend, measure, _), part in table.groupby(["backend", "measure", "sweep"], sort=False):
             drop = set(store.FRAME_COLUMNS) | set(allowed_keys(backend, measure or None))
             measured.append(part.drop(columns=[c for c in part.columns if c in drop]))
     folder = store.cache_dir(results_dir, spec.name)
     measured += [pd.read_parquet(f) for f in sorted(folder.glob("*.parquet"))] if folder.is_dir() else []
     out: dict[str, pd.DataFrame] = {}
     for frame in measured:
-        # One row a configuration: the same configuration can stand in two sweeps of one
-        # table (Fig. 6's sensitivity sweep holds a point of its throughput sweep), and
-        # taking every stored row would duplicate it again on each rerun.
         for key, positions in frame.groupby("config_hash", sort=False).indices.items():
-            out.setdefault(key, frame.iloc[positions[:1]])
+            out.setdefault(key, frame.iloc[positions])
     return out
 
 
