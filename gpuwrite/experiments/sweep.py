@@ -207,7 +207,8 @@ def _same_measurement(new: pd.DataFrame, old: pd.DataFrame | None) -> bool:
 def _kept_meta(old: pd.DataFrame, digest: str) -> pd.DataFrame:
     """A stored row whose values the current code reproduces: its date, version and commit
     stay (when the numbers were first made), its configuration hash becomes today's."""
-    frame = old.dropna(axis=1, how="all").reset_index(drop=True).copy()
+    frame = old.drop(columns=[c for c in old.columns if c not in store.META_COLUMNS and old[c].isna().all()])
+    frame = frame.reset_index(drop=True).copy()
     frame["config_hash"] = digest
     return frame
 
