@@ -204,11 +204,16 @@ def _same_measurement(new: pd.DataFrame, old: pd.DataFrame | None) -> bool:
     return True
 
 
+def _without_empty_columns(frame: pd.DataFrame) -> pd.DataFrame:
+    """Empty measured columns go; meta columns stay even when empty (an installed package
+    has no git commit: the column says None rather than vanishing)."""
+    return frame.drop(columns=[c for c in frame.columns if c not in store.META_COLUMNS and frame[c].isna().all()])
+
+
 def _kept_meta(old: pd.DataFrame, digest: str) -> pd.DataFrame:
     """A stored row whose values the current code reproduces: its date, version and commit
     stay (when the numbers were first made), its configuration hash becomes today's."""
-    frame = old.drop(columns=[c for c in old.columns if c not in store.META_COLUMNS and old[c].isna().all()])
-    frame = frame.reset_index(drop=True).copy()
+    frame = _without_empty_columns(old).reset_index(drop=True).copy()
     frame["config_hash"] = digest
     return frame
 
@@ -226,9 +231,7 @@ def _assemble(spec: ExperimentSpec, sweep: Sweep, points: list[dict], measured: 
                          "measure": sweep.measure or "", "output": sweep.output}, index=body.index)
     config = pd.DataFrame({column: pd.Series([p.get(column) for p in points]).take(point_of_row).to_numpy()
                            for column in sweep.columns}, index=body.index).infer_objects()
-    # Empty measured columns go; meta columns stay even when empty (an installed package
-    # has no git commit: the column says None rather than vanishing).
-    body = body.drop(columns=[c for c in body.columns if c not in store.META_COLUMNS and body[c].isna().all()])
+    body = _without_empty_columns(body)
     meta = [c for c in store.META_COLUMNS if c in body]
     return pd.concat([head, config, body.drop(columns=meta), body[meta]], axis=1)
 
