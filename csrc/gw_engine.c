@@ -23,10 +23,10 @@
 #include <dlfcn.h>
 #include <math.h>
 #include <sched.h>
-#include <emmintrin.h>
 
 #include "gw_layouts.h"
 #include "gw_engine.h"
+#include "gw_copy.h"
 
 /* ---- byte order and shared-memory access --------------------------------------- */
 
@@ -255,6 +255,7 @@ struct gw_engine {
     _Atomic uint64_t agent_failed;
     _Atomic uint64_t gen;
     struct gw_counters ctl;       /* counted by control operations (flush on QP destroy) */
+    struct gw_copy_pool copy;     /* helpers of large deliveries, while the workers run */
 };
 
 /* ---- counters -------------------------------------------------------------------- */
@@ -817,32 +818,6 @@ static int pull_device(struct gw_engine *e, struct worker *w, void *dst, uint64_
     return pull_wait(e, w);
 }
 
-/* Large deliveries use non-temporal stores: the destination is not read for ownership
- * first, which saves a third of the memory traffic of a staging->destination copy (the
- * GPU's PCIe writes share the same DRAM). The sfence orders them before the CQE. */
-enum { NT_MIN_BYTES = 4096 };
-
-static void copy_payload(void *dst, const void *src, size_t n)
-{
-    if (n < NT_MIN_BYTES || ((uintptr_t)dst & 15)) {
-        memcpy(dst, src, n);
-        return;
-    }
-    __m128i *d = dst;
-    const __m128i *s = src;
-    size_t blocks = n / 64;
-    for (size_t k = 0; k < blocks; k++, d += 4, s += 4) {
-        __m128i a = _mm_loadu_si128(s), b = _mm_loadu_si128(s + 1);
-        __m128i c = _mm_loadu_si128(s + 2), e = _mm_loadu_si128(s + 3);
-        _mm_stream_si128(d, a);
-        _mm_stream_si128(d + 1, b);
-        _mm_stream_si128(d + 2, c);
-        _mm_stream_si128(d + 3, e);
-    }
-    memcpy(d, s, n % 64);
-    _mm_sfence();
-}
-
 /* Copies message bytes [off, off + len) into the destination. */
 static int deliver_range(struct gw_engine *e, struct worker *w, struct qp *q, struct desc *d,
                          uint32_t off, uint32_t len)
@@ -878,7 +853,7 @@ static int deliver_range(struct gw_engine *e, struct worker *w, struct qp *q, st
                 return -1;
             count(&w->c.bytes_pulled, n);
         } else {
-            copy_payload(d->dst + off, (const void *)(uintptr_t)(s->addr + start), n);
+            gw_copy(&e->copy, d->dst + off, (const void *)(uintptr_t)(s->addr + start), n);
             if (s->kind == GW_MEM_HOST)
                 count(&w->c.bytes_host_read, n);
         }
@@ -1302,6 +1277,11 @@ struct gw_engine *gw_engine_create(const struct gw_engine_config *config, char *
         set_err(err, errlen, "idle_sleep_ns=%u: allowed 0 to 999999999", config->idle_sleep_ns);
         return NULL;
     }
+    if (config->copy_threads > GW_MAX_COPY_THREADS) {
+        set_err(err, errlen, "copy_threads=%u: allowed 0 to %u", config->copy_threads,
+                GW_MAX_COPY_THREADS);
+        return NULL;
+    }
     if (config->link.rate_gbps > 0 && config->link.rx_credits > 0 &&
         (config->link.mtu_bytes ? config->link.mtu_bytes : 4096) >
             (uint64_t)config->link.rx_credits * GW_CREDIT_BLOCK_BYTES) {
@@ -1600,12 +1580,21 @@ int gw_engine_remove_qp(struct gw_engine *e, uint32_t qpn)
     return 0;
 }
 
+/* An idle copy helper spins this long before it sleeps: one message in flight at a time
+ * leaves gaps of a few to a few hundred microseconds, and a futex wake-up costs tens. */
+enum { COPY_SPIN_NS = 2000000 };
+
 int gw_engine_start(struct gw_engine *e, char *err, size_t errlen)
 {
     pthread_mutex_lock(&e->lock);
     if (atomic_load(&e->running)) {
         pthread_mutex_unlock(&e->lock);
         set_err(err, errlen, "the engine is already running");
+        return -1;
+    }
+    if (gw_copy_pool_start(&e->copy, e->cfg.copy_threads, COPY_SPIN_NS) != 0) {
+        set_err(err, errlen, "cannot start the engine's %u copy threads", e->cfg.copy_threads);
+        pthread_mutex_unlock(&e->lock);
         return -1;
     }
     atomic_store(&e->running, 1);
@@ -1615,6 +1604,7 @@ int gw_engine_start(struct gw_engine *e, char *err, size_t errlen)
             atomic_store(&e->running, 0);
             for (uint32_t j = 0; j < i; j++)
                 pthread_join(e->workers[j].thread, NULL);
+            gw_copy_pool_stop(&e->copy);
             pthread_mutex_unlock(&e->lock);
             return -1;
         }
@@ -1631,6 +1621,8 @@ void gw_engine_stop(struct gw_engine *e)
         atomic_store(&e->running, 0);
         for (uint32_t i = 0; i < e->cfg.workers; i++)
             pthread_join(e->workers[i].thread, NULL);
+        /* After the workers: none is inside a copy that needs the helpers. */
+        gw_copy_pool_stop(&e->copy);
         e->started = 0;
     }
     pthread_mutex_unlock(&e->lock);

@@ -28,6 +28,7 @@ struct gw_engine_config {
     uint32_t max_cqs;
     uint32_t max_mrs;
     uint32_t idle_sleep_ns;       /* 0: spin without sleeping (lowest latency) */
+    uint32_t copy_threads;        /* helpers that split large deliveries (gw_copy.h); 0: none */
     struct gw_link_config link;
     void *cuda_context;           /* CUcontext for pulls from GPU memory; NULL: memcpy */
     const char *libcuda_path;     /* where to dlopen the CUDA driver when cuda_context is set */
@@ -119,6 +120,7 @@ enum {
     GW_RATE_MAX_GBPS = 100000,        /* ... to 100000 Gb/s, finite */
     GW_MAX_CREDIT_LATENCY_NS = 1000000000,
     GW_MAX_QPS = 65536,
+    GW_MAX_COPY_THREADS = 32,     /* gw_engine_config.copy_threads */
     GW_MAX_MRS = 16777216,            /* a key is index << 8 | 8 random bits, 32 bits in all */
     GW_ACCESS_ALL = 7,                /* every GW_ACCESS_* bit */
 };

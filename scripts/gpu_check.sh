@@ -23,7 +23,12 @@ rm -f gpuwrite/_gw_cffi.c csrc/*.o
 step() { echo "== $*"; }
 if [ "${1:-}" != "bench-only" ]; then
   step tests
-  timeout 200 python3 -m pytest -q -m 'not slow' tests/foundation 2>&1 | tee "$OUT/tests.log" | tail -25
+  # Compiling kernels dominates the GPU suite: with pytest-xdist (carried as a wheel) it
+  # runs in several processes, each with its own CUDA context and engine.
+  par=""
+  python3 -c "import xdist" 2>/dev/null && par="-n ${TEST_PROCS:-6}"
+  timeout ${TEST_LIMIT_S:-300} python3 -m pytest -q -m 'not slow' $par -rfE tests/foundation \
+    2>&1 | tee "$OUT/tests.log" | tail -40
   step demo
   timeout 60 python3 -m gpuwrite demo --json > "$OUT/demo.json" 2> "$OUT/demo.err"
   echo "demo rc=$?"; python3 -c "

@@ -163,11 +163,31 @@ if SIMULATOR:
                 barrier = per_block[warp] = threading.Barrier(
                     min(WARP_THREADS, threads - warp * WARP_THREADS))
         barrier.wait(timeout=600)
+
+    def _warp_bcast(a, leader, status, word):
+        """Lane 0's (status, word) on every lane, through shared memory (the simulator
+        has no shuffle); the second barrier keeps lane 0 from writing the next one
+        before every lane has read."""
+        if leader:
+            a[A_BC_ST] = status
+            a[A_BC_WORD] = word
+        _syncwarp()
+        st, w = a[A_BC_ST], a[A_BC_WORD]
+        _syncwarp()
+        return st, w
 else:
     @cuda.jit(device=True, inline=True)
     def _syncwarp():
         """Barrier of the warp; orders the lanes' memory accesses (``bar.warp.sync``)."""
         cuda.syncwarp(0xFFFFFFFF)
+
+    @cuda.jit(device=True, inline=True)
+    def _warp_bcast(a, leader, status, word):
+        """Lane 0's (status, word) on every lane: a register shuffle, no barrier. A
+        barrier right after lane 0's stores to host memory waits for them (0.2 to 0.5 us
+        on an H200, BENCHMARKS.md run 13), which a put of a small payload, posted whole
+        by lane 0, would otherwise pay on every call."""
+        return cuda.shfl_sync(0xFFFFFFFF, status, 0), cuda.shfl_sync(0xFFFFFFFF, word, 0)
 
 
 @cuda.jit(device=True)
@@ -248,10 +268,13 @@ def _flush(h):
 
 @cuda.jit(device=True)
 def _broadcast(a, scope, leader, status, word):
-    """The leader's (status, word) on every thread of the scope. The caller's next
-    barrier keeps the leader from writing the next broadcast before all have read."""
+    """The leader's (status, word) on every thread of the scope. At block scope the
+    caller's next barrier keeps the leader from writing the next broadcast before all
+    have read; a warp's needs none."""
     if scope == SCOPE_THREAD:
         return status, word
+    if scope == SCOPE_WARP:
+        return _warp_bcast(a, leader, status, word)
     if leader:
         a[A_BC_ST] = status
         a[A_BC_WORD] = word
@@ -473,7 +496,10 @@ def _post(h, path, src, src_word, n, raddr, rkey, lkey, last, with_sig, sig_radd
             _copy_bytes(q[dv.Q_BOUNCE][0], word, src, src_word, n, rank, nranks)
         elif path == GPU_PUSH_INLINE:
             _inline_payload(q, src, src_word, n, rank, nranks)
-    _sync(scope)
+    # The barrier orders the lanes' payload stores before the leader's doorbell (and, at
+    # block scope, ends the broadcast). A small push is the leader's alone: a warp skips it.
+    if not small or scope == SCOPE_BLOCK:
+        _sync(scope)
     if leader and st == OK and n > 0 and not small:
         info = q[dv.Q_INFO]
         if path == GPU_PUSH:

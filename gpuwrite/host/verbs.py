@@ -19,6 +19,7 @@ import heapq
 import itertools
 import math
 import operator
+import os
 import random
 import weakref
 from dataclasses import asdict, dataclass
@@ -174,6 +175,17 @@ class _Engine:
         self.pins.clear()
 
 
+def default_copy_threads(workers: int) -> int:
+    """Copy helpers a context gets unless told: none on the CUDA simulator (its timings
+    are Python's), else what the CPUs leave after the workers and two more threads
+    (the host's own and the GPU driver's), at most six: six helpers and the worker copy
+    pinned host memory at about 50 GB/s on the project's H100 machine (BENCHMARKS.md)."""
+    if SIMULATOR:
+        return 0
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(0, min(6, cpus - workers - 2))
+
+
 class Context:
     """An opened NIC: the software engine of emulated mode.
 
@@ -181,10 +193,15 @@ class Context:
     the GPU is back-pressured through staging credits, so nothing is lost) or ``"drop"``
     (the naive design: pushed data that finds no credits is dropped and counted).
     ``workers`` engine threads share the QPs (by CQ); a modelled link needs one.
+    ``copy_threads`` helper threads split each delivery of 32 KiB or more with the worker
+    that copies it (csrc/gw_copy.h): one CPU thread copies host memory at about a fifth
+    of a 400 Gb/s link, the step the copy stands in for. ``None`` picks
+    ``default_copy_threads(workers)``.
     """
 
     def __init__(self, policy: str = "hold", link: LinkConfig | None = None, workers: int = 1,
-                 max_qps: int = 4096, max_mrs: int = 4096, idle_sleep_ns: int = 0):
+                 max_qps: int = 4096, max_mrs: int = 4096, idle_sleep_ns: int = 0,
+                 copy_threads: int | None = None):
         if policy not in POLICIES:
             raise ValueError(f"policy={policy!r}: allowed {sorted(POLICIES)}")
         if link is not None and not isinstance(link, LinkConfig):
@@ -195,6 +212,11 @@ class Context:
                           " (key index 0 is never used)")
         idle_sleep_ns = _int_in("idle_sleep_ns", idle_sleep_ns, 0, 999_999_999,
                                 " (0: spin without sleeping)")
+        if copy_threads is None:
+            copy_threads = default_copy_threads(workers)
+        copy_threads = _int_in("copy_threads", copy_threads, 0, lib.GW_MAX_COPY_THREADS,
+                               " helper threads (0: each worker copies alone)")
+        self.copy_threads = copy_threads
         self.policy = policy
         self.link = link or LinkConfig()
         self.workers = workers
@@ -205,6 +227,7 @@ class Context:
         cfg.max_cqs = max_qps + 1    # CQ numbers run from 1 (0 is never handed out)
         cfg.max_mrs = max_mrs
         cfg.idle_sleep_ns = idle_sleep_ns
+        cfg.copy_threads = copy_threads
         for key, value in asdict(self.link).items():
             setattr(cfg.link, key, value)
         self._libcuda = ffi.new("char[]", b"libcuda.so.1")

@@ -1,0 +1,58 @@
+/* A pool of helper threads that split one large host-memory copy between them.
+ *
+ * The emulated NIC delivers a pushed message by copying it from the staging region to
+ * its destination; that copy stands in for the link (400 Gb/s is 50 GB/s) and the
+ * receiving NIC's DMA writes. One CPU thread copies pinned host memory at about 8 to 12
+ * GB/s, so a single-threaded copy made the stand-in cost several times the step it
+ * stands for. Internal to the engine (not part of the cffi interface). */
+#ifndef GW_COPY_H
+#define GW_COPY_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Include gw_engine.h first (GW_MAX_COPY_THREADS; it has no include guard: cffi reads it). */
+
+enum {
+    /* Copies shorter than this are not split: handing pieces out costs about a
+     * microsecond of cross-core traffic, what one thread copies 8 KiB in. */
+    GW_COPY_SPLIT_MIN_BYTES = 32 << 10,
+    GW_COPY_PIECE_MIN_BYTES = 8 << 10,
+};
+
+struct gw_copy_pool {
+    uint32_t threads;                 /* helpers; 0: the pool is off */
+    pthread_t tid[GW_MAX_COPY_THREADS];
+    pthread_mutex_t submit;           /* one job at a time; a busy pool: the caller copies alone */
+    /* The job: set by the submitter before it publishes `claim`. */
+    uint8_t *dst;
+    const uint8_t *src;
+    size_t bytes, piece;
+    uint32_t pieces;
+    /* (job << 32 | next piece): a helper claims a piece with a compare-and-swap that also
+     * checks the job, so one that wakes late never takes a piece of a later job. */
+    _Atomic uint64_t claim;
+    _Atomic uint32_t left;            /* pieces of the job not yet copied */
+    _Atomic uint32_t job;             /* futex word: helpers sleep on it */
+    _Atomic uint32_t sleepers;
+    _Atomic int stop;
+    uint64_t spin_ns;                 /* an idle helper spins this long before sleeping */
+    uint64_t jobs, split_bytes;       /* submitter-side counts (under `submit`) */
+};
+
+/* Starts `threads` helpers (0 leaves the pool off). Returns 0, or -1 if a thread could
+ * not be started (the pool is then off and every copy is single-threaded). */
+int gw_copy_pool_start(struct gw_copy_pool *p, uint32_t threads, uint64_t spin_ns);
+void gw_copy_pool_stop(struct gw_copy_pool *p);
+
+/* Copies n bytes; with a running pool and n >= GW_COPY_SPLIT_MIN_BYTES, the helpers and
+ * the caller copy pieces of it in parallel. Returns once every byte is in place and
+ * globally visible (the non-temporal stores are fenced). */
+void gw_copy(struct gw_copy_pool *p, void *dst, const void *src, size_t n);
+
+/* The single-threaded copy gw_copy uses for each piece. */
+void gw_copy_one(void *dst, const void *src, size_t n);
+
+#endif

@@ -1,0 +1,80 @@
+"""The engine's parallel delivery copy (csrc/gw_copy.c): with copy helpers, every byte of
+a large RDMA write lands where it should and nothing around it changes, whatever the
+size (split into pieces or not), the alignment and the number of workers sharing the
+helpers. The engine runs on its own threads here (the helpers start with it)."""
+import time
+
+import numpy as np
+import pytest
+
+from gwtest import ACCESS_RW, canaried
+from gpuwrite.host.verbs import Context, VerbsError
+from gpuwrite.host.wqe import HostPoster, rdma_write
+
+pytestmark = pytest.mark.timeout(60)
+
+# Around the split threshold (32 KiB), not a multiple of the piece alignment, several
+# pieces, and more pieces than helpers.
+SIZES = (32767, 32768, 32769, 100_003, 1 << 20)
+# Each write's destination starts on a 64-byte boundary (plus the QP's shift).
+DST_OFFS = np.concatenate([[0], np.cumsum([(n + 63) // 64 * 64 for n in SIZES])])
+SRC_OFFS = np.concatenate([[0], np.cumsum(SIZES)])
+
+
+def _completions(posters, count, deadline_s=20.0):
+    got = {id(p): [] for p in posters}
+    end = time.monotonic() + deadline_s
+    while sum(map(len, got.values())) < count and time.monotonic() < end:
+        for p in posters:
+            while (c := p.poll()) is not None:
+                got[id(p)].append(c)
+    return [got[id(p)] for p in posters]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_split_deliveries_land_exactly(workers):
+    rng = np.random.default_rng(5)
+    total = sum(SIZES) + 64
+    with Context(workers=workers, copy_threads=3) as ctx:
+        pd = ctx.alloc_pd()
+        src = rng.integers(0, 256, total, dtype=np.uint8)
+        smr = pd.reg_mr(src)
+        qs = pd.create_queues(2, sq_bbs=16, ncqe=16)     # two QPs: two CQs, two workers
+        posters, dsts = [HostPoster(qs, i) for i in range(2)], []
+        for k, p in enumerate(posters):
+            # QP 1 writes 16-byte aligned destinations; QP 0 starts each 3 bytes in (the
+            # unaligned case copies alone).
+            shift = 3 if k == 0 else 0
+            whole, dst, guard = canaried(int(DST_OFFS[-1]) + 64)
+            dmr = pd.reg_mr(dst, access=ACCESS_RW)
+            dsts.append((whole, dst, guard, shift))
+            for n, s_off, d_off in zip(SIZES, SRC_OFFS, DST_OFFS):
+                p.write(rdma_write(p.pi, p.qpn, smr.address + int(s_off), smr.lkey, n,
+                                   dmr.address + int(d_off) + shift, dmr.rkey))
+        ctx.start()
+        for p in posters:
+            p.ring()
+        got = _completions(posters, 2 * len(SIZES))
+        ctx.stop()
+    for (whole, dst, guard, shift), comps in zip(dsts, got):
+        assert [c.ok for c in comps] == [True] * len(SIZES)
+        want = np.full_like(dst, 0xA5)
+        for n, s_off, d_off in zip(SIZES, SRC_OFFS, DST_OFFS):
+            want[d_off + shift:d_off + shift + n] = src[s_off:s_off + n]
+        assert np.array_equal(dst, want)
+        assert (whole[:guard] == 0xA5).all() and (whole[guard + len(dst):] == 0xA5).all()
+    assert ctx.copy_threads == 3
+
+
+def test_copy_threads_are_validated():
+    with pytest.raises(ValueError, match="copy_threads=33: allowed 0 to 32"):
+        Context(copy_threads=33)
+    with pytest.raises((ValueError, VerbsError), match="copy_threads"):
+        Context(copy_threads=-1)
+
+
+def test_an_engine_with_helpers_stops_and_starts_again():
+    with Context(copy_threads=2) as ctx:
+        for _ in range(3):
+            ctx.start()
+            ctx.stop()
