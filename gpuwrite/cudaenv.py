@@ -13,6 +13,29 @@ import sys
 import numpy as np
 
 
+# Kernels load eagerly. gpuwrite always runs a kernel that spins on host memory while
+# something else must make progress: the engine (whose copy-engine pulls call the CUDA
+# driver), the GPU pull agent, a second kernel. With lazy loading (CUDA 12.2's default),
+# loading a kernel or a driver-internal module can wait for the context to go idle, which
+# the spinning kernel never lets it do until its own timeout (NVIDIA's CUDA C
+# Programming Guide, "Lazy Loading", on concurrent execution). On an H100 this made
+# nic_pull's first pull in a process time out (BENCHMARKS.md, session 7). Read at cuInit,
+# so set before the probe below; a value the user set is kept (Context warns).
+os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
+
+
+def lazy_loading() -> bool:
+    """Whether this process's CUDA driver loads modules lazily (cuModuleGetLoadingMode)."""
+    try:
+        libcuda = ctypes.CDLL("libcuda.so.1")
+        mode = ctypes.c_int(0)
+        if libcuda.cuInit(0) != 0 or libcuda.cuModuleGetLoadingMode(ctypes.byref(mode)) != 0:
+            return False
+    except (OSError, AttributeError):
+        return False
+    return mode.value == 2      # CU_MODULE_LAZY_LOADING
+
+
 def _gpu_present() -> bool:
     try:
         libcuda = ctypes.CDLL("libcuda.so.1")

@@ -21,6 +21,7 @@ import math
 import operator
 import os
 import random
+import warnings
 import weakref
 from dataclasses import asdict, dataclass
 
@@ -28,7 +29,7 @@ import numpy as np
 
 from gpuwrite import layouts as L
 from gpuwrite._gw_cffi import ffi, lib
-from gpuwrite.cudaenv import SIMULATOR, cuda
+from gpuwrite.cudaenv import SIMULATOR, cuda, lazy_loading
 from gpuwrite.device import verbs as dv
 from gpuwrite.host.memory import describe, device_zeros, mapped
 
@@ -231,6 +232,11 @@ class Context:
         for key, value in asdict(self.link).items():
             setattr(cfg.link, key, value)
         self._libcuda = ffi.new("char[]", b"libcuda.so.1")
+        if not SIMULATOR and lazy_loading():
+            warnings.warn("CUDA loads modules lazily here (CUDA_MODULE_LOADING=LAZY): a kernel "
+                          "that spins while the engine pulls or another kernel loads can wait "
+                          "until its timeout; set CUDA_MODULE_LOADING=EAGER before CUDA starts",
+                          RuntimeWarning, stacklevel=2)
         if not SIMULATOR:
             cfg.cuda_context = ffi.cast("void *", _cuda_context_handle())
             cfg.libcuda_path = self._libcuda

@@ -14,6 +14,7 @@ sys.path.append(str(Path(__file__).resolve().parents[2]))
 from experiments.apps import alltoall, bench, pipeline  # noqa: E402
 from experiments.apps.common import EXIT_UNAVAILABLE  # noqa: E402
 from gpuwrite.device import api  # noqa: E402
+from childenv import child_env  # noqa: E402
 
 
 def test_alltoall_delivers_every_byte_on_every_path():
@@ -106,16 +107,13 @@ for kernel, sig in kernels:
 def test_app_kernels_compile_for_a_gpu():
     """The simulator runs kernels as Python and checks no types: compile every app
     kernel (warp and block scope, put_signal, wait_signal) to sm_90 PTX."""
-    import os
     import subprocess
     import sys
 
     # -P and PYTHONPATH: the child imports the gpuwrite this test imported (the working
     # directory, a checkout without the compiled extension, must not shadow it), and the apps.
-    home = str(Path(api.__file__).resolve().parents[2])
     p = subprocess.run([sys.executable, "-P", "-c", _PTX_SCRIPT], capture_output=True, text=True,
-                       env=dict(os.environ, NUMBA_ENABLE_CUDASIM="0",
-                                PYTHONPATH=os.pathsep.join([home, str(Path(__file__).resolve().parents[2])])),
+                       env=child_env(Path(__file__).resolve().parents[2], NUMBA_ENABLE_CUDASIM="0"),
                        timeout=600)
     if p.returncode != 0:
         if "NVVM" in p.stderr or "libnvvm" in p.stderr:

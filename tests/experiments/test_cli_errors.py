@@ -3,12 +3,11 @@ exit status 2, one line on stderr naming the value, no traceback; under ``--json
 same error as a JSON object on stdout. Runs ``main()`` in this process (a subprocess per
 case would import numba each time) except where the environment must differ."""
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
-import gpuwrite
+from childenv import child_env
 
 import pytest
 
@@ -20,7 +19,6 @@ from tiny_specs import EXPERIMENTS
 ROOT = Path(__file__).resolve().parents[2]
 # Where the gpuwrite this test imported lives (site-packages under README's `pytest -P`,
 # the checkout when the extension was built in place): child processes import the same one.
-GPUWRITE_HOME = str(Path(gpuwrite.__file__).resolve().parents[1])
 
 
 def _spec(tmp: Path, vary_size: str) -> str:
@@ -123,7 +121,7 @@ def test_no_gpu_when_a_gpu_is_demanded_is_one_line(tmp_path):
     """NUMBA_ENABLE_CUDASIM=0 on a machine without a GPU: one line, exit 3, JSON too."""
     if not SIMULATOR:
         pytest.skip("this machine has a GPU")
-    env = {**os.environ, "PYTHONPATH": GPUWRITE_HOME, "NUMBA_ENABLE_CUDASIM": "0"}
+    env = child_env(NUMBA_ENABLE_CUDASIM="0")
     done = subprocess.run([sys.executable, "-m", "gpuwrite", "demo", "--messages", "4", "--json"], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 3, done.stderr

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-import gpuwrite
+from childenv import child_env
 
 import pytest
 
@@ -15,7 +15,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 # Where the gpuwrite this test imported lives (site-packages under README's `pytest -P`,
 # the checkout when the extension was built in place): child processes import the same one.
-GPUWRITE_HOME = str(Path(gpuwrite.__file__).resolve().parents[1])
 # Simulations that keep two workers busy for minutes: the signal always finds them running.
 LONG_SPEC = """
 [figure]
@@ -61,7 +60,7 @@ def test_figures_interrupted_leaves_nothing_behind(tmp_path, signum, status):
     specs = tmp_path / "specs"
     specs.mkdir()
     (specs / "long.toml").write_text(LONG_SPEC)
-    env = {**os.environ, "PYTHONPATH": GPUWRITE_HOME, "MPLBACKEND": "Agg"}
+    env = child_env(MPLBACKEND="Agg")
     proc = subprocess.Popen([sys.executable, "-m", "gpuwrite", "figures", "--specs", str(specs),
                              "--results", str(tmp_path / "results"), "--out", str(tmp_path / "figures"),
                              "--workers", "2"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,

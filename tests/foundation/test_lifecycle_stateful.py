@@ -28,7 +28,7 @@ import weakref
 from collections import deque
 from pathlib import Path
 
-import gpuwrite
+from childenv import child_env
 
 import numpy as np
 import pytest
@@ -36,11 +36,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 # Where the gpuwrite this test imported lives (site-packages under README's `pytest -P`,
 # the checkout when the extension was built in place): child processes import the same one.
-GPUWRITE_HOME = str(Path(gpuwrite.__file__).resolve().parents[1])
 
 
 def _run_machine(examples: int, steps: int, derandomize: bool, timeout_s: float) -> None:
-    env = dict(os.environ, PYTHONPATH=GPUWRITE_HOME)
+    env = child_env()
     cmd = [sys.executable, str(Path(__file__).resolve()), str(examples), str(steps),
            "1" if derandomize else "0"]
     proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True,

@@ -4,13 +4,12 @@ Tests that could corrupt or kill the process on a broken engine run their scenar
 subprocess (``_run``), so a crash is a failure rather than a lost test run.
 """
 import math
-import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
-import gpuwrite
+from childenv import child_env
 
 import numpy as np
 import pytest
@@ -27,13 +26,12 @@ from gpuwrite.paths import runner
 ROOT = Path(__file__).resolve().parents[2]
 # Where the gpuwrite this test imported lives (site-packages under README's `pytest -P`,
 # the checkout when the extension was built in place): child processes import the same one.
-GPUWRITE_HOME = str(Path(gpuwrite.__file__).resolve().parents[1])
 
 
 def _run(script: str, timeout_s: float = 60) -> str:
     """Runs ``script`` in a fresh interpreter on this tree; returns its stdout. A crash
     (signal, glibc abort) or a hang fails the test with what the child printed."""
-    env = dict(os.environ, PYTHONPATH=GPUWRITE_HOME)
+    env = child_env()
     proc = subprocess.run([sys.executable, "-P", "-c", textwrap.dedent(script)], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout_s)
     assert proc.returncode == 0, (f"child exited with {proc.returncode}\n"

@@ -1,10 +1,8 @@
 """The testbed runner's pure parts, and its refusal to pretend on a machine without a NIC."""
-import os
-from pathlib import Path
 
 import pytest
 
-import gpuwrite
+from childenv import child_env
 
 from gpuwrite.backends import availability
 from gpuwrite.backends.testbed import EXIT_UNAVAILABLE, probe
@@ -86,9 +84,8 @@ def test_selftest_without_a_device_says_so_and_exits_3(capsys):
     assert out.startswith("gpuwrite testbed --selftest: not run: ") and out.count("\n") == 1
     # -P: the working directory (the checkout) must not shadow the gpuwrite this test
     # imported; PYTHONPATH names where that one lives.
-    home = str(Path(gpuwrite.__file__).resolve().parents[1])
     run = subprocess.run([sys.executable, "-P", "-m", "gpuwrite", "testbed", "--selftest", "--json"],
-                         capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": home})
+                         capture_output=True, text=True, timeout=120, env=child_env())
     assert run.returncode == EXIT_UNAVAILABLE and "Traceback" not in run.stderr
     out = json.loads(run.stdout)
     assert out["mode"] == "testbed-selftest" and out["ran"] is False
