@@ -28,7 +28,6 @@ import weakref
 from collections import deque
 from pathlib import Path
 
-from childenv import child_env
 
 import numpy as np
 import pytest
@@ -39,6 +38,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run_machine(examples: int, steps: int, derandomize: bool, timeout_s: float) -> None:
+    from childenv import child_env    # not at the top: this file also runs as the child
+
     env = child_env()
     cmd = [sys.executable, str(Path(__file__).resolve()), str(examples), str(steps),
            "1" if derandomize else "0"]
