@@ -21,12 +21,15 @@ DST_OFFS = np.concatenate([[0], np.cumsum([(n + 63) // 64 * 64 for n in SIZES])]
 SRC_OFFS = np.concatenate([[0], np.cumsum(SIZES)])
 
 
-def _completions(posters, count, deadline_s=20.0):
+def _completions(posters, count, on_completion, deadline_s=20.0):
+    """Polls every poster until ``count`` completions; ``on_completion(k, j, c)`` runs as
+    soon as QP k's j-th completion is seen (a completion promises its bytes are there)."""
     got = {id(p): [] for p in posters}
     end = time.monotonic() + deadline_s
     while sum(map(len, got.values())) < count and time.monotonic() < end:
-        for p in posters:
+        for k, p in enumerate(posters):
             while (c := p.poll()) is not None:
+                on_completion(k, len(got[id(p)]), c)
                 got[id(p)].append(c)
     return [got[id(p)] for p in posters]
 
@@ -51,11 +54,22 @@ def test_split_deliveries_land_exactly(workers):
             for n, s_off, d_off in zip(SIZES, SRC_OFFS, DST_OFFS):
                 p.write(rdma_write(p.pi, p.qpn, smr.address + int(s_off), smr.lkey, n,
                                    dmr.address + int(d_off) + shift, dmr.rkey))
+        late = []
+
+        def check(k, j, c):
+            # The message's last bytes, read the moment its completion is seen.
+            whole, dst, guard, shift = dsts[k]
+            n, s_off, d_off = SIZES[j], SRC_OFFS[j], DST_OFFS[j] + shift
+            if c.ok and not np.array_equal(dst[d_off + n - 4096:d_off + n],
+                                           src[s_off + n - 4096:s_off + n]):
+                late.append((k, j))
+
         ctx.start()
         for p in posters:
             p.ring()
-        got = _completions(posters, 2 * len(SIZES))
+        got = _completions(posters, 2 * len(SIZES), check)
         ctx.stop()
+    assert late == [], "completions seen before their bytes were in place"
     for (whole, dst, guard, shift), comps in zip(dsts, got):
         assert [c.ok for c in comps] == [True] * len(SIZES)
         want = np.full_like(dst, 0xA5)
