@@ -11,7 +11,7 @@ run, and each judged on every run, not only on the median:
   * >= 20 million 64-byte messages per second, many blocks posting, doorbells batched;
   * nic_pull and host_staged measured beside gpu_push;
   * latency vs size (``sweep``): every path, one message in flight, 32 and 256 threads per
-    block (pushed and staged messages above 64 KiB as 64 KiB WQEs), against floor + size / ceiling (the bulk-store ceiling; for 32 threads the
+    block, every message one WQE, against floor + size / ceiling (the bulk-store ceiling; for 32 threads the
     bandwidth of one warp's vector copy; host_staged's data crosses PCIe twice, so its
     size term is counted twice): gpu_push and host_staged <= 1.25x at every size; nic_pull
     (the GPU pull agent) <= 2x at 64 B and <= 1.5x at 64 KiB.
@@ -50,12 +50,10 @@ SWEEP_SIZES = (64, 256, 1024, 4096, 16384, 65536, 262144, 1 << 20)
 SWEEP_PATHS = ("gpu_push", "host_staged", "nic_pull", "gpu_push_inline")
 SWEEP_THREADS = (32, 256)
 SWEEP_ITERS = 400
-# Pushed and staged messages larger than this go as WQEs of this size, each announced as
-# soon as it is written (the default of api.Session and of runner.run): the NIC sends a
-# WQE while the GPU writes the next, so a large message costs about its write time plus
-# one WQE's, not twice its size. A pulled message is one WQE whatever its size (the NIC
-# pipelines its own reads).
-SWEEP_CHUNK_BYTES = 65536
+# Every message is one WQE, whatever its size. Split into 64 KiB WQEs, a 1 MiB gpu_push
+# took 106 to 113 us instead of 71 on an H100 (16 KiB WQEs: 247 us): each WQE's doorbell
+# is a system-scope release, which waits for the block's payload stores to drain before
+# the block copies the next WQE's payload (BENCHMARKS.md, session 7).
 # How each path sends its 1 MiB messages: 128 QPs (one block each) keep enough stores in
 # flight to fill PCIe; 12 engine threads deliver. The paths that copy through NIC or
 # bounce memory post a message as WQEs of BW_CHUNK_BYTES, with room for BW_CHUNKS_IN_FLIGHT
@@ -212,9 +210,8 @@ def latency_sweep(floor_us: float, ceilings: dict, *, sizes=SWEEP_SIZES, paths=S
         step(f"latency vs size ({k + 1} of {repeats})")
         for path, size, th in points:
             count = max(20, min(iters, iters * 4096 // size))
-            chunk = max(size, SWEEP_CHUNK_BYTES) if path == "nic_pull" else SWEEP_CHUNK_BYTES
             r = runner.run(path, [size] * (count * n_qps), n_qps=n_qps, wait_each=True,
-                           block_threads=th, chunk_bytes=chunk,
+                           block_threads=th, chunk_bytes=max(size, 65536),
                            stage_slot_bytes=4096 if size > 65536 else 256)
             runs[(path, size, th)].append(r)
     splits = {pt: [engine_split_us(r) for r in rs] for pt, rs in runs.items()}
@@ -278,7 +275,6 @@ def run_suite(quick: bool = False, progress=None, *, sizes=SWEEP_SIZES, paths=SW
                 "warp_copy_gbytes": block_copy_gbytes(32),
                 "block256_copy_gbytes": block_copy_gbytes(256)}
     out.update(ceilings)
-    out["sweep_chunk_bytes"] = SWEEP_CHUNK_BYTES
     out["engine_copy_threads"] = default_copy_threads(1)
     floors = [floor_pingpong_us(lat_n) for _ in range(3)]
     out["floor_pingpong_us"] = float(np.median(floors))

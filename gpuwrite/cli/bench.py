@@ -166,8 +166,7 @@ def _print(out: dict) -> None:
                   f"{out['block256_copy_gbytes']:.1f} GB/s")
     if "engine_copy_threads" in out:
         console.print(f"emulated NIC: deliveries of 32 KiB or more copied by the worker and "
-                      f"{out['engine_copy_threads']} helper threads; latency vs size sends "
-                      f"pushed and staged messages as WQEs of {out['sweep_chunk_bytes'] // 1024} KiB")
+                      f"{out['engine_copy_threads']} helper threads")
     if "latency_64B" in out:
         rows = [[p, _mmm(v["p50_us"]), _mmm(v["ratio_to_floor"]), f"{v['delivered']}/{v['messages']}"]
                 for p, v in out["latency_64B"].items()]

@@ -130,7 +130,7 @@ def test_put_delivers_exact_bytes_in_qp_order(scope, path):
     # longer than the 256-byte chunk (split into WQEs on gpu_push and host_staged).
     sizes = [1, 7, 64, 100, 300] if path != "gpu_push_inline" else [1, 7, 64, 100, 300, 476]
     layout, got, status, counters, errors = _run(kernel, grid, threads, path, sizes)
-    assert list(status) == [api.OK, api.OK], errors
+    assert list(status) == [api.OK, api.OK], (errors, counters)
     assert np.array_equal(got, layout.want())
     column = {"gpu_push": "bytes_pushed", "gpu_push_inline": "bytes_inline",
               "nic_pull": "bytes_pulled", "host_staged": "bytes_host_read"}[path]
