@@ -55,6 +55,16 @@ class GpuParams:
     # The push loop re-reads the NIC's staging-credit word every this often: one dependent
     # ld.acquire.sys of GPU memory (calibration: 0.15 us) per poll.
     poll_interval_ns: float = 150.0
+    # Scale of the exponential tail of one host read's round trip: a warp whose 32 lanes
+    # read different lines waits for the slowest, 2.4 x this beyond the mean
+    # (model/requester.py). calibration nvidia-h100-80gb-hbm3-2026-11-23.toml: 32 loads in
+    # flight took 1.42 us per step against a 1.195 us round trip.
+    read_jitter_ns: float = 74.0
+    # Fixed cost of one copy-engine copy before its bytes move (launch, descriptor, the
+    # completion's semaphore): assumption, 2 us each way, until calibrate measures it
+    # (the smallest size of its queued-copy sweep).
+    copy_setup_h2d_ns: float = 2000.0
+    copy_setup_d2h_ns: float = 2000.0
 
     def __post_init__(self):
         check_positive("gpu.store_rate_gbps", self.store_rate_gbps)
@@ -62,6 +72,9 @@ class GpuParams:
         check_positive("gpu.write_issue_ns", self.write_issue_ns, zero_ok=True)
         check_positive("gpu.read_issue_ns", self.read_issue_ns, zero_ok=True)
         check_positive("gpu.poll_interval_ns", self.poll_interval_ns, zero_ok=True)
+        check_positive("gpu.read_jitter_ns", self.read_jitter_ns, zero_ok=True)
+        check_positive("gpu.copy_setup_h2d_ns", self.copy_setup_h2d_ns, zero_ok=True)
+        check_positive("gpu.copy_setup_d2h_ns", self.copy_setup_d2h_ns, zero_ok=True)
 
 
 @dataclass(frozen=True)
@@ -215,6 +228,10 @@ SOURCES = {
     "gpu.write_issue_ns": "calibration: half of gpu.read_issue_ns (derived from the 1.14 us host read)",
     "gpu.read_issue_ns": "calibration: 1.14 us GPU read of host memory minus the modelled tree round trip",
     "gpu.poll_interval_ns": "calibration: one dependent ld.acquire.sys of GPU memory 0.15 us",
+    "gpu.read_jitter_ns": "calibration nvidia-h100-80gb-hbm3-2026-11-23.toml: 32 host loads in flight, "
+                          "1.42 us per warp step vs 1.195 us round trip (model/requester.py)",
+    "gpu.copy_setup_h2d_ns": "assumption: 2 us per copy-engine copy, until calibrate's queued-copy sweep",
+    "gpu.copy_setup_d2h_ns": "assumption: 2 us per copy-engine copy, until calibrate's queued-copy sweep",
     "nic.processing_ns": "assumption: doorbell / WQE processing in the NIC",
     "nic.staging_buffer_bytes": "assumption: 1 MiB on-NIC staging region (ibv_alloc_dm)",
     "nic.policy": "model choice: hold (GPU reserves staging first) or drop (naive cut-through FIFO)",

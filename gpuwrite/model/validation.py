@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from gpuwrite.model import paths, pcie
+from gpuwrite.model import paths, pcie, requester
 from gpuwrite.model.params import Params, _load_toml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -124,29 +124,72 @@ def calibration_rows(file: Path) -> list[dict]:
     return out
 
 
+# calib._warp_read, the kernel of files written before calib._warp_read_lines: per lane
+# ``total += src[offset + k]``, k += 32. Its PTX for sm_90 (numba-cuda 0.30.4) unrolls the
+# loop by 4 and runs the lines that do not fill a group of 4 first, one round trip each.
+FIRST_WARP_READ_UNROLL = 4
+
+
 def _sweep_rows(sweeps: dict, params: Params, source: str, machine: str) -> list[dict]:
-    """Calibrate's sweeps (present in files it writes from now on), predicted by Little's law."""
+    """Calibrate's sweeps, predicted by the closed forms of gpuwrite/model/requester.py."""
     out = []
     link = params.link
     round_trip = _gpu_round_trip_ns(params)
-    line_rate = pcie.effective_rate_gbps(link, "read", GPU_LOAD_BYTES)
-    for point in sweeps.get("host_loads_vs_outstanding", []):
+    chains = sweeps.get("host_loads_vs_outstanding", [])
+    fit = requester.fit_read_jitter(chains, round_trip)
+    jitter_ns = fit[0] if fit is not None else params.gpu.read_jitter_ns
+    for point in chains:
         outstanding = int(point["outstanding"])
-        # each load in flight asks for one line; loads per us = outstanding / round trip, until the link
-        model = min(outstanding * 1e3 / round_trip, line_rate * 1e3 / (GPU_LOAD_BYTES * 8))
+        model = requester.chains_loads_per_us(outstanding, round_trip, jitter_ns, link)
+        fitted = fit is not None and outstanding == fit[1]
+        note = ("defines gpu.read_jitter_ns" if fitted else
+                "Little's law on the round trip; each warp step waits for its slowest lane (32 B sector reads)")
+        if outstanding > requester.WARP_LANES:
+            note += ("; lacks what slows the round trip as warps are added (+40 ns per doubling "
+                     "measured on the H100 beyond one warp)")
         out.append(_row(source, machine, f"host loads in flight: {outstanding}", None, point["loads_per_us"], model,
-                        "loads/us", note="Little's law on the read round trip"))
+                        "loads/us", "fitted" if fitted else "prediction", note))
+    for point in sweeps.get("warp_read_vs_size", []):
+        size = int(point["size_bytes"])
+        model = requester.warp_read_ns(size, int(point["lines_in_flight"]), round_trip, link)
+        out.append(_row(source, machine, f"one warp reads host memory, {point['lines_in_flight']} lines in flight",
+                        size, point["latency_us"] * 1e3, model, "ns",
+                        note="one round trip per group of lines in flight, the group at the link's read rate"))
     for point in sweeps.get("host_read_latency_vs_size", []):
         size = int(point["size_bytes"])
-        model = round_trip + size * 8.0 / pcie.effective_rate_gbps(link, "read", max(size, GPU_LOAD_BYTES))
-        out.append(_row(source, machine, "one warp reads host memory", size, point["latency_us"] * 1e3, model, "ns",
-                        note="round trip + size at the link's read rate"))
-    for point in sweeps.get("copy_engine_vs_size", []):
-        size = int(point["size_bytes"])
-        operation = "read" if point["direction"] == "h2d" else "write"
-        model = pcie.effective_rate_gbps(link, operation, size) / 8.0
-        out.append(_row(source, machine, f"copy engine {point['direction']} (one copy)", size, point["gbytes_per_s"],
-                        model, "GB/s", note="link-bound; the copy's launch and setup are not modelled"))
+        model = requester.unrolled_loop_read_ns(size, FIRST_WARP_READ_UNROLL, round_trip, link)
+        out.append(_row(source, machine, "one warp reads host memory (first kernel)", size, point["latency_us"] * 1e3,
+                        model, "ns", note=(
+                            f"the kernel's PTX: lines mod {FIRST_WARP_READ_UNROLL} one at a time, then groups of "
+                            f"{FIRST_WARP_READ_UNROLL}; lacks why its groups take less than one ld.acquire.sys "
+                            "round trip (plain loads)")))
+    out += _copy_rows(sweeps.get("copy_queued_vs_size", []), params, link, source, machine, queued=True)
+    out += _copy_rows(sweeps.get("copy_engine_vs_size", []), params, link, source, machine, queued=False)
+    return out
+
+
+def _copy_rows(points: list[dict], params: Params, link, source: str, machine: str, queued: bool) -> list[dict]:
+    """Copies: a setup per copy (fitted at each direction's smallest size) + bytes at link rate.
+
+    Queued copies (copy_queued_vs_size) time the copy engine alone. The first kernel's
+    copies (copy_engine_vs_size) were synchronous copies between CUDA events, so their
+    setup is the host's time to issue one copy (Python, driver) as well."""
+    fits = requester.fit_copy_setups(points, link)
+    out = []
+    for point in points:
+        direction, size = point["direction"], int(point["size_bytes"])
+        setup_ns, fitted_size = fits[direction]
+        if queued and f"copy_setup_{direction}_ns" in params.to_dict()["gpu"] and size != fitted_size:
+            setup_ns = getattr(params.gpu, f"copy_setup_{direction}_ns")
+        model = size / requester.copy_ns(size, setup_ns, requester.copy_rate_gbps(link, direction, size))
+        fitted = size == fitted_size
+        what = "queued copies" if queued else "one synchronous copy at a time"
+        note = (f"defines gpu.copy_setup_{direction}_ns" if fitted else
+                f"setup {setup_ns / 1e3:.3g} us + bytes at the link's {'read' if direction == 'h2d' else 'write'} rate")
+        if not queued:
+            note += "; the setup includes the host's issue of each copy"
+        out.append(_row(source, machine, f"copy engine {direction} ({what})", size, point["gbytes_per_s"], model,
+                        "GB/s", "fitted" if fitted else "prediction", note))
     return out
 
 
