@@ -163,12 +163,12 @@ def _sweep_rows(sweeps: dict, params: Params, source: str, machine: str) -> list
                             f"the kernel's PTX: lines mod {FIRST_WARP_READ_UNROLL} one at a time, then groups of "
                             f"{FIRST_WARP_READ_UNROLL}; lacks why its groups take less than one ld.acquire.sys "
                             "round trip (plain loads)")))
-    out += _copy_rows(sweeps.get("copy_queued_vs_size", []), params, link, source, machine, queued=True)
-    out += _copy_rows(sweeps.get("copy_engine_vs_size", []), params, link, source, machine, queued=False)
+    out += _copy_rows(sweeps.get("copy_queued_vs_size", []), link, source, machine, queued=True)
+    out += _copy_rows(sweeps.get("copy_engine_vs_size", []), link, source, machine, queued=False)
     return out
 
 
-def _copy_rows(points: list[dict], params: Params, link, source: str, machine: str, queued: bool) -> list[dict]:
+def _copy_rows(points: list[dict], link, source: str, machine: str, queued: bool) -> list[dict]:
     """Copies: a setup per copy (fitted at each direction's smallest size) + bytes at link rate.
 
     Queued copies (copy_queued_vs_size) time the copy engine alone. The first kernel's
@@ -178,9 +178,7 @@ def _copy_rows(points: list[dict], params: Params, link, source: str, machine: s
     out = []
     for point in points:
         direction, size = point["direction"], int(point["size_bytes"])
-        setup_ns, fitted_size = fits[direction]
-        if queued and f"copy_setup_{direction}_ns" in params.to_dict()["gpu"] and size != fitted_size:
-            setup_ns = getattr(params.gpu, f"copy_setup_{direction}_ns")
+        setup_ns, fitted_size = fits[direction]     # the same point calibrate derives [params] from
         model = size / requester.copy_ns(size, setup_ns, requester.copy_rate_gbps(link, direction, size))
         fitted = size == fitted_size
         what = "queued copies" if queued else "one synchronous copy at a time"
