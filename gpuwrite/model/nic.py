@@ -56,15 +56,15 @@ class GpuParams:
     # ld.acquire.sys of GPU memory (calibration: 0.15 us) per poll.
     poll_interval_ns: float = 150.0
     # Scale of the exponential tail of one host read's round trip: a warp whose 32 lanes
-    # read different lines waits for the slowest, 2.4 x this beyond the mean
-    # (model/requester.py). calibration nvidia-h100-80gb-hbm3-2026-11-23.toml: 32 loads in
-    # flight took 1.42 us per step against a 1.195 us round trip.
-    read_jitter_ns: float = 74.0
+    # read different lines waits for the slowest, 3.06 x this beyond the mean
+    # (model/requester.py). calibration nvidia-h100-80gb-hbm3-2026-11-23-b.toml: 32 loads
+    # in flight took 1.433 us per step against a 1.202 us round trip.
+    read_jitter_ns: float = 75.5
     # Fixed cost of one copy-engine copy before its bytes move (launch, descriptor, the
-    # completion's semaphore): assumption, 2 us each way, until calibrate measures it
-    # (the smallest size of its queued-copy sweep).
-    copy_setup_h2d_ns: float = 2000.0
-    copy_setup_d2h_ns: float = 2000.0
+    # completion's semaphore). calibration nvidia-h100-80gb-hbm3-2026-11-23-b.toml: 4 KiB
+    # copies queued back to back took 2.65 us (H2D) and 1.65 us (D2H) each.
+    copy_setup_h2d_ns: float = 2568.0
+    copy_setup_d2h_ns: float = 1572.0
 
     def __post_init__(self):
         check_positive("gpu.store_rate_gbps", self.store_rate_gbps)
@@ -228,10 +228,12 @@ SOURCES = {
     "gpu.write_issue_ns": "calibration: half of gpu.read_issue_ns (derived from the 1.14 us host read)",
     "gpu.read_issue_ns": "calibration: 1.14 us GPU read of host memory minus the modelled tree round trip",
     "gpu.poll_interval_ns": "calibration: one dependent ld.acquire.sys of GPU memory 0.15 us",
-    "gpu.read_jitter_ns": "calibration nvidia-h100-80gb-hbm3-2026-11-23.toml: 32 host loads in flight, "
-                          "1.42 us per warp step vs 1.195 us round trip (model/requester.py)",
-    "gpu.copy_setup_h2d_ns": "assumption: 2 us per copy-engine copy, until calibrate's queued-copy sweep",
-    "gpu.copy_setup_d2h_ns": "assumption: 2 us per copy-engine copy, until calibrate's queued-copy sweep",
+    "gpu.read_jitter_ns": "calibration nvidia-h100-80gb-hbm3-2026-11-23-b.toml: 32 host loads in flight, "
+                          "1.433 us per warp step vs 1.202 us round trip (model/requester.py)",
+    "gpu.copy_setup_h2d_ns": "calibration nvidia-h100-80gb-hbm3-2026-11-23-b.toml: queued 4 KiB H2D copies, "
+                             "2.65 us each, minus 4 KiB at the link's read rate",
+    "gpu.copy_setup_d2h_ns": "calibration nvidia-h100-80gb-hbm3-2026-11-23-b.toml: queued 4 KiB D2H copies, "
+                             "1.65 us each, minus 4 KiB at the link's write rate",
     "nic.processing_ns": "assumption: doorbell / WQE processing in the NIC",
     "nic.staging_buffer_bytes": "assumption: 1 MiB on-NIC staging region (ibv_alloc_dm)",
     "nic.policy": "model choice: hold (GPU reserves staging first) or drop (naive cut-through FIFO)",

@@ -12,7 +12,8 @@ and by gpuwrite/bench/calib.py to derive the parameter a sweep defines:
 * **Little's law on the read round trip**: ``n`` dependent chains in flight complete
   ``n / round trip`` loads per unit time, until the link's rate for that request size.
 * **a warp's reads in flight**: a warp that reads ``size`` bytes as 128-byte lines,
-  ``lines_in_flight`` at a time (the kernel's structure), pays one round trip per group.
+  ``lines_in_flight`` at a time (the kernel's structure), pays per group the slowest of
+  its reads (the first mechanism again), then the group's bytes at the link's rate.
 * **a copy-engine copy**: a fixed setup (``gpu.copy_setup_h2d_ns`` / ``_d2h_ns``) plus
   its bytes at the link's DMA rate.
 """
@@ -60,24 +61,34 @@ def chains_loads_per_us(outstanding: int, round_trip_ns: float, jitter_ns: float
     return min(outstanding * 1e3 / step_ns, link_per_us)
 
 
-def warp_read_ns(size_bytes: int, lines_in_flight: int, round_trip_ns: float, link: pcie.LinkConfig) -> float:
-    """One warp reads ``size_bytes`` as 128-byte lines, ``lines_in_flight`` per round trip
-    (calib._warp_read_lines), each group's lines crossing the link at its read rate."""
+def _group_ns(lines: int, round_trip_ns: float, jitter_ns: float, line_rate_gbps: float) -> float:
+    """One group of ``lines`` line reads issued together: its slowest read, then its bytes."""
+    return slowest_lane_ns(round_trip_ns, jitter_ns, lines) + lines * LINE_BYTES * 8.0 / line_rate_gbps
+
+
+def warp_read_ns(size_bytes: int, lines_in_flight: int, round_trip_ns: float, jitter_ns: float,
+                 link: pcie.LinkConfig) -> float:
+    """One warp reads ``size_bytes`` as 128-byte lines, ``lines_in_flight`` at a time
+    (calib._warp_read_lines): each group waits for its slowest line, then its bytes cross
+    the link at its rate for 128-byte reads."""
     if lines_in_flight < 1:
         raise ParamError("lines_in_flight", lines_in_flight, "an integer >= 1")
     lines = pcie.ceil_div(max(size_bytes, 1), LINE_BYTES)
-    groups = pcie.ceil_div(lines, lines_in_flight)
-    group_bytes = min(lines, lines_in_flight) * LINE_BYTES
-    return groups * (round_trip_ns + group_bytes * 8.0 / pcie.effective_rate_gbps(link, "read", LINE_BYTES))
+    full, rest = divmod(lines, lines_in_flight)
+    rate = pcie.effective_rate_gbps(link, "read", LINE_BYTES)
+    total = full * _group_ns(lines_in_flight, round_trip_ns, jitter_ns, rate)
+    return total + (_group_ns(rest, round_trip_ns, jitter_ns, rate) if rest else 0.0)
 
 
-def unrolled_loop_read_ns(size_bytes: int, unroll: int, round_trip_ns: float, link: pcie.LinkConfig) -> float:
+def unrolled_loop_read_ns(size_bytes: int, unroll: int, round_trip_ns: float, jitter_ns: float,
+                          link: pcie.LinkConfig) -> float:
     """The first kernel (calib._warp_read, ``total += src[k]`` per lane): its PTX for sm_90
     runs ``lines mod unroll`` iterations one at a time, then groups of ``unroll`` loads."""
     lines = pcie.ceil_div(max(size_bytes, 1), LINE_BYTES)
     serial = lines % unroll
-    single = warp_read_ns(LINE_BYTES, 1, round_trip_ns, link)
-    rest = warp_read_ns((lines - serial) * LINE_BYTES, unroll, round_trip_ns, link) if lines > serial else 0.0
+    single = warp_read_ns(LINE_BYTES, 1, round_trip_ns, jitter_ns, link)
+    rest = (warp_read_ns((lines - serial) * LINE_BYTES, unroll, round_trip_ns, jitter_ns, link)
+            if lines > serial else 0.0)
     return serial * single + rest
 
 

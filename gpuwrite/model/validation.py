@@ -100,7 +100,8 @@ def calibration_rows(file: Path) -> list[dict]:
     data = _load_toml(file)
     params = Params().with_calibration(file)
     link = params.link
-    machine = f"{data.get('device', {}).get('name', file.stem)}, {data.get('device', {}).get('date', '')}"
+    device = data.get("device", {})
+    machine = f"{device.get('name', file.stem)}, {device.get('measured_at_utc', device.get('date', ''))}"
     source = "gpuwrite calibrate"
     measured = {name: entry["value"] for name, entry in data.get("measurements", {}).items()}
     out = []
@@ -135,7 +136,9 @@ def calibration_rows(file: Path) -> list[dict]:
 
 # calib._warp_read, the kernel of files written before calib._warp_read_lines: per lane
 # ``total += src[offset + k]``, k += 32. Its PTX for sm_90 (numba-cuda 0.30.4) unrolls the
-# loop by 4 and runs the lines that do not fill a group of 4 first, one round trip each.
+# loop by 4 and runs the lines that do not fill a group of 4 first, one round trip each;
+# ptxas then unrolls again (bodies of 16, 8 and 4 loads, the sums taken between loads;
+# SASS from the H100 run of 2026-11-23), so how many loads overlap is not known from it.
 FIRST_WARP_READ_UNROLL = 4
 
 
@@ -154,24 +157,24 @@ def _sweep_rows(sweeps: dict, params: Params, source: str, machine: str) -> list
         note = ("defines gpu.read_jitter_ns" if fitted else
                 "Little's law on the round trip; each warp step waits for its slowest lane (32 B sector reads)")
         if outstanding > requester.WARP_LANES:
-            note += ("; lacks what slows the round trip as warps are added (+40 ns per doubling "
-                     "measured on the H100 beyond one warp)")
+            note += ("; lacks the read path's limit near 600 M requests/s (H100: 1024 chains, 590 M/s of 32 B reads, "
+                     "~31 GB/s of completions: not the link; candidates: outstanding-read tags, the root complex)")
         out.append(_row(source, machine, f"host loads in flight: {outstanding}", None, point["loads_per_us"], model,
                         "loads/us", "fitted" if fitted else "prediction", note))
     for point in sweeps.get("warp_read_vs_size", []):
         size = int(point["size_bytes"])
-        model = requester.warp_read_ns(size, int(point["lines_in_flight"]), round_trip, link)
+        model = requester.warp_read_ns(size, int(point["lines_in_flight"]), round_trip, jitter_ns, link)
         out.append(_row(source, machine, f"one warp reads host memory, {point['lines_in_flight']} lines in flight",
                         size, point["latency_us"] * 1e3, model, "ns",
-                        note="one round trip per group of lines in flight, the group at the link's read rate"))
+                        note="per group of lines in flight: its slowest read, then its bytes at the link's rate"))
     for point in sweeps.get("host_read_latency_vs_size", []):
         size = int(point["size_bytes"])
-        model = requester.unrolled_loop_read_ns(size, FIRST_WARP_READ_UNROLL, round_trip, link)
+        model = requester.unrolled_loop_read_ns(size, FIRST_WARP_READ_UNROLL, round_trip, jitter_ns, link)
         out.append(_row(source, machine, "one warp reads host memory (first kernel)", size, point["latency_us"] * 1e3,
                         model, "ns", note=(
                             f"the kernel's PTX: lines mod {FIRST_WARP_READ_UNROLL} one at a time, then groups of "
-                            f"{FIRST_WARP_READ_UNROLL}; lacks why its groups take less than one ld.acquire.sys "
-                            "round trip (plain loads)")))
+                            f"{FIRST_WARP_READ_UNROLL}; lacks the SASS schedule (ptxas unrolls to 16, 8 and 4 "
+                            "loads and sums between them)")))
     out += _copy_rows(sweeps.get("copy_queued_vs_size", []), link, source, machine, queued=True)
     out += _copy_rows(sweeps.get("copy_engine_vs_size", []), link, source, machine, queued=False)
     return out

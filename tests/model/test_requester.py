@@ -31,16 +31,21 @@ def test_chains_follow_littles_law_per_warp_step_until_the_link_carries_sectors(
     assert requester.chains_loads_per_us(1 << 20, 1000.0, 50.0, LINK) == pytest.approx(sector_per_us)
 
 
-def test_a_warp_read_pays_one_round_trip_per_group_of_lines():
+def test_a_warp_read_pays_the_slowest_read_of_each_group_of_lines():
     rate = pcie.effective_rate_gbps(LINK, "read", 128)
-    # 64 KiB = 512 lines, 8 in flight: 64 groups
-    assert requester.warp_read_ns(65536, 8, 1000.0, LINK) == pytest.approx(64 * (1000.0 + 1024 * 8 / rate))
-    # 256 B = 2 lines: one group of 2
-    assert requester.warp_read_ns(256, 8, 1000.0, LINK) == pytest.approx(1000.0 + 256 * 8 / rate)
+    h8, h2, h4 = 1 + 1 / 2 + 1 / 3 + 1 / 4 + 1 / 5 + 1 / 6 + 1 / 7 + 1 / 8, 1.5, 25 / 12
+    # 64 KiB = 512 lines, 8 in flight: 64 groups, each its slowest of 8 reads
+    assert requester.warp_read_ns(65536, 8, 1000.0, 50.0, LINK) == pytest.approx(
+        64 * (1000.0 + 50.0 * (h8 - 1) + 1024 * 8 / rate))
+    # 256 B = 2 lines: one group of 2; 10 lines, 8 in flight: a group of 8, then one of 2
+    group2 = 1000.0 + 50.0 * (h2 - 1) + 256 * 8 / rate
+    assert requester.warp_read_ns(256, 8, 1000.0, 50.0, LINK) == pytest.approx(group2)
+    assert requester.warp_read_ns(1280, 8, 1000.0, 50.0, LINK) == pytest.approx(
+        1000.0 + 50.0 * (h8 - 1) + 1024 * 8 / rate + group2)
     # the first kernel, unrolled by 4: 6 lines = 2 alone, then one group of 4
     single = 1000.0 + 128 * 8 / rate
-    assert requester.unrolled_loop_read_ns(768, 4, 1000.0, LINK) == pytest.approx(
-        2 * single + 1000.0 + 512 * 8 / rate)
+    assert requester.unrolled_loop_read_ns(768, 4, 1000.0, 50.0, LINK) == pytest.approx(
+        2 * single + 1000.0 + 50.0 * (h4 - 1) + 512 * 8 / rate)
 
 
 def test_a_copy_is_its_setup_then_its_bytes():
