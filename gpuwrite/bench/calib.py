@@ -273,10 +273,11 @@ def copy_queued_gbytes(size_bytes: int, direction: str, copies: int) -> float:
 
 
 SWEEPS = {  # calibrate's sweeps, the validation table's inputs (gpuwrite/model/validation.py)
-    "full": {"outstanding": (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024), "chain_loads": 200,
+    # beyond 1024 chains: the model's gpu.read_tags cap (768 per round trip) predicts a plateau
+    "full": {"outstanding": (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096), "chain_loads": 200,
              "read_sizes": (256, 1024, 4096, 16384, 65536), "read_repeats": 200,
              "copy_sizes": (4096, 65536, 1 << 20, 16 << 20), "copy_repeats": 20},
-    "quick": {"outstanding": (1, 4, 16, 32, 128, 512, 1024), "chain_loads": 100,
+    "quick": {"outstanding": (1, 4, 16, 32, 128, 512, 1024, 2048), "chain_loads": 100,
               "read_sizes": (256, 1024, 4096, 65536), "read_repeats": 50,
               "copy_sizes": (4096, 65536, 1 << 20), "copy_repeats": 10},
     "simulator": {"outstanding": (1, 2), "chain_loads": 2, "read_sizes": (256,), "read_repeats": 1,

@@ -10,7 +10,8 @@ and by gpuwrite/bench/calib.py to derive the parameter a sweep defines:
   ``jitter_ns x (H_m - 1)`` (H_m the m-th harmonic number: the expected maximum of m
   exponentials is their scale times H_m).
 * **Little's law on the read round trip**: ``n`` dependent chains in flight complete
-  ``n / round trip`` loads per unit time, until the link's rate for that request size.
+  ``n / round trip`` loads per unit time, until the requester's tags (``gpu.read_tags``
+  per round trip) or the link's rate for that request size.
 * **a warp's reads in flight**: a warp that reads ``size`` bytes as 128-byte lines,
   ``lines_in_flight`` at a time (the kernel's structure), pays per group the slowest of
   its reads (the first mechanism again), then the group's bytes at the link's rate.
@@ -51,14 +52,15 @@ def jitter_from_lanes(lanes: int, step_ns: float, round_trip_ns: float) -> float
 
 
 def chains_loads_per_us(outstanding: int, round_trip_ns: float, jitter_ns: float, link: pcie.LinkConfig,
-                        request_bytes: int = SECTOR_BYTES) -> float:
+                        tags: int, request_bytes: int = SECTOR_BYTES) -> float:
     """Loads per us of ``outstanding`` dependent chains, one per lane (calib._load_chains):
-    each warp step waits for its slowest lane; capped by the link for ``request_bytes`` reads."""
+    each warp step waits for its slowest lane; capped by the requester's ``tags`` (each
+    held for one round trip: Little's law) and by the link for ``request_bytes`` reads."""
     if outstanding < 1:
         raise ParamError("outstanding", outstanding, "an integer >= 1")
     step_ns = slowest_lane_ns(round_trip_ns, jitter_ns, min(outstanding, WARP_LANES))
     link_per_us = pcie.effective_rate_gbps(link, "read", request_bytes) * 1e3 / (request_bytes * 8)
-    return min(outstanding * 1e3 / step_ns, link_per_us)
+    return min(outstanding * 1e3 / step_ns, tags * 1e3 / round_trip_ns, link_per_us)
 
 
 def _group_ns(lines: int, round_trip_ns: float, jitter_ns: float, line_rate_gbps: float) -> float:

@@ -152,13 +152,12 @@ def _sweep_rows(sweeps: dict, params: Params, source: str, machine: str) -> list
     jitter_ns = fit[0] if fit is not None else params.gpu.read_jitter_ns
     for point in chains:
         outstanding = int(point["outstanding"])
-        model = requester.chains_loads_per_us(outstanding, round_trip, jitter_ns, link)
+        model = requester.chains_loads_per_us(outstanding, round_trip, jitter_ns, link, params.gpu.read_tags)
         fitted = fit is not None and outstanding == fit[1]
         note = ("defines gpu.read_jitter_ns" if fitted else
                 "Little's law on the round trip; each warp step waits for its slowest lane (32 B sector reads)")
-        if outstanding > requester.WARP_LANES:
-            note += ("; lacks the read path's limit near 600 M requests/s (H100: 1024 chains, 590 M/s of 32 B reads, "
-                     "~31 GB/s of completions: not the link; candidates: outstanding-read tags, the root complex)")
+        if model == params.gpu.read_tags * 1e3 / round_trip:
+            note += f"; capped by gpu.read_tags ({params.gpu.read_tags} reads per round trip: an assumption)"
         out.append(_row(source, machine, f"host loads in flight: {outstanding}", None, point["loads_per_us"], model,
                         "loads/us", "fitted" if fitted else "prediction", note))
     for point in sweeps.get("warp_read_vs_size", []):

@@ -23,12 +23,14 @@ def test_a_warp_waits_for_its_slowest_lane():
         requester.jitter_from_lanes(1, 1000.0, 1000.0)
 
 
-def test_chains_follow_littles_law_per_warp_step_until_the_link_carries_sectors():
+def test_chains_follow_littles_law_per_warp_step_until_the_tags_or_the_link():
     # 64 chains = two full warps: each step is the slowest of 32 lanes
     step_ns = 1000.0 + 50.0 * (requester.harmonic(32) - 1)
-    assert requester.chains_loads_per_us(64, 1000.0, 50.0, LINK) == pytest.approx(64e3 / step_ns)
+    assert requester.chains_loads_per_us(64, 1000.0, 50.0, LINK, 768) == pytest.approx(64e3 / step_ns)
+    # 1024 chains, 768 tags each held one round trip: 768 reads per us
+    assert requester.chains_loads_per_us(1024, 1000.0, 50.0, LINK, 768) == pytest.approx(768.0)
     sector_per_us = pcie.effective_rate_gbps(LINK, "read", 32) * 1e3 / 256
-    assert requester.chains_loads_per_us(1 << 20, 1000.0, 50.0, LINK) == pytest.approx(sector_per_us)
+    assert requester.chains_loads_per_us(1 << 20, 1000.0, 50.0, LINK, 1 << 20) == pytest.approx(sector_per_us)
 
 
 def test_a_warp_read_pays_the_slowest_read_of_each_group_of_lines():
@@ -68,3 +70,11 @@ def test_jitter_is_fitted_at_the_largest_point_of_one_warp():
     assert used == 16 and jitter_ns == pytest.approx(10.0)
     assert requester.fit_read_jitter(points[:1], 1000.0) is None
     assert math.isclose(requester.harmonic(1), 1.0)
+
+
+def test_read_tags_must_be_a_positive_integer():
+    from gpuwrite.model.params import Params
+
+    with pytest.raises(ParamError, match="gpu.read_tags"):
+        Params().updated({"gpu": {"read_tags": 0}})
+    assert Params().updated({"gpu": {"read_tags": 256}}).gpu.read_tags == 256
