@@ -158,6 +158,8 @@ def _sweep_rows(sweeps: dict, params: Params, source: str, machine: str) -> list
                 "Little's law on the round trip; each warp step waits for its slowest lane (32 B sector reads)")
         if model == params.gpu.read_tags * 1e3 / round_trip:
             note += f"; capped by gpu.read_tags ({params.gpu.read_tags} reads per round trip: an assumption)"
+        elif outstanding > requester.WARP_LANES:
+            note += "; lacks the round trip's growth as warps are added (H100: 1.43 us a step at 32, 1.55 at 512)"
         out.append(_row(source, machine, f"host loads in flight: {outstanding}", None, point["loads_per_us"], model,
                         "loads/us", "fitted" if fitted else "prediction", note))
     for point in sweeps.get("warp_read_vs_size", []):
