@@ -9,16 +9,23 @@ Measurements (each the median of several runs, every run kept in the file):
   same chain in GPU memory for reference;
 * bulk stores and bulk loads between a full grid and mapped host memory (GB/s);
 * copy-engine bandwidth, device to host and host to device, pinned host memory, CUDA events;
-* sweeps (``[sweeps]``): loads of host memory per us vs loads in flight (the GPU as a read
-  requester: Little's law on the read round trip until the link saturates), one warp's
-  read of host memory vs size (latency), one copy-engine copy vs size and direction.
-  gpuwrite/model/validation.py predicts each of them and Fig. 8 prints the comparison.
+* sweeps (``[sweeps]``): loads of host memory per us vs loads in flight, one chain per
+  lane, chains that never meet (the GPU as a read requester: Little's law on the read
+  round trip, each warp step waiting for its slowest lane); one warp's read of host memory
+  vs size with 8 lines in flight (latency); copy-engine copies vs size and direction,
+  queued behind a gate kernel so that the host's time to issue each is not counted.
+  gpuwrite/model/validation.py predicts each of them (closed forms in
+  gpuwrite/model/requester.py) and Fig. 8 prints the comparison. Files written before
+  these kernels hold ``host_read_latency_vs_size`` and ``copy_engine_vs_size`` instead;
+  validation.py says what those measured.
 
 ``calibration_params`` turns them into ``Params`` overrides (``[params]`` in the file, the
 table ``Params.with_calibration`` applies): ``gpu.store_rate_gbps`` and
 ``gpu.copy_rate_gbps`` from the bandwidths, ``gpu.write_issue_ns`` from the host read round
 trip (the derivation behind its default, gpuwrite/model/nic.py), ``link.generation`` and
-``link.width`` where nvidia-smi reports them. On the CUDA simulator the same steps run
+``link.width`` where nvidia-smi reports them; from the sweeps, ``gpu.read_jitter_ns`` (one
+warp step of 32 loads in flight) and ``gpu.copy_setup_h2d_ns`` / ``_d2h_ns`` (the smallest
+queued copy). On the CUDA simulator the same steps run
 tiny and the file says its timings are meaningless.
 """
 from __future__ import annotations
@@ -35,7 +42,7 @@ from gpuwrite.bench import suite
 from gpuwrite.cudaenv import SIMULATOR, cuda
 from gpuwrite.device.intrinsics import globaltimer_ns, ld_acquire_sys_u32
 from gpuwrite.host.memory import mapped
-from gpuwrite.model import pcie
+from gpuwrite.model import pcie, requester
 from gpuwrite.model import topology as topo
 
 # Words between successive loads of the read chain: 32 x 4 B = 128 B, a new line each time.
@@ -69,24 +76,47 @@ def _load_chains(chain, n_chains, n_loads, spacing, out_ns, sink):
     sink[t] = index
 
 
+# Lines one warp keeps in flight in _warp_read_lines: each lane issues this many
+# independent loads (one per line) before it uses any of them.
+WARP_READ_LINES_IN_FLIGHT = 8
+# A device-side wait's limit (the copy queue's gate): far above the host's time to enqueue.
+GATE_TIMEOUT_NS = 2_000_000_000
+
+
 @cuda.jit
-def _warp_read(src, words, repeats, out_ns):
-    """One warp reads ``words`` 4-byte words of a fresh region, ``repeats`` times in a row;
-    each region's address depends on the previous read's values (zeros), so the reads
-    of one region overlap and the regions do not."""
+def _warp_read_lines(src, words, repeats, out_ns):
+    """One warp reads ``words`` 4-byte words of a fresh region, ``repeats`` regions in a row,
+    ``WARP_READ_LINES_IN_FLIGHT`` 128-byte lines at a time: each lane loads its word of
+    every line of a group into registers first, then adds them. A group past the region's
+    last line re-reads that line (no branch, no extra request). Each region's address
+    depends on the previous region's values (zeros), so regions do not overlap."""
     lane = cuda.threadIdx.x
+    lines = (words + 31) // 32
     offset = 0
     total = 0
+    values = cuda.local.array(WARP_READ_LINES_IN_FLIGHT, dtype=np.uint32)
     t0 = globaltimer_ns()
     for _ in range(repeats):
-        k = lane
-        while k < words:
-            total += src[offset + k]
-            k += 32
-        offset += words + (total >> 31)
+        for first in range(0, lines, WARP_READ_LINES_IN_FLIGHT):
+            for j in range(WARP_READ_LINES_IN_FLIGHT):
+                values[j] = src[offset + min(first + j, lines - 1) * 32 + lane]
+            for j in range(WARP_READ_LINES_IN_FLIGHT):
+                total += values[j]
+        offset += lines * 32 + (total >> 31)
     if lane == 0:
         out_ns[0] = globaltimer_ns() - t0
         out_ns[1] = total
+
+
+@cuda.jit
+def _gate(flag, timeout_ns, timed_out):
+    """Holds its stream until the host sets ``flag`` (or ``timeout_ns`` passes), so the
+    copies queued behind it run back to back, without the host's time to issue each."""
+    started = globaltimer_ns()
+    while ld_acquire_sys_u32(flag, 0) == 0:
+        if globaltimer_ns() - started > timeout_ns:
+            timed_out[0] = 1
+            return
 
 
 @cuda.jit
@@ -172,45 +202,84 @@ def copy_engine_gbytes(nbytes: int, repeats: int = 3) -> tuple[float, float]:
 
 
 def loads_per_us(chain, outstanding: int, n_loads: int) -> float:
-    """Dependent loads of mapped host memory per us with ``outstanding`` chains in flight."""
+    """Dependent loads of mapped host memory per us with ``outstanding`` chains in flight.
+
+    ``chain`` must hold ``outstanding x n_loads`` lines (``chain_words``): the chains never
+    meet, so no chain reads a line another one has read."""
+    needed = chain_words(outstanding, n_loads)
+    if chain.shape[0] < needed:
+        raise ValueError(f"chain of {chain.shape[0]} words is too short for {outstanding} chains of {n_loads} "
+                         f"loads; allowed: at least {needed} words (chain_words)")
     threads = min(outstanding, 256)
     blocks = -(-outstanding // threads)
     out = cuda.to_device(np.zeros(outstanding, dtype=np.int64))
     sink = cuda.to_device(np.zeros(outstanding, dtype=np.uint32))
-    spacing = max(CHAIN_STRIDE_WORDS, (chain.shape[0] // outstanding) // CHAIN_STRIDE_WORDS * CHAIN_STRIDE_WORDS)
+    spacing = (chain.shape[0] // outstanding) // CHAIN_STRIDE_WORDS * CHAIN_STRIDE_WORDS
     _load_chains[blocks, threads](chain, outstanding, n_loads, spacing, out, sink)
     cuda.synchronize()
     slowest_ns = float(out.copy_to_host().max())
     return outstanding * n_loads / (slowest_ns / 1e3) if slowest_ns > 0 else 0.0
 
 
+def chain_words(outstanding: int, n_loads: int) -> int:
+    """Words a chain array needs so that ``outstanding`` chains of ``n_loads`` lines stay apart."""
+    return outstanding * n_loads * CHAIN_STRIDE_WORDS
+
+
 def warp_read_latency_us(size_bytes: int, repeats: int) -> float:
-    """Time for one warp to read ``size_bytes`` of mapped host memory (all loads overlapping)."""
+    """Time for one warp to read ``size_bytes`` of mapped host memory, 8 lines in flight."""
     words = max(1, size_bytes // 4)
-    src = mapped((words * repeats + 32,), np.uint32)
+    lines = -(-words // 32)
+    src = mapped((lines * 32 * repeats + 32,), np.uint32)
     src.host[:] = 0
     out = cuda.to_device(np.zeros(2, dtype=np.int64))
-    _warp_read[1, 32](src.kernel, words, repeats, out)
+    _warp_read_lines[1, 32](src.kernel, words, repeats, out)
     cuda.synchronize()
     return float(out.copy_to_host()[0]) / repeats / 1e3
 
 
-def copy_one_gbytes(size_bytes: int, direction: str, repeats: int) -> float:
-    """One copy-engine copy of ``size_bytes`` at a time (pinned host memory), GB/s."""
+def copy_queued_gbytes(size_bytes: int, direction: str, copies: int) -> float:
+    """``copies`` copy-engine copies of ``size_bytes`` (pinned host memory) queued behind a
+    gate kernel and released at once, GB/s: the copy engine's time per copy, without the
+    host's time to issue each (which a synchronous copy timed by events includes)."""
     host = cuda.pinned_array(size_bytes, dtype=np.uint8)
     device = cuda.device_array(size_bytes, dtype=np.uint8)
-    launch = (lambda: cuda.to_device(host, to=device)) if direction == "h2d" else (lambda: device.copy_to_host(host))
+    stream = cuda.stream()
+    if direction == "h2d":
+        def launch():
+            device.copy_to_device(host, stream=stream)
+    else:
+        def launch():
+            device.copy_to_host(host, stream=stream)
     launch()
-    return repeats * size_bytes / _elapsed_s(launch, repeats) / 1e9
+    stream.synchronize()
+    flag = mapped((1,), np.uint32)
+    flag.host[0] = 1 if SIMULATOR else 0    # the simulator runs a kernel to its end at launch
+    timed_out = cuda.to_device(np.zeros(1, dtype=np.uint32))
+    _gate[1, 1, stream](flag.kernel, GATE_TIMEOUT_NS, timed_out)
+    started = time.perf_counter()
+    start, end = cuda.event(), cuda.event()
+    start.record(stream)
+    for _ in range(copies):
+        launch()
+    end.record(stream)
+    flag.host[0] = 1
+    end.synchronize()
+    if timed_out.copy_to_host()[0]:
+        raise RuntimeError(f"the copy queue's gate timed out after {GATE_TIMEOUT_NS / 1e9:g} s: the host took that "
+                           f"long to queue {copies} copies, so they were not timed back to back")
+    seconds = time.perf_counter() - started if SIMULATOR else cuda.event_elapsed_time(start, end) / 1e3
+    return copies * size_bytes / seconds / 1e9
 
 
 SWEEPS = {  # calibrate's sweeps, the validation table's inputs (gpuwrite/model/validation.py)
-    "full": {"outstanding": (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024), "chain_loads": 200,
+    # beyond 1024 chains: the model's gpu.read_tags cap (768 per round trip) predicts a plateau
+    "full": {"outstanding": (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096), "chain_loads": 200,
              "read_sizes": (256, 1024, 4096, 16384, 65536), "read_repeats": 200,
              "copy_sizes": (4096, 65536, 1 << 20, 16 << 20), "copy_repeats": 20},
-    "quick": {"outstanding": (1, 4, 16, 64, 256), "chain_loads": 100,
-              "read_sizes": (256, 4096, 65536), "read_repeats": 50,
-              "copy_sizes": (4096, 1 << 20), "copy_repeats": 5},
+    "quick": {"outstanding": (1, 4, 16, 32, 128, 512, 1024, 2048), "chain_loads": 100,
+              "read_sizes": (256, 1024, 4096, 65536), "read_repeats": 50,
+              "copy_sizes": (4096, 65536, 1 << 20), "copy_repeats": 10},
     "simulator": {"outstanding": (1, 2), "chain_loads": 2, "read_sizes": (256,), "read_repeats": 1,
                   "copy_sizes": (4096,), "copy_repeats": 1},
 }
@@ -223,9 +292,10 @@ def measure_sweeps(runs: int = 5, quick: bool = False, progress=None) -> dict:
     plan = SWEEPS["simulator" if SIMULATOR else "quick" if quick else "full"]
     size = SIZES["simulator" if SIMULATOR else "quick" if quick else "full"]
     step("loads of host memory vs loads in flight")
-    chain = mapped((size["chain"],), np.uint32)
-    chain.host[:] = _chain(size["chain"])
-    out: dict = {"host_loads_vs_outstanding": [], "host_read_latency_vs_size": [], "copy_engine_vs_size": []}
+    words = max(size["chain"], chain_words(max(plan["outstanding"]), plan["chain_loads"]))
+    chain = mapped((words,), np.uint32)
+    chain.host[:] = _chain(words)
+    out: dict = {"host_loads_vs_outstanding": [], "warp_read_vs_size": [], "copy_queued_vs_size": []}
     for outstanding in plan["outstanding"]:
         rates = [loads_per_us(chain.kernel, outstanding, plan["chain_loads"]) for _ in range(runs)]
         out["host_loads_vs_outstanding"].append({"outstanding": outstanding,
@@ -234,13 +304,14 @@ def measure_sweeps(runs: int = 5, quick: bool = False, progress=None) -> dict:
     step("read latency vs size")
     for read_size in plan["read_sizes"]:
         times = [warp_read_latency_us(read_size, plan["read_repeats"]) for _ in range(runs)]
-        out["host_read_latency_vs_size"].append({"size_bytes": read_size, "latency_us": _significant(np.median(times)),
-                                                 "runs": [_significant(t) for t in times]})
+        out["warp_read_vs_size"].append({"size_bytes": read_size, "lines_in_flight": WARP_READ_LINES_IN_FLIGHT,
+                                         "latency_us": _significant(np.median(times)),
+                                         "runs": [_significant(t) for t in times]})
     step("copy engine vs size")
     for direction in ("h2d", "d2h"):
         for copy_size in plan["copy_sizes"]:
-            rates = [copy_one_gbytes(copy_size, direction, plan["copy_repeats"]) for _ in range(runs)]
-            out["copy_engine_vs_size"].append({"direction": direction, "size_bytes": copy_size,
+            rates = [copy_queued_gbytes(copy_size, direction, plan["copy_repeats"]) for _ in range(runs)]
+            out["copy_queued_vs_size"].append({"direction": direction, "size_bytes": copy_size,
                                                "gbytes_per_s": _significant(np.median(rates)),
                                                "runs": [_significant(r) for r in rates]})
     return out
@@ -380,6 +451,22 @@ def calibration_params(medians: dict, smi: dict) -> tuple[dict, dict]:
     return {k: v for k, v in params.items() if v}, derivation
 
 
+def sweep_params(sweeps: dict, round_trip_ns: float, params: dict, derivation: dict) -> None:
+    """Adds the parameters the sweeps define to ``params`` and ``derivation`` (in place)."""
+    link = pcie.LinkConfig(**params.get("link", {}))
+    fit = requester.fit_read_jitter(sweeps.get("host_loads_vs_outstanding", []), round_trip_ns)
+    if fit is not None:
+        params.setdefault("gpu", {})["read_jitter_ns"] = round(fit[0], 1)
+        derivation["gpu.read_jitter_ns"] = (
+            f"host_loads_vs_outstanding at {fit[1]} loads in flight: one warp step vs the host read round trip, "
+            "the expected slowest of its lanes (gpuwrite/model/requester.py)")
+    for direction, (setup_ns, size_bytes) in requester.fit_copy_setups(sweeps.get("copy_queued_vs_size", []),
+                                                                       link).items():
+        params.setdefault("gpu", {})[f"copy_setup_{direction}_ns"] = round(setup_ns, 1)
+        derivation[f"gpu.copy_setup_{direction}_ns"] = (
+            f"copy_queued_vs_size, {direction} at {size_bytes} B: time per copy minus its bytes at the link's rate")
+
+
 def _significant(value) -> float:
     """Four significant digits: what these measurements can claim."""
     return float(f"{float(value):.4g}")
@@ -396,6 +483,7 @@ def calibrate(runs: int = 5, quick: bool = False, progress=None) -> dict:
     medians = {name: entry["value"] for name, entry in measurements.items()}
     params, derivation = calibration_params(medians, smi)
     sweeps = measure_sweeps(runs, quick, progress)
+    sweep_params(sweeps, medians["host_read_round_trip"] * 1e3, params, derivation)
     return {"device": device_record(smi), "measurements": measurements, "params": params,
             "derivation": derivation, "sweeps": sweeps}
 

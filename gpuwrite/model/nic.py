@@ -55,6 +55,20 @@ class GpuParams:
     # The push loop re-reads the NIC's staging-credit word every this often: one dependent
     # ld.acquire.sys of GPU memory (calibration: 0.15 us) per poll.
     poll_interval_ns: float = 150.0
+    # Scale of the exponential tail of one host read's round trip: a warp whose 32 lanes
+    # read different lines waits for the slowest, 3.06 x this beyond the mean
+    # (model/requester.py). calibration nvidia-h100-80gb-hbm3-2026-11-23-b.toml: 32 loads
+    # in flight took 1.433 us per step against a 1.202 us round trip.
+    read_jitter_ns: float = 75.5
+    # Reads of host memory the GPU keeps outstanding at most: each holds a PCIe tag for one
+    # round trip. PCIe Base Spec 4.0 2.2.6.2: 10-bit tags allow 768 outstanding non-posted
+    # requests per function; assumption: the GPU uses them all (Gen5 GPUs support 10-bit tags).
+    read_tags: int = 768
+    # Fixed cost of one copy-engine copy before its bytes move (launch, descriptor, the
+    # completion's semaphore). calibration nvidia-h100-80gb-hbm3-2026-11-23-b.toml: 4 KiB
+    # copies queued back to back took 2.65 us (H2D) and 1.65 us (D2H) each.
+    copy_setup_h2d_ns: float = 2568.0
+    copy_setup_d2h_ns: float = 1572.0
 
     def __post_init__(self):
         check_positive("gpu.store_rate_gbps", self.store_rate_gbps)
@@ -62,6 +76,10 @@ class GpuParams:
         check_positive("gpu.write_issue_ns", self.write_issue_ns, zero_ok=True)
         check_positive("gpu.read_issue_ns", self.read_issue_ns, zero_ok=True)
         check_positive("gpu.poll_interval_ns", self.poll_interval_ns, zero_ok=True)
+        check_positive("gpu.read_jitter_ns", self.read_jitter_ns, zero_ok=True)
+        _check_int("gpu.read_tags", self.read_tags, 1)
+        check_positive("gpu.copy_setup_h2d_ns", self.copy_setup_h2d_ns, zero_ok=True)
+        check_positive("gpu.copy_setup_d2h_ns", self.copy_setup_d2h_ns, zero_ok=True)
 
 
 @dataclass(frozen=True)
@@ -215,6 +233,14 @@ SOURCES = {
     "gpu.write_issue_ns": "calibration: half of gpu.read_issue_ns (derived from the 1.14 us host read)",
     "gpu.read_issue_ns": "calibration: 1.14 us GPU read of host memory minus the modelled tree round trip",
     "gpu.poll_interval_ns": "calibration: one dependent ld.acquire.sys of GPU memory 0.15 us",
+    "gpu.read_jitter_ns": "calibration nvidia-h100-80gb-hbm3-2026-11-23-b.toml: 32 host loads in flight, "
+                          "1.433 us per warp step vs 1.202 us round trip (model/requester.py)",
+    "gpu.read_tags": "PCIe Base Spec 4.0 2.2.6.2: 768 outstanding reads with 10-bit tags; assumption: "
+                     "the GPU uses them all",
+    "gpu.copy_setup_h2d_ns": "calibration nvidia-h100-80gb-hbm3-2026-11-23-b.toml: queued 4 KiB H2D copies, "
+                             "2.65 us each, minus 4 KiB at the link's read rate",
+    "gpu.copy_setup_d2h_ns": "calibration nvidia-h100-80gb-hbm3-2026-11-23-b.toml: queued 4 KiB D2H copies, "
+                             "1.65 us each, minus 4 KiB at the link's write rate",
     "nic.processing_ns": "assumption: doorbell / WQE processing in the NIC",
     "nic.staging_buffer_bytes": "assumption: 1 MiB on-NIC staging region (ibv_alloc_dm)",
     "nic.policy": "model choice: hold (GPU reserves staging first) or drop (naive cut-through FIFO)",

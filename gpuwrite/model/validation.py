@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from gpuwrite.model import paths, pcie
+from gpuwrite.model import paths, pcie, requester
 from gpuwrite.model.params import Params, _load_toml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,6 +46,15 @@ def _row(source, machine, quantity, size_bytes, measured, model, unit, kind="pre
     return {"source": source, "machine": machine, "quantity": quantity, "size_bytes": size_bytes,
             "measured": measured, "model": model, "unit": unit, "error_pct": error, "kind": kind,
             "within_goal": bool(counts and abs(error) <= GOAL_PCT) if counts else None, "note": note}
+
+
+# What the read engine's model is, and what it lacks against these data: the NFP's time
+# per read is 16 ns at 64 B, 23 ns at 128 B and 43 ns at 256 B (measured rates), more
+# than a cost linear in size from the first two predicts (38 ns) while 512 B reads reach
+# the link. Neither the link (54 Gb/s at 256 B) nor the window (32 x 256 B per 528 ns
+# round trip) binds at 256 B; the engine's cost per DMA at that size is not modelled.
+NFP_BANDWIDTH_NOTE = ("min(link, outstanding reads x size / round trip, size / per-request cost); "
+                      "lacks the NFP engine's per-DMA cost at 256 B (43 ns vs 23 ns at 128 B)")
 
 
 def pcie_bench_rows(data: Path = PCIE_BENCH_DATA, params_file: Path = PCIE_BENCH_PARAMS) -> list[dict]:
@@ -74,7 +83,7 @@ def pcie_bench_rows(data: Path = PCIE_BENCH_DATA, params_file: Path = PCIE_BENCH
                 model = paths.read_engine_gbps(route, target, size, params)
                 kind = "fitted" if size == 64 and record["topology"] == "s0-s0-s0" else "prediction"
                 out.append(_row(source, f"NFP6000, {where}", "DMA read bandwidth", size, measured, model, "Gb/s",
-                                kind))
+                                kind, NFP_BANDWIDTH_NOTE))
     return out
 
 
@@ -91,7 +100,8 @@ def calibration_rows(file: Path) -> list[dict]:
     data = _load_toml(file)
     params = Params().with_calibration(file)
     link = params.link
-    machine = f"{data.get('device', {}).get('name', file.stem)}, {data.get('device', {}).get('date', '')}"
+    device = data.get("device", {})
+    machine = f"{device.get('name', file.stem)}, {device.get('measured_at_utc', device.get('date', ''))}"
     source = "gpuwrite calibrate"
     measured = {name: entry["value"] for name, entry in data.get("measurements", {}).items()}
     out = []
@@ -124,29 +134,73 @@ def calibration_rows(file: Path) -> list[dict]:
     return out
 
 
+# calib._warp_read, the kernel of files written before calib._warp_read_lines: per lane
+# ``total += src[offset + k]``, k += 32. Its PTX for sm_90 (numba-cuda 0.30.4) unrolls the
+# loop by 4 and runs the lines that do not fill a group of 4 first, one round trip each;
+# ptxas then unrolls again (bodies of 16, 8 and 4 loads, the sums taken between loads;
+# SASS from the H100 run of 2026-11-23), so how many loads overlap is not known from it.
+FIRST_WARP_READ_UNROLL = 4
+
+
 def _sweep_rows(sweeps: dict, params: Params, source: str, machine: str) -> list[dict]:
-    """Calibrate's sweeps (present in files it writes from now on), predicted by Little's law."""
+    """Calibrate's sweeps, predicted by the closed forms of gpuwrite/model/requester.py."""
     out = []
     link = params.link
     round_trip = _gpu_round_trip_ns(params)
-    line_rate = pcie.effective_rate_gbps(link, "read", GPU_LOAD_BYTES)
-    for point in sweeps.get("host_loads_vs_outstanding", []):
+    chains = sweeps.get("host_loads_vs_outstanding", [])
+    fit = requester.fit_read_jitter(chains, round_trip)
+    jitter_ns = fit[0] if fit is not None else params.gpu.read_jitter_ns
+    for point in chains:
         outstanding = int(point["outstanding"])
-        # each load in flight asks for one line; loads per us = outstanding / round trip, until the link
-        model = min(outstanding * 1e3 / round_trip, line_rate * 1e3 / (GPU_LOAD_BYTES * 8))
+        model = requester.chains_loads_per_us(outstanding, round_trip, jitter_ns, link, params.gpu.read_tags)
+        fitted = fit is not None and outstanding == fit[1]
+        note = ("defines gpu.read_jitter_ns" if fitted else
+                "Little's law on the round trip; each warp step waits for its slowest lane (32 B sector reads)")
+        if model == params.gpu.read_tags * 1e3 / round_trip:
+            note += f"; capped by gpu.read_tags ({params.gpu.read_tags} reads per round trip: an assumption)"
+        elif outstanding > requester.WARP_LANES:
+            note += "; lacks the round trip's growth as warps are added (H100: 1.43 us a step at 32, 1.55 at 512)"
         out.append(_row(source, machine, f"host loads in flight: {outstanding}", None, point["loads_per_us"], model,
-                        "loads/us", note="Little's law on the read round trip"))
+                        "loads/us", "fitted" if fitted else "prediction", note))
+    for point in sweeps.get("warp_read_vs_size", []):
+        size = int(point["size_bytes"])
+        model = requester.warp_read_ns(size, int(point["lines_in_flight"]), round_trip, jitter_ns, link)
+        out.append(_row(source, machine, f"one warp reads host memory, {point['lines_in_flight']} lines in flight",
+                        size, point["latency_us"] * 1e3, model, "ns",
+                        note="per group of lines in flight: its slowest read, then its bytes at the link's rate"))
     for point in sweeps.get("host_read_latency_vs_size", []):
         size = int(point["size_bytes"])
-        model = round_trip + size * 8.0 / pcie.effective_rate_gbps(link, "read", max(size, GPU_LOAD_BYTES))
-        out.append(_row(source, machine, "one warp reads host memory", size, point["latency_us"] * 1e3, model, "ns",
-                        note="round trip + size at the link's read rate"))
-    for point in sweeps.get("copy_engine_vs_size", []):
-        size = int(point["size_bytes"])
-        operation = "read" if point["direction"] == "h2d" else "write"
-        model = pcie.effective_rate_gbps(link, operation, size) / 8.0
-        out.append(_row(source, machine, f"copy engine {point['direction']} (one copy)", size, point["gbytes_per_s"],
-                        model, "GB/s", note="link-bound; the copy's launch and setup are not modelled"))
+        model = requester.unrolled_loop_read_ns(size, FIRST_WARP_READ_UNROLL, round_trip, jitter_ns, link)
+        out.append(_row(source, machine, "one warp reads host memory (first kernel)", size, point["latency_us"] * 1e3,
+                        model, "ns", note=(
+                            f"the kernel's PTX: lines mod {FIRST_WARP_READ_UNROLL} one at a time, then groups of "
+                            f"{FIRST_WARP_READ_UNROLL}; lacks the SASS schedule (ptxas unrolls to 16, 8 and 4 "
+                            "loads and sums between them)")))
+    out += _copy_rows(sweeps.get("copy_queued_vs_size", []), link, source, machine, queued=True)
+    out += _copy_rows(sweeps.get("copy_engine_vs_size", []), link, source, machine, queued=False)
+    return out
+
+
+def _copy_rows(points: list[dict], link, source: str, machine: str, queued: bool) -> list[dict]:
+    """Copies: a setup per copy (fitted at each direction's smallest size) + bytes at link rate.
+
+    Queued copies (copy_queued_vs_size) time the copy engine alone. The first kernel's
+    copies (copy_engine_vs_size) were synchronous copies between CUDA events, so their
+    setup is the host's time to issue one copy (Python, driver) as well."""
+    fits = requester.fit_copy_setups(points, link)
+    out = []
+    for point in points:
+        direction, size = point["direction"], int(point["size_bytes"])
+        setup_ns, fitted_size = fits[direction]     # the same point calibrate derives [params] from
+        model = size / requester.copy_ns(size, setup_ns, requester.copy_rate_gbps(link, direction, size))
+        fitted = size == fitted_size
+        what = "queued copies" if queued else "one synchronous copy at a time"
+        note = (f"defines gpu.copy_setup_{direction}_ns" if fitted else
+                f"setup {setup_ns / 1e3:.3g} us + bytes at the link's {'read' if direction == 'h2d' else 'write'} rate")
+        if not queued:
+            note += "; the setup includes the host's issue of each copy"
+        out.append(_row(source, machine, f"copy engine {direction} ({what})", size, point["gbytes_per_s"], model,
+                        "GB/s", "fitted" if fitted else "prediction", note))
     return out
 
 

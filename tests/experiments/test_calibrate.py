@@ -37,7 +37,11 @@ def test_file_is_labelled_and_the_model_applies_it(tmp_path, capsys):
     assert params.gpu.store_rate_gbps == data["params"]["gpu"]["store_rate_gbps"]
     assert params.gpu.copy_rate_gbps == data["params"]["gpu"]["copy_rate_gbps"]
     assert params.gpu.write_issue_ns == data["params"]["gpu"]["write_issue_ns"]
-    assert set(data["derivation"]) >= {"gpu.store_rate_gbps", "gpu.copy_rate_gbps", "gpu.write_issue_ns"}
+    assert set(data["derivation"]) >= {"gpu.store_rate_gbps", "gpu.copy_rate_gbps", "gpu.write_issue_ns",
+                                       "gpu.read_jitter_ns", "gpu.copy_setup_h2d_ns", "gpu.copy_setup_d2h_ns"}
+    assert set(data["sweeps"]) == {"host_loads_vs_outstanding", "warp_read_vs_size", "copy_queued_vs_size"}
+    assert all(p["lines_in_flight"] == calib.WARP_READ_LINES_IN_FLIGHT for p in data["sweeps"]["warp_read_vs_size"])
+    assert params.gpu.copy_setup_d2h_ns == data["params"]["gpu"]["copy_setup_d2h_ns"]
 
 
 def test_reference_measurements_give_the_default_parameters():
@@ -59,3 +63,46 @@ def test_an_experiment_can_use_a_calibration_file(tmp_path):
                                         '[sweep.fixed]\ncalibration = "cal.toml"\n[sweep.vary]\nsize_bytes = [64]\n')
     sweep = load_spec(tmp_path / "spec.toml").sweeps[0]
     assert resolve(sweep, sweep.points()[0], "model")["params"]["gpu"]["store_rate_gbps"] == 123.0
+
+
+def test_load_chains_never_meet_and_a_short_chain_is_refused():
+    import numpy as np
+
+    from gpuwrite.cudaenv import cuda
+    from gpuwrite.host.memory import mapped
+
+    outstanding, n_loads = 4, 3
+    words = calib.chain_words(outstanding, n_loads)
+    chain = mapped((words,), np.uint32)
+    chain.host[:] = calib._chain(words)
+    assert calib.loads_per_us(chain.kernel, outstanding, n_loads) > 0
+    # each chain's loads (its start and n_loads - 1 lines after it) end before the next chain's start;
+    # its last load returns the address after them
+    spacing = words // outstanding
+    out = cuda.to_device(np.zeros(outstanding, dtype=np.int64))
+    sink = cuda.to_device(np.zeros(outstanding, dtype=np.uint32))
+    calib._load_chains[1, outstanding](chain.kernel, outstanding, n_loads, spacing, out, sink)
+    ends = sink.copy_to_host()
+    assert list(ends) == [(t * spacing + n_loads * calib.CHAIN_STRIDE_WORDS) % words for t in range(outstanding)]
+    assert all(t * spacing + (n_loads - 1) * calib.CHAIN_STRIDE_WORDS < (t + 1) * spacing for t in range(outstanding))
+    with pytest.raises(ValueError, match="too short"):
+        calib.loads_per_us(chain.kernel, outstanding * 2, n_loads)
+
+
+def test_sweeps_define_the_jitter_and_the_copy_setups():
+    from gpuwrite.model import pcie, requester
+
+    round_trip_ns = 1200.0
+    step_ns = round_trip_ns + 80.0 * (requester.harmonic(32) - 1)
+    sweeps = {"host_loads_vs_outstanding": [{"outstanding": 32, "loads_per_us": 32e3 / step_ns},
+                                            {"outstanding": 64, "loads_per_us": 1.0}],
+              "copy_queued_vs_size": [{"direction": "d2h", "size_bytes": 4096, "gbytes_per_s": 4096 / 5000.0},
+                                      {"direction": "d2h", "size_bytes": 1 << 20, "gbytes_per_s": 40.0}]}
+    params, derivation = {"gpu": {}, "link": {"generation": 5, "width": 16}}, {}
+    calib.sweep_params(sweeps, round_trip_ns, params, derivation)
+    assert params["gpu"]["read_jitter_ns"] == pytest.approx(80.0, abs=0.05)
+    link = pcie.LinkConfig(generation=5, width=16)
+    assert params["gpu"]["copy_setup_d2h_ns"] == pytest.approx(
+        5000.0 - 4096 * 8 / pcie.effective_rate_gbps(link, "write", 4096), abs=0.05)
+    assert "copy_setup_h2d_ns" not in params["gpu"] and "32 loads in flight" in derivation["gpu.read_jitter_ns"]
+    assert Params().updated({"gpu": params["gpu"]}).gpu.read_jitter_ns == params["gpu"]["read_jitter_ns"]

@@ -1,7 +1,7 @@
 """The validation table: pcie-bench's published DMA engine and calibrate's sweeps, predicted."""
 import pytest
 
-from gpuwrite.model import pcie, validation
+from gpuwrite.model import pcie, requester, validation
 from gpuwrite.model.params import Params
 
 
@@ -24,15 +24,44 @@ def test_pcie_bench_bandwidth_misses_are_reported_not_hidden():
         validation.table())
 
 
-def test_calibrate_sweeps_are_predicted_by_littles_law_until_the_link():
+def test_calibrate_sweeps_are_predicted_by_the_requester_closed_forms():
     params = Params()
     round_trip_ns = 2 * (2 * 20.0 + 150.0 + 200.0) + 100.0 + params.gpu.read_issue_ns
+    # 32 chains, one warp: its steps took round trip + 100 ns x (H_32 - 1): jitter 100 ns
+    step_ns = round_trip_ns + 100.0 * (requester.harmonic(32) - 1)
     sweeps = {"host_loads_vs_outstanding": [{"outstanding": 1, "loads_per_us": 1.0},
-                                            {"outstanding": 4096, "loads_per_us": 1.0}],
-              "host_read_latency_vs_size": [{"size_bytes": 4096, "latency_us": 1.0}],
-              "copy_engine_vs_size": [{"direction": "h2d", "size_bytes": 1 << 20, "gbytes_per_s": 1.0}]}
+                                            {"outstanding": 32, "loads_per_us": 32e3 / step_ns},
+                                            {"outstanding": 1 << 20, "loads_per_us": 1.0}],
+              "warp_read_vs_size": [{"size_bytes": 4096, "lines_in_flight": 8, "latency_us": 1.0}],
+              "copy_queued_vs_size": [{"direction": "h2d", "size_bytes": 4096, "gbytes_per_s": 0.5},
+                                      {"direction": "h2d", "size_bytes": 1 << 20, "gbytes_per_s": 1.0}]}
     rows = validation._sweep_rows(sweeps, params, "test", "machine")
     assert rows[0]["model"] == pytest.approx(1e3 / round_trip_ns)
-    assert rows[1]["model"] == pytest.approx(pcie.effective_rate_gbps(params.link, "read", 128) * 1e3 / 1024)
-    assert rows[2]["model"] == pytest.approx(round_trip_ns + 4096 * 8 / pcie.effective_rate_gbps(params.link, "read", 4096))
-    assert rows[3]["model"] == pytest.approx(pcie.effective_rate_gbps(params.link, "read", 1 << 20) / 8)
+    assert rows[1]["kind"] == "fitted" and rows[1]["error_pct"] == pytest.approx(0.0, abs=1e-9)
+    # a million loads in flight: the GPU's 768 tags, each held one round trip
+    assert rows[2]["model"] == pytest.approx(768e3 / round_trip_ns) and "gpu.read_tags" in rows[2]["note"]
+    # 32 lines, 8 at a time: four groups, each the slowest of 8 reads, then 1 KiB at the link's rate
+    assert rows[3]["model"] == pytest.approx(4 * (round_trip_ns + 100.0 * (requester.harmonic(8) - 1)
+                                                  + 1024 * 8 / pcie.effective_rate_gbps(params.link, "read", 128)))
+    setup_ns = 4096 / 0.5 - 4096 * 8 / pcie.effective_rate_gbps(params.link, "read", 4096)
+    assert rows[4]["kind"] == "fitted" and rows[5]["kind"] == "prediction"
+    assert rows[5]["model"] == pytest.approx((1 << 20) / (setup_ns + (1 << 20) * 8 / pcie.effective_rate_gbps(
+        params.link, "read", 1 << 20)))
+
+
+def test_first_kernels_sweeps_stay_in_the_table_with_what_the_model_lacks():
+    h100 = validation.CALIBRATION_DIR / "nvidia-h100-80gb-hbm3-2026-11-23.toml"
+    rows = validation.calibration_rows(h100)
+    first = [r for r in rows if r["quantity"] == "one warp reads host memory (first kernel)"]
+    assert len(first) == 5 and all("lacks" in r["note"] for r in first)
+    synchronous = [r for r in rows if "synchronous copy" in r["quantity"]]
+    assert sorted(r["size_bytes"] for r in synchronous if r["kind"] == "fitted") == [4096, 4096]
+    assert all("host's issue" in r["note"] for r in synchronous if r["kind"] == "prediction")
+
+
+def test_the_h100_run_with_the_new_kernels_is_predicted_within_the_goal():
+    h100 = validation.CALIBRATION_DIR / "nvidia-h100-80gb-hbm3-2026-11-23-b.toml"
+    rows = [r for r in validation.calibration_rows(h100) if r["within_goal"] is not None]
+    assert [r["quantity"] for r in rows if not r["within_goal"]] == []
+    assert sum("8 lines in flight" in r["quantity"] for r in rows) == 5
+    assert sum("queued copies" in r["quantity"] for r in rows) == 6     # 8 points, one fitted per direction
