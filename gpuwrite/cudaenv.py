@@ -64,7 +64,7 @@ SIMULATOR: bool = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
 
 from numba import cuda  # noqa: E402  (after the environment is settled)
 
-__all__ = ["cuda", "SIMULATOR", "world"]
+__all__ = ["cuda", "SIMULATOR", "world", "preload"]
 
 
 def world() -> str:
@@ -74,3 +74,19 @@ def world() -> str:
     dev = cuda.get_current_device()
     name = dev.name.decode() if isinstance(dev.name, bytes) else dev.name
     return f"GPU {name} (compute capability {dev.compute_capability[0]}.{dev.compute_capability[1]})"
+
+
+def preload(dispatcher, *args) -> None:
+    """Compiles ``dispatcher`` for ``args`` and loads it into the current context now.
+
+    A kernel's first launch compiles it and loads its module, and loading can wait for
+    the context's running kernels. A kernel that must run beside a persistent one (the
+    GPU pull agent) is therefore loaded before that one starts: on an H100, the first
+    nic_pull run of a process launched its sender beside the agent and hung for 77 s
+    (BENCHMARKS.md, session 7). Nothing to do on the simulator."""
+    if SIMULATOR:
+        return
+    from numba import typeof
+
+    kernel = dispatcher.compile(tuple(typeof(a) for a in args))
+    kernel._codelibrary.get_cufunc()    # numba-cuda loads the module here (no public call)

@@ -754,6 +754,13 @@ class Session:
     ``n_qps`` QPs, each with its own CQ, staging ring and bounce ring (see
     :class:`gpuwrite.host.QueueSet`). Large gpu_push and host_staged messages go as WQEs
     of ``chunk_bytes``; staging and bounce rings hold four of them by default.
+
+    nic_pull is served by the copy-engine stand-in: the engine's thread calls the CUDA
+    driver for each pull. Wait for a kernel that puts (``cuda.synchronize()``, or its
+    stream's) before copying anything to the host: a synchronous copy into pageable memory
+    issued while the kernel runs holds the driver until the kernel ends, the pulls the
+    kernel waits for cannot start, and its waits end in ``E_TIMEOUT_CQE`` (seen on an
+    H100, BENCHMARKS.md, session 7).
     """
 
     __test__ = False

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from gpuwrite import layouts as L
-from gpuwrite.cudaenv import SIMULATOR, cuda
+from gpuwrite.cudaenv import SIMULATOR, cuda, preload
 from gpuwrite.device import verbs as dv
 from gpuwrite.host.memory import mapped
 from gpuwrite.host.verbs import Context, LinkConfig
@@ -192,7 +192,10 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
         d_msgs = cuda.to_device(msgs)
         d_first = cuda.to_device(qp_first)
         d_params = cuda.to_device(params)
+        send_args = (qs.device_args, d_msgs, d_first, src_dev, d_params, t_post, t_done, result,
+                     pend)
         if path == "nic_pull" and pull_agent == "gpu":
+            preload(K.send_messages, *send_args)
             agent = PullAgent(ctx, pull_timeout_s=pull_timeout_s).start()
         if not ctx.running:
             ctx.start()
@@ -206,8 +209,7 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
             timer = threading.Timer(stall_receiver_s, ctx.stall_receiver, args=(False,))
             if SIMULATOR:
                 timer.start()
-        K.send_messages[n_qps, threads](qs.device_args, d_msgs, d_first, src_dev, d_params,
-                                        t_post, t_done, result, pend)
+        K.send_messages[n_qps, threads](*send_args)
         if timer is not None and not SIMULATOR:
             timer.start()
         # The legacy default stream only: the agent's kernel runs on a stream of its own

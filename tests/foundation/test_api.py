@@ -118,6 +118,7 @@ def _run(kernel, grid, threads, path, sizes, thresholds=None, chunk_bytes=256, l
         s.start()
         kernel[grid, threads](s.Q, s.cfg, src, cuda.to_device(plan), keys, api.PATH_IDS[path],
                               status)
+        cuda.synchronize()
         st = status.copy_to_host()
         return layout, dst.host.view(np.uint8).copy(), st, s.context.counters(), s.qp_errors(st)
 
@@ -312,6 +313,7 @@ def _put_twice_run(path, rkey_first_ok=True):
         out = cuda.to_device(np.full(3, 99, dtype=np.int64))
         s.start()
         _put_twice[1, 4](s.Q, s.cfg, src, cuda.to_device(prm), path, out)
+        cuda.synchronize()
         got = out.copy_to_host()
         return got, s.qp_errors([got[2]]), dst.host.copy()
 
