@@ -6,7 +6,8 @@
 # Then, on any machine: copy $OUT/*.parquet to experiments/results/gpu/ and the
 # calibration TOML to experiments/calibration/, commit them, and run `gpuwrite figures`.
 #
-# Usage: bash scripts/gpu_experiments.sh
+# Usage: bash scripts/gpu_experiments.sh   (SKIP_CALIBRATE=1: keep the stored calibration;
+#        GPUWRITE_GIT_COMMIT=<hash>: the commit the tables record, where .git is stale)
 # What comes back: gpu_experiments.log (every step's output and rc), the calibration TOML
 # and experiments/results/gpu/*.parquet (figures 4, 5 and 9).
 set -u
@@ -46,7 +47,7 @@ step build 300 python3 csrc/ffi_build.py || { tail -30 "$LOG"; exit 1; }
 rm -f gpuwrite/_gw_cffi.c csrc/*.o
 
 # Calibration: the file lands in experiments/calibration/<device>-<date>.toml.
-step calibrate 180 python3 -m gpuwrite calibrate
+[ -z "${SKIP_CALIBRATE:-}" ] && step calibrate 180 python3 -m gpuwrite calibrate
 # Figures 4 and 5: measured now (--fresh), not taken from results stored earlier.
 # Figure 4: the emulated points only (the model lines are computed anywhere).
 step fig4_emulated 200 python3 -m gpuwrite sweep experiments/fig4_throughput.toml --sweep emulated --fresh --json

@@ -48,7 +48,11 @@ def gpuwrite_version() -> str:
 @functools.lru_cache(maxsize=None)
 def git_commit() -> str | None:
     """The commit of the checkout gpuwrite runs from (``+dirty`` with uncommitted changes to
-    tracked files), or None for an installed package."""
+    tracked files), or None for an installed package. ``GPUWRITE_GIT_COMMIT`` names it
+    instead for a copy of a checkout whose ``.git`` is not its own (the GPU machines
+    receive the working tree beside an older ``.git``)."""
+    if os.environ.get("GPUWRITE_GIT_COMMIT"):
+        return os.environ["GPUWRITE_GIT_COMMIT"]
     root = Path(__file__).resolve().parents[2]
     if not (root / ".git").exists():
         return None
