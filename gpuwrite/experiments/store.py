@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import io
+import os
 import subprocess
 from pathlib import Path
 
