@@ -1,8 +1,13 @@
 """The validation table: pcie-bench's published DMA engine and calibrate's sweeps, predicted."""
+from pathlib import Path
+
 import pytest
 
 from gpuwrite.model import pcie, requester, validation
 from gpuwrite.model.params import Params
+
+# The checkout's files (an installed gpuwrite has no experiments/ beside it).
+CALIBRATION = Path(__file__).resolve().parents[2] / "experiments" / "calibration"
 
 
 def test_pcie_bench_latency_is_predicted_within_the_goal_with_one_parameter_set():
@@ -50,7 +55,7 @@ def test_calibrate_sweeps_are_predicted_by_the_requester_closed_forms():
 
 
 def test_first_kernels_sweeps_stay_in_the_table_with_what_the_model_lacks():
-    h100 = validation.CALIBRATION_DIR / "nvidia-h100-80gb-hbm3-2026-11-23.toml"
+    h100 = CALIBRATION / "nvidia-h100-80gb-hbm3-2026-11-23.toml"
     rows = validation.calibration_rows(h100)
     first = [r for r in rows if r["quantity"] == "one warp reads host memory (first kernel)"]
     assert len(first) == 5 and all("lacks" in r["note"] for r in first)
@@ -60,7 +65,7 @@ def test_first_kernels_sweeps_stay_in_the_table_with_what_the_model_lacks():
 
 
 def test_the_h100_run_with_the_new_kernels_is_predicted_within_the_goal():
-    h100 = validation.CALIBRATION_DIR / "nvidia-h100-80gb-hbm3-2026-11-23-b.toml"
+    h100 = CALIBRATION / "nvidia-h100-80gb-hbm3-2026-11-23-b.toml"
     rows = [r for r in validation.calibration_rows(h100) if r["within_goal"] is not None]
     assert [r["quantity"] for r in rows if not r["within_goal"]] == []
     assert sum("8 lines in flight" in r["quantity"] for r in rows) == 5
