@@ -7,6 +7,7 @@ either world by setting ``NUMBA_ENABLE_CUDASIM`` themselves.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import sys
 
@@ -18,31 +19,40 @@ import numpy as np
 # driver), the GPU pull agent, a second kernel. With lazy loading (CUDA 12.2's default),
 # loading a kernel or a driver-internal module can wait for the context to go idle, which
 # the spinning kernel never lets it do until its own timeout (NVIDIA's CUDA C
-# Programming Guide, "Lazy Loading", on concurrent execution). On an H100 this made
-# nic_pull's first pull in a process time out (BENCHMARKS.md, session 7). Read at cuInit,
-# so set before the probe below; a value the user set is kept (Context warns).
+# Programming Guide, "Lazy Loading", on concurrent execution). The two nic_pull hangs
+# seen on an H100 had other causes (see ``preload`` and api.Session; BENCHMARKS.md,
+# session 7). Read at cuInit, so set before the probe below; a value the user set is kept
+# (Context warns).
 os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
 
 
-def lazy_loading() -> bool:
-    """Whether this process's CUDA driver loads modules lazily (cuModuleGetLoadingMode)."""
+def _libcuda():
+    """The CUDA driver, initialised; None where there is none."""
     try:
         libcuda = ctypes.CDLL("libcuda.so.1")
-        mode = ctypes.c_int(0)
-        if libcuda.cuInit(0) != 0 or libcuda.cuModuleGetLoadingMode(ctypes.byref(mode)) != 0:
+    except OSError:
+        return None
+    return libcuda if libcuda.cuInit(0) == 0 else None
+
+
+@functools.lru_cache(maxsize=None)
+def lazy_loading() -> bool:
+    """Whether this process's CUDA driver loads modules lazily (cuModuleGetLoadingMode;
+    fixed from cuInit on, so asked once)."""
+    libcuda = _libcuda()
+    mode = ctypes.c_int(0)
+    try:
+        if libcuda is None or libcuda.cuModuleGetLoadingMode(ctypes.byref(mode)) != 0:
             return False
-    except (OSError, AttributeError):
+    except AttributeError:      # a driver older than CUDA 11.7
         return False
     return mode.value == 2      # CU_MODULE_LAZY_LOADING
 
 
 def _gpu_present() -> bool:
-    try:
-        libcuda = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return False
+    libcuda = _libcuda()
     count = ctypes.c_int(0)
-    if libcuda.cuInit(0) != 0 or libcuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+    if libcuda is None or libcuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
         return False
     return count.value > 0
 

@@ -11,9 +11,9 @@ run, and each judged on every run, not only on the median:
   * >= 20 million 64-byte messages per second, many blocks posting, doorbells batched;
   * nic_pull and host_staged measured beside gpu_push;
   * latency vs size (``sweep``): every path, one message in flight, 32 and 256 threads per
-    block, every message one WQE, against floor + size / ceiling (the bulk-store ceiling; for 32 threads the
-    bandwidth of one warp's vector copy; host_staged's data crosses PCIe twice, so its
-    size term is counted twice): gpu_push and host_staged <= 1.25x at every size; nic_pull
+    block, every message one WQE, against floor + size / ceiling (the bulk-store ceiling;
+    for 32 threads the bandwidth of one warp's vector copy; host_staged's data crosses PCIe
+    twice, so its size term is counted twice): gpu_push and host_staged <= 1.25x at every size; nic_pull
     (the GPU pull agent) <= 2x at 64 B and <= 1.5x at 64 KiB.
 Every repeated figure is reported as min, median and max. Where a run misses a target,
 ``lost_in`` names the step that took the time: the engine (doorbell seen to CQE written,
@@ -50,10 +50,6 @@ SWEEP_SIZES = (64, 256, 1024, 4096, 16384, 65536, 262144, 1 << 20)
 SWEEP_PATHS = ("gpu_push", "host_staged", "nic_pull", "gpu_push_inline")
 SWEEP_THREADS = (32, 256)
 SWEEP_ITERS = 400
-# Every message is one WQE, whatever its size. Split into 64 KiB WQEs, a 1 MiB gpu_push
-# took 106 to 113 us instead of 71 on an H100 (16 KiB WQEs: 247 us): each WQE's doorbell
-# is a system-scope release, which waits for the block's payload stores to drain before
-# the block copies the next WQE's payload (BENCHMARKS.md, session 7).
 # How each path sends its 1 MiB messages: 128 QPs (one block each) keep enough stores in
 # flight to fill PCIe; 12 engine threads deliver. The paths that copy through NIC or
 # bounce memory post a message as WQEs of BW_CHUNK_BYTES, with room for BW_CHUNKS_IN_FLIGHT
@@ -210,6 +206,11 @@ def latency_sweep(floor_us: float, ceilings: dict, *, sizes=SWEEP_SIZES, paths=S
         step(f"latency vs size ({k + 1} of {repeats})")
         for path, size, th in points:
             count = max(20, min(iters, iters * 4096 // size))
+            # Every message is one WQE, whatever its size. Split into 64 KiB WQEs, a 1 MiB
+            # gpu_push took 106 to 113 us instead of 71 on an H100 (16 KiB WQEs: 247 us):
+            # each WQE's doorbell is a system-scope release, which waits for the block's
+            # payload stores to drain before it copies the next WQE's (BENCHMARKS.md,
+            # session 7).
             r = runner.run(path, [size] * (count * n_qps), n_qps=n_qps, wait_each=True,
                            block_threads=th, chunk_bytes=max(size, 65536),
                            stage_slot_bytes=4096 if size > 65536 else 256)
