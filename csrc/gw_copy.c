@@ -47,10 +47,9 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* Copies pieces of job `job` until none is left to claim; returns how many it copied. */
-static uint32_t take_pieces(struct gw_copy_pool *p, uint32_t job)
+/* Copies pieces of job `job` until none is left to claim. */
+static void take_pieces(struct gw_copy_pool *p, uint32_t job)
 {
-    uint32_t done = 0;
     uint64_t v = atomic_load_explicit(&p->claim, memory_order_acquire);
     for (;;) {
         if ((uint32_t)(v >> 32) != job)
@@ -64,13 +63,10 @@ static uint32_t take_pieces(struct gw_copy_pool *p, uint32_t job)
             continue;
         size_t off = (size_t)k * p->piece;
         size_t n = p->bytes - off < p->piece ? p->bytes - off : p->piece;
-        gw_copy_one(p->dst + off, p->src + off, n);
-        _mm_sfence();
+        gw_copy_one(p->dst + off, p->src + off, n);   /* fences its own streaming stores */
         atomic_fetch_sub_explicit(&p->left, 1, memory_order_release);
-        done++;
         v = atomic_load_explicit(&p->claim, memory_order_acquire);
     }
-    return done;
 }
 
 static void *helper_main(void *arg)
@@ -170,7 +166,5 @@ void gw_copy(struct gw_copy_pool *p, void *dst, const void *src, size_t n)
     /* Helpers that claimed a piece finish it; the acquire pairs with their release. */
     while (atomic_load_explicit(&p->left, memory_order_acquire) != 0)
         _mm_pause();
-    p->jobs++;
-    p->split_bytes += n;
     pthread_mutex_unlock(&p->submit);
 }

@@ -39,7 +39,6 @@ struct gw_copy_pool {
     _Atomic uint32_t sleepers;
     _Atomic int stop;
     uint64_t spin_ns;                 /* an idle helper spins this long before sleeping */
-    uint64_t jobs, split_bytes;       /* submitter-side counts (under `submit`) */
 };
 
 /* Starts `threads` helpers (0 leaves the pool off). Returns 0, or -1 if a thread could
