@@ -219,6 +219,9 @@ struct link {
     uint32_t ring_head, ring_tail;
 };
 
+/* Late pulls the engine remembers one by one; beyond these it remembers only the last. */
+enum { LATE_PULLS_MAX = 256 };
+
 struct worker {
     struct gw_engine *engine;
     uint32_t index;
@@ -227,7 +230,10 @@ struct worker {
     _Atomic uint32_t nqps;
     void *stream;
     struct gw_counters c;
-    uint64_t agent_tickets[64];   /* pulls this worker posted to the agent, not yet seen done */
+    struct agent_ticket {         /* pulls this worker posted to the agent, not yet seen done */
+        uint64_t ticket, dst;
+        uint32_t len;
+    } agent_tickets[64];
     uint32_t agent_pending;
     uint64_t gen_seen;            /* engine generation this worker last revalidated against */
     _Atomic uint64_t gen_done;    /* generation of the last pass it finished */
@@ -253,6 +259,13 @@ struct gw_engine {
     _Atomic uint64_t agent_next;  /* the pull agent's next ticket */
     _Atomic uint64_t agent_pulls;
     _Atomic uint64_t agent_failed;
+    /* Pulls the agent left unanswered past the timeout (see late_add). */
+    pthread_mutex_t late_lock;
+    struct late_pull { uint64_t ticket, dst, len; } late[LATE_PULLS_MAX];
+    uint32_t nlate;
+    int late_overflow;            /* more than LATE_PULLS_MAX: every region counts as hit */
+    uint64_t late_last;           /* the highest late ticket, if late_any */
+    int late_any;
     _Atomic uint64_t gen;
     struct gw_counters ctl;       /* counted by control operations (flush on QP destroy) */
     struct gw_copy_pool copy;     /* helpers of large deliveries, while the workers run */
@@ -705,6 +718,74 @@ static int agent_wait(struct gw_engine *e, uint64_t t)
     }
 }
 
+/* ---- late pulls: a timed-out pull the agent may still answer ----------------------
+ * The engine fails a pull the agent leaves unanswered for pull_timeout_ns, but the agent
+ * may only be slow: its answer would copy into the destination after the WQE's error
+ * completion, when the application may have deregistered and freed it. A NIC never
+ * writes after the error completion. So the engine remembers each late pull's
+ * destination until the agent answers it (the agent answers tickets in order, each in
+ * its slot's done word), and a region a late pull points into is not let go of
+ * (gw_engine_remove_mr returns -3; the caller keeps its memory). */
+
+static int agent_answered(struct gw_engine *e, uint64_t t)
+{
+    uint32_t seen = __atomic_load_n(agent_done_word(e, t), __ATOMIC_ACQUIRE);
+    return (int32_t)(seen - (uint32_t)(t + 1)) >= 0;
+}
+
+static void late_clear(struct gw_engine *e)
+{
+    e->nlate = 0;
+    e->late_overflow = 0;
+    e->late_any = 0;
+}
+
+static void late_add(struct gw_engine *e, const struct agent_ticket *a)
+{
+    pthread_mutex_lock(&e->late_lock);
+    if (e->nlate < LATE_PULLS_MAX)
+        e->late[e->nlate++] = (struct late_pull){a->ticket, a->dst, a->len};
+    else
+        e->late_overflow = 1;
+    if (!e->late_any || a->ticket > e->late_last)
+        e->late_last = a->ticket;
+    e->late_any = 1;
+    pthread_mutex_unlock(&e->late_lock);
+}
+
+/* Late pulls not yet answered whose destination meets [addr, addr + len) (len 0: all);
+ * forgets those answered. */
+uint32_t gw_engine_late_pulls(struct gw_engine *e, uint64_t addr, uint64_t len)
+{
+    pthread_mutex_lock(&e->late_lock);
+    uint32_t n = 0;
+    if (e->late_any && agent_answered(e, e->late_last))
+        late_clear(e);   /* in order: the last one answered, every earlier one was */
+    for (uint32_t k = 0; k < e->nlate;) {
+        struct late_pull *l = &e->late[k];
+        if (agent_answered(e, l->ticket)) {
+            *l = e->late[--e->nlate];
+            continue;
+        }
+        if (len == 0 || (l->dst < addr + len && addr < l->dst + l->len))
+            n++;
+        k++;
+    }
+    if (e->late_overflow)
+        n++;     /* those not remembered may point anywhere until the last is answered */
+    pthread_mutex_unlock(&e->late_lock);
+    return n;
+}
+
+/* Forgets every late pull: the agent is being detached, which its owner does only once
+ * the agent answered the stop request (so every earlier one) or its kernel has ended. */
+static void late_forget(struct gw_engine *e)
+{
+    pthread_mutex_lock(&e->late_lock);
+    late_clear(e);
+    pthread_mutex_unlock(&e->late_lock);
+}
+
 /* Claims a ticket and writes its request. The slot's previous ticket (pull_slots before)
  * must have been answered; returns UINT64_MAX if it was not within the timeout. */
 static uint64_t agent_post(struct gw_engine *e, uint64_t dst, uint64_t src, uint32_t len)
@@ -745,6 +826,7 @@ int gw_engine_set_pull_agent(struct gw_engine *e, void *ring, void *done, uint32
             return -2;
         }
     }
+    late_forget(e);
     e->cfg.pull_done = done;
     e->cfg.pull_slots = slots;
     e->cfg.pull_timeout_ns = timeout_ns ? timeout_ns : 1000000000ull;
@@ -780,7 +862,7 @@ static int pull_start(struct gw_engine *e, struct worker *w, void *dst, uint64_t
             atomic_fetch_add(&e->agent_failed, 1);
             return -1;
         }
-        w->agent_tickets[w->agent_pending++] = t;
+        w->agent_tickets[w->agent_pending++] = (struct agent_ticket){t, (uint64_t)(uintptr_t)dst, len};
         return 0;
     }
     if (!e->have_cuda) {
@@ -797,7 +879,8 @@ static int pull_wait(struct gw_engine *e, struct worker *w)
 {
     int rc = 0;
     for (uint32_t k = 0; k < w->agent_pending; k++) {
-        if (agent_wait(e, w->agent_tickets[k]) != 0) {
+        if (agent_wait(e, w->agent_tickets[k].ticket) != 0) {
+            late_add(e, &w->agent_tickets[k]);
             atomic_fetch_add(&e->agent_failed, 1);
             rc = -1;
         } else {
@@ -1298,6 +1381,7 @@ struct gw_engine *gw_engine_create(const struct gw_engine_config *config, char *
     }
     e->cfg = *config;
     pthread_mutex_init(&e->lock, NULL);
+    pthread_mutex_init(&e->late_lock, NULL);
     e->workers = calloc(config->workers, sizeof(struct worker));
     e->mrs = calloc(config->max_mrs, sizeof(struct mr));
     e->cqs = calloc(config->max_cqs, sizeof(struct cq));
@@ -1505,6 +1589,14 @@ int gw_engine_remove_mr(struct gw_engine *e, uint32_t key)
     }
     atomic_store_explicit(&m->valid, 0, memory_order_release);
     int rc = quiesce(e, bump_gen(e)) == 0 ? 0 : -2;
+    if (rc == 0 && gw_engine_late_pulls(e, m->addr, m->length) > 0) {
+        /* A late pull points into the region: give the agent one more timeout to answer. */
+        uint64_t deadline = gw_now_ns() + e->cfg.pull_timeout_ns;
+        while (gw_engine_late_pulls(e, m->addr, m->length) > 0 && gw_now_ns() < deadline)
+            sched_yield();
+        if (gw_engine_late_pulls(e, m->addr, m->length) > 0)
+            rc = -3;
+    }
     pthread_mutex_unlock(&e->lock);
     return rc;
 }
@@ -1663,6 +1755,7 @@ void gw_engine_destroy(struct gw_engine *e)
     if (e->cuda.lib)
         dlclose(e->cuda.lib);
     pthread_mutex_destroy(&e->lock);
+    pthread_mutex_destroy(&e->late_lock);
     free(e);
 }
 

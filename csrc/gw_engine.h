@@ -132,7 +132,8 @@ int gw_engine_add_mr(struct gw_engine *engine, uint32_t key, uint64_t addr, uint
                      uint32_t access, uint32_t mem_kind, char *err, size_t errlen);
 /* Returns once no engine thread can write into (or read from) the region again: WQEs
  * that still target it complete with a protection error. -1: unknown key; -2: an
- * engine thread did not answer in 10 s (keep the memory alive). */
+ * engine thread did not answer in 10 s; -3: the pull agent has not answered a pull into
+ * the region that timed out, and still may (for both, keep the memory alive). */
 int gw_engine_remove_mr(struct gw_engine *engine, uint32_t key);
 /* Destroys a QP: what was posted to it is flushed (IBV_WC_WR_FLUSH_ERR completions as
  * far as its CQ has room), then the engine never reads its rings again. Same codes. */
@@ -149,6 +150,11 @@ void gw_engine_read_counters(struct gw_engine *engine, struct gw_counters *out);
  * again). Call while no pull is in flight. */
 int gw_engine_set_pull_agent(struct gw_engine *engine, void *ring, void *done, uint32_t slots,
                              uint64_t timeout_ns);
+/* Pulls the agent left unanswered past the timeout (their WQEs failed with PULL_FAILED)
+ * and has still not answered, whose destination meets [addr, addr + len); len 0: all.
+ * While one is counted the agent may still write there. Detaching the agent (a NULL
+ * ring) forgets them: detach only an agent that answered the stop request or ended. */
+uint32_t gw_engine_late_pulls(struct gw_engine *engine, uint64_t addr, uint64_t len);
 /* Posts the request that ends the agent's loop and waits for its answer; 0, or -1 if
  * none came within the pull timeout (the agent is gone or stuck). */
 int gw_engine_stop_pull_agent(struct gw_engine *engine);

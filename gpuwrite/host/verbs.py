@@ -156,6 +156,19 @@ class _NumberPool:
         heapq.heappush(self._returned, int(number))
 
 
+# Buffers a GPU pull agent may still write into: a pull into them timed out (its WQE
+# failed with pull_failed) and the agent has not answered it. A NIC never writes after
+# the error completion, so these are never freed: kept for the life of the process.
+_LATE_PINS: list = []
+
+
+def _keep_for_late_pulls(buffers, what: str) -> None:
+    _LATE_PINS.extend(buffers)
+    warnings.warn(f"{what}: the GPU pull agent has not answered a pull into it that timed "
+                  "out (its WQE completed with pull_failed) and may still write there, so "
+                  "its memory is kept for the life of the process", RuntimeWarning, stacklevel=3)
+
+
 class _Engine:
     """The C engine and the memory it may touch.
 
@@ -171,8 +184,12 @@ class _Engine:
 
     def destroy(self) -> None:
         if self.ptr is not None:
+            late = lib.gw_engine_late_pulls(self.ptr, 0, 0)
             lib.gw_engine_destroy(self.ptr)   # joins the engine threads first
             self.ptr = None
+            if late:
+                _keep_for_late_pulls(list(self.pins.values()), f"a context closed with {late} "
+                                     "unanswered late pull(s): every buffer it pinned")
         self.pins.clear()
 
 
@@ -385,7 +402,9 @@ class MemoryRegion:
 
     def deregister(self) -> None:
         """Returns once the engine can no longer touch the region; WQEs still aimed at it
-        complete with a protection error (reason rkey_invalidated / lkey_invalidated)."""
+        complete with a protection error (reason rkey_invalidated / lkey_invalidated).
+        Where the GPU pull agent still owes a timed-out pull into the region, its buffer
+        is kept for the life of the process instead (a RuntimeWarning says so)."""
         pd, self._pd = self._pd, None
         if pd is None or pd.context.closed:
             return
@@ -394,7 +413,9 @@ class MemoryRegion:
         if rc == -2:
             raise VerbsError(f"region key 0x{self.key:x}: the engine did not let go of it in "
                              "10 s; its buffer stays pinned until the context is closed")
-        eng.pins.pop(("mr", self.key), None)
+        pinned = eng.pins.pop(("mr", self.key), None)
+        if rc == -3:
+            _keep_for_late_pulls([pinned], f"region key 0x{self.key:x}")
         if rc == 0:
             pd.context._free_key(self.key)
 

@@ -164,6 +164,9 @@ class PullAgent:
             # Unanswered, the agent has left already (idle) or is stuck: wait only for
             # one that has ended, never on a kernel that may not.
             if not answered and self._libcuda.cuStreamQuery(self._handle) != 0:
+                # It may still read the ring and answer late pulls: never free either, and
+                # leave the engine pointed at it (the engine keeps late pulls' regions).
+                _KEPT.append(self)
                 raise RuntimeError("the pull agent answers no request and still runs")
             self._stream.synchronize()
             self._libcuda.cuStreamDestroy_v2(self._handle)

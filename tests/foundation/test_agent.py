@@ -2,8 +2,11 @@
 and a named error completion, not a hang, when the agent is gone."""
 import time
 
+import numpy as np
 import pytest
 
+from gpuwrite import layouts as L
+from gpuwrite._gw_cffi import lib
 from gpuwrite.cudaenv import SIMULATOR
 from gpuwrite.host.verbs import Context
 from gpuwrite.paths import runner
@@ -71,3 +74,86 @@ def test_copy_engine_stand_in_still_delivers():
     r = runner.run("nic_pull", SIZES, n_qps=2, pull_agent="copy_engine")
     assert r.delivered == r.messages and "copy-engine" in r.emulation
     assert "pull_agent" not in r.counters
+
+
+# -- a pull the agent answers late never lands in memory that was let go of -------------
+
+def _late_pull(ctx, agent):
+    """One RDMA write from "GPU memory" (host memory registered as device memory: the
+    engine sends it to the agent) that no agent answers in time; returns the destination
+    buffer, its region and the completion."""
+    from gwtest import ACCESS_RW
+    from gpuwrite import layouts as L
+    from gpuwrite.host.wqe import HostPoster, rdma_write
+
+    pd = ctx.alloc_pd()
+    src = np.arange(64, dtype=np.uint8) + 1
+    dst = np.zeros(64, dtype=np.uint8)
+    smr = pd.reg_mr(src, access=L.ACCESS_LOCAL_WRITE, kind=L.MEM_DEVICE)
+    dmr = pd.reg_mr(dst, access=ACCESS_RW)
+    qs = pd.create_queues(1, sq_bbs=16, ncqe=16)
+    poster = HostPoster(qs)
+    poster.write(rdma_write(0, qs.qpns[0], smr.address, smr.lkey, 64, dmr.address, dmr.rkey))
+    poster.ring()
+    ctx.poll(4)          # the pull waits PULL_TIMEOUT_S for the agent, then fails
+    return src, dst, dmr, poster.poll(), (pd, smr, qs)
+
+
+def _answer_late(agent, src, dst):
+    """Plays an agent that was only slow: copies the first request's bytes, then answers."""
+    slot = 0
+    req = agent.ring.host[slot]
+    mask = (1 << lib.GW_PULL_ADDR_BITS) - 1
+    assert int(req[1]) & mask == src.ctypes.data and int(req[2]) & mask == dst.ctypes.data
+    dst[:] = src
+    agent.done.host[slot] = 1            # ticket 0 answered
+
+
+def test_late_pull_keeps_its_destination_until_the_agent_answers():
+    from gpuwrite.host import verbs as hv
+
+    with Context() as ctx:
+        agent = PullAgent(ctx, pull_timeout_s=PULL_TIMEOUT_S, slots=4).start(launch=False)
+        src, dst, dmr, cqe, _keep = _late_pull(ctx, agent)
+        assert cqe is not None and L.reason_name(cqe.reason) == "pull_failed", cqe
+        assert lib.gw_engine_late_pulls(ctx._engine, 0, 0) == 1
+        assert lib.gw_engine_late_pulls(ctx._engine, dst.ctypes.data + 63, 1) == 1
+        assert lib.gw_engine_late_pulls(ctx._engine, dst.ctypes.data + 64, 64) == 0
+        kept = len(hv._LATE_PINS)
+        with pytest.warns(RuntimeWarning, match="pull agent has not answered"):
+            dmr.deregister()             # waits one more timeout, then keeps the memory
+        assert len(hv._LATE_PINS) == kept + 1 and hv._LATE_PINS[-1] is dst
+        # The agent answers after all: nothing is late any more, and the bytes it wrote
+        # went into memory that was never freed.
+        _answer_late(agent, src, dst)
+        assert lib.gw_engine_late_pulls(ctx._engine, 0, 0) == 0
+        agent.stop()
+
+
+def test_late_pull_answered_before_deregistration_lets_the_region_go():
+    import warnings
+    from gpuwrite.host import verbs as hv
+
+    with Context() as ctx:
+        agent = PullAgent(ctx, pull_timeout_s=PULL_TIMEOUT_S, slots=4).start(launch=False)
+        src, dst, dmr, cqe, _keep = _late_pull(ctx, agent)
+        _answer_late(agent, src, dst)
+        kept = len(hv._LATE_PINS)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            dmr.deregister()
+        assert len(hv._LATE_PINS) == kept
+        agent.stop()
+
+
+def test_context_closed_with_a_late_pull_keeps_every_buffer_it_pinned():
+    from gpuwrite.host import verbs as hv
+
+    ctx = Context()
+    agent = PullAgent(ctx, pull_timeout_s=PULL_TIMEOUT_S, slots=4).start(launch=False)
+    src, dst, dmr, cqe, _keep = _late_pull(ctx, agent)
+    kept = len(hv._LATE_PINS)
+    with pytest.warns(RuntimeWarning, match="context closed with 1 unanswered"):
+        ctx.close()                      # the agent was never detached: it may still write
+    assert any(b is dst for b in hv._LATE_PINS[kept:])
+    assert any(b is src for b in hv._LATE_PINS[kept:])
