@@ -1812,6 +1812,7 @@ struct gw_pong {
     _Atomic int running;
     uint32_t *ping;
     uint32_t *pong;
+    uint64_t answer_delay_ns;
 };
 
 static void *pong_main(void *arg)
@@ -1822,6 +1823,11 @@ static void *pong_main(void *arg)
     while (atomic_load_explicit(&p->running, memory_order_relaxed)) {
         uint32_t v = load_acq32(p->ping);
         if (v != answered) {
+            if (p->answer_delay_ns) {
+                uint64_t seen = gw_now_ns();
+                while (gw_now_ns() - seen < p->answer_delay_ns)
+                    __builtin_ia32_pause();
+            }
             store_rel32(p->pong, v);
             answered = v;
         } else {
@@ -1833,11 +1839,17 @@ static void *pong_main(void *arg)
 
 struct gw_pong *gw_pong_start(void *ping, void *pong)
 {
+    return gw_pong_start_delayed(ping, pong, 0);
+}
+
+struct gw_pong *gw_pong_start_delayed(void *ping, void *pong, uint64_t answer_delay_ns)
+{
     struct gw_pong *p = calloc(1, sizeof(*p));
     if (!p)
         return NULL;
     p->ping = ping;
     p->pong = pong;
+    p->answer_delay_ns = answer_delay_ns;
     atomic_store(&p->running, 1);
     if (pthread_create(&p->thread, NULL, pong_main, p) != 0) {
         free(p);

@@ -172,4 +172,7 @@ void gw_store_release_u32(void *addr, uint32_t value);
  * it to *pong (acquire load, release store), as a doorbell/completion pair would. */
 struct gw_pong;
 struct gw_pong *gw_pong_start(void *ping, void *pong);
+/* The same, answering each value answer_delay_ns after it saw it: a NIC that takes that
+ * long between doorbell and completion (how the completion poll's phase moves latency). */
+struct gw_pong *gw_pong_start_delayed(void *ping, void *pong, uint64_t answer_delay_ns);
 void gw_pong_stop(struct gw_pong *pong);

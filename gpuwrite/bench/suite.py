@@ -71,6 +71,11 @@ BANDWIDTH_RUN = {
 }
 # Pauses before the first poll (ns) with which the floor and gpu_push are also measured.
 POLL_DELAYS_NS = (100, 200, 300, 400, 600)
+# Delays (ns) with which the floor's host thread answers: a NIC that takes that long from
+# doorbell to completion. The GPU's completion poll is a chain of PCIe reads, one round
+# trip (about 1.2 us on an H100) each, so the round trip grows in steps of one read, not
+# smoothly: the staircase says how much NIC-side time the floor's poll phase absorbs.
+ANSWER_DELAYS_NS = (0, 100, 200, 300, 400, 500, 600, 800, 1000, 1200)
 
 
 @cuda.jit
@@ -145,13 +150,15 @@ def lost_in(run_steps: dict, reference_steps: dict) -> dict:
     return {"step": worst, "grew_by": grew[worst], "steps": run_steps}
 
 
-def floor_pingpong_us(iters: int, poll_delay_ns: int = 0) -> float:
+def floor_pingpong_us(iters: int, poll_delay_ns: int = 0, answer_delay_ns: int = 0) -> float:
     """Median round trip of a bare doorbell ping-pong between GPU and a host C thread;
-    ``poll_delay_ns`` after its store, the GPU starts polling for the answer."""
+    ``poll_delay_ns`` after its store, the GPU starts polling for the answer; the host
+    thread answers ``answer_delay_ns`` after it sees the doorbell."""
     ping = mapped((16,), np.uint32)
     pong = mapped((16,), np.uint32)
     out = cuda.to_device(np.zeros(iters, dtype=np.int64))
-    responder = lib.gw_pong_start(ffi.cast("void *", ping.address), ffi.cast("void *", pong.address))
+    responder = lib.gw_pong_start_delayed(ffi.cast("void *", ping.address),
+                                          ffi.cast("void *", pong.address), answer_delay_ns)
     try:
         _pingpong[1, 32](ping.kernel, pong.kernel, iters, out, 2_000_000_000, poll_delay_ns)
         cuda.synchronize()
@@ -300,6 +307,8 @@ def _three_targets(out: dict, quick: bool, lat_n: int, repeats: int, step) -> No
     # (I_POLL_DELAY_NS). The targets are judged without a pause, on both sides alike; the
     # sweeps show how much the phase of the first poll moves each (BENCHMARKS.md).
     out["floor_by_poll_delay_us"] = {str(d): floor_pingpong_us(lat_n, d) for d in POLL_DELAYS_NS}
+    out["floor_by_answer_delay_us"] = {str(d): floor_pingpong_us(lat_n, answer_delay_ns=d)
+                                       for d in ANSWER_DELAYS_NS}
     # The floor's p50 moves between runs of one process by up to 0.3 us on an H200 (the
     # phase of its polls against the answer; BENCHMARKS.md, session 4): the floor and
     # every path are run in turn, and each path's run is judged against the floor of

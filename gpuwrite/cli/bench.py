@@ -176,6 +176,12 @@ def _print(out: dict) -> None:
             console.print(f"  run {miss['run'] + 1} missed ({miss['ratio']:.2f}x): the "
                           f"{miss['lost_in']['step']} side took {miss['lost_in']['grew_by']:.2f} us "
                           "more than its share of the floor")
+        stairs = out.get("floor_by_answer_delay_us")
+        if stairs:
+            console.print("floor with the host answering late (delay ns: us): " +
+                          ", ".join(f"{d}: {v:.2f}" for d, v in stairs.items()) +
+                          "  (the completion poll is a chain of PCIe reads: NIC-side time "
+                          "costs whole read round trips)")
         bd = out["latency_breakdown_ns"]
         console.print("gpu_push 64 B, step medians (ns, median run): " +
                       ", ".join(f"{k} {v['median']:.0f}" for k, v in bd.items()))
