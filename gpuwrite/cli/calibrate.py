@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gpuwrite.calibfiles import free_name
 from gpuwrite.cli import UsageError
 from gpuwrite.cli.common import add_json_flag, check_writable, console, print_json, table
 
@@ -43,7 +44,7 @@ def main(args) -> int:
     with console.status("calibrating", spinner="dots") as status:
         data = calib.calibrate(args.runs, args.quick,
                                progress=None if args.json else lambda message: status.update(message))
-    out = out or DEFAULT_DIR / calib.default_file_name(data)
+    out = out or free_name(DEFAULT_DIR / calib.default_file_name(data))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(calib.to_toml(data))
     Params().with_calibration(out)  # the model accepts what was written

@@ -51,7 +51,6 @@ and receive buffers).
 """
 from __future__ import annotations
 
-import glob
 import os
 from dataclasses import dataclass
 
@@ -59,6 +58,7 @@ import numpy as np
 from numba import uint32
 
 from gpuwrite import layouts as L
+from gpuwrite.calibfiles import newest_first
 from gpuwrite._gw_cffi import lib
 from gpuwrite.cudaenv import SIMULATOR, cuda
 from gpuwrite.device import verbs as dv
@@ -732,8 +732,8 @@ def newest_calibration(folder: str | None = None) -> str | None:
     if folder is None:
         here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         folder = os.path.join(here, "experiments", "calibration")
-    files = sorted(glob.glob(os.path.join(str(folder), "*.toml")), key=os.path.getmtime)
-    return files[-1] if files else None
+    files = newest_first(folder)
+    return str(files[0]) if files else None
 
 
 class TestbedNotReady(RuntimeError):

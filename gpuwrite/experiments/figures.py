@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.patches import Rectangle
 
+from gpuwrite.calibfiles import newest_first
 from gpuwrite.experiments import style
 from gpuwrite.experiments.backends import MODEL_DEVICE, SIMULATOR_DEVICE
 from gpuwrite.model.topology import PRESETS
@@ -279,8 +280,7 @@ def newest_calibration(folder=None, devices=None) -> dict | None:
     from pathlib import Path
 
     folder = Path(folder or Path(__file__).resolve().parents[2] / "experiments" / "calibration")
-    files = sorted(folder.glob("*.toml"), key=lambda f: f.stat().st_mtime)
-    for f in reversed(files):
+    for f in newest_first(folder):
         data = tomllib.loads(f.read_text())
         m = data.get("measurements", {})
         device = data.get("device", {}).get("name", "?")
