@@ -40,11 +40,13 @@ class World:
     """One fake NIC: the log, live objects, and knobs a test turns."""
 
     def __init__(self, link_layer=2, roce_v2=True, dedicated_uar=True, dm_offset=0,
-                 fail_on=None, max_dm_bytes=1 << 20, mac="02:00:00:00:00:07"):
+                 fail_on=None, max_dm_bytes=1 << 20, mac="02:00:00:00:00:07", fail_nth=0):
         self.log: list[tuple[str, str]] = []
         self.live: dict[int, object] = {}
         self.link_layer, self.roce_v2, self.dedicated_uar = link_layer, roce_v2, dedicated_uar
         self.dm_offset, self.fail_on, self.max_dm_bytes, self.mac = dm_offset, fail_on, max_dm_bytes, mac
+        self.fail_nth = fail_nth       # fail_on's opcode fails at its (fail_nth + 1)-th use
+        self.opcode_uses: dict[int, int] = {}
         self.commands: list[bytes] = []
         self.ids = itertools.count(0x10)
         self.keep: list = []           # host memory handed out stays alive with the world
@@ -54,8 +56,15 @@ class World:
         # Memory regions by key: the range WQEs may name (iova, length), the host memory
         # behind it, the access flags. dma-bufs a test exported: fd -> host address.
         self.mrs: dict[int, dict] = {}
+        self.lock = threading.RLock()  # the fake NIC serves no queue a release is taking away
         self.dmabufs: dict[int, int] = {}
         self.dms: dict[int, object] = {}
+
+    def fails(self, opcode: int) -> bool:
+        """Whether this use of ``opcode`` is the one ``fail_on``/``fail_nth`` name."""
+        uses = self.opcode_uses.get(opcode, 0)
+        self.opcode_uses[opcode] = uses + 1
+        return self.fail_on == opcode and uses == self.fail_nth
 
     def made(self, obj, what):
         self.log.append(("make", what))
@@ -152,7 +161,7 @@ class World:
             def __init__(self, ctx, command, out_len):
                 opcode = int.from_bytes(command[:2], "big")
                 world.commands.append(bytes(command))
-                if world.fail_on == opcode:
+                if world.fails(opcode):
                     raise FakeRDMAError("Failed to create DevX object", E.EINVAL)
                 if opcode == prm.MLX5_CMD_OP_CREATE_CQ:
                     f = prm.CREATE_CQ_IN.unpack(command)
@@ -175,7 +184,7 @@ class World:
             def modify(self, command, out_len):
                 world.commands.append(bytes(command))
                 opcode = int.from_bytes(command[:2], "big")
-                if world.fail_on == opcode:
+                if world.fails(opcode):
                     return prm.MODIFY_QP_OUT.pack(status=0x3, syndrome=0x1234ABCD)
                 order = {prm.MLX5_CMD_OP_RST2INIT_QP: ("reset", "init"),
                          prm.MLX5_CMD_OP_INIT2RTR_QP: ("init", "rtr"),
@@ -189,6 +198,9 @@ class World:
             def close(self):
                 if hasattr(self, "cqn") and world.users_of("cq", self.cqn):
                     raise FakeRDMAError(f"cq {self.cqn} has live QPs", E.EBUSY)
+                with world.lock:     # a destroyed queue is never touched again
+                    world.queues["qp"].pop(getattr(self, "qpn", None), None)
+                    world.queues["cq"].pop(getattr(self, "cqn", None), None)
                 super().close()
 
         class MR(Released):
@@ -204,14 +216,18 @@ class World:
                 world.made(self, self.what)
 
             def close(self):
-                world.mrs.pop(self.lkey, None)
+                with world.lock:
+                    world.mrs.pop(self.lkey, None)
                 super().close()
 
         class DM(Released):
             def __init__(self, ctx, attr):
                 self.length = attr
                 self.handle = next(world.ids)
-                memory = np.zeros(4 * mmap.PAGESIZE, dtype=np.uint8)
+                # libmlx5 maps align(length, page) bytes from the page the allocation
+                # starts in, ``dm_offset`` bytes before it (verbs.c mlx5_import_dm).
+                self.map_bytes = -(-attr // mmap.PAGESIZE) * mmap.PAGESIZE
+                memory = np.zeros(self.map_bytes + 2 * mmap.PAGESIZE, dtype=np.uint8)
                 world.keep.append(memory)
                 page = (memory.ctypes.data + mmap.PAGESIZE - 1) & ~(mmap.PAGESIZE - 1)
                 self.address = page + world.dm_offset
@@ -231,7 +247,8 @@ class World:
             kind = "dmabuf mr"
 
         def map_dm(cmd_fd, handle):
-            mapping = SimpleNamespace(address=world.dms[handle].address, length=mmap.PAGESIZE)
+            dm = world.dms[handle]
+            mapping = SimpleNamespace(address=dm.address, length=dm.map_bytes)
             mapping.close = lambda: world.released(mapping, "dm mapping")
             world.made(mapping, "dm mapping")
             return mapping
@@ -286,16 +303,20 @@ class FakeNic:
 
     def _loop(self):
         while not self._stop.wait(0.001):
+            with self.world.lock:
+                self._step()
+
+    def _step(self):
+        try:
+            self._doorbell()
+        except Exception as exc:  # noqa: BLE001 - reported to the test
+            self.errors.append(f"{type(exc).__name__}: {exc}")
+        for qpn, qp in list(self.world.queues["qp"].items()):
             try:
-                self._doorbell()
+                if qpn in self._armed and qp["state"] == "rts":
+                    self._serve(qpn, qp)
             except Exception as exc:  # noqa: BLE001 - reported to the test
                 self.errors.append(f"{type(exc).__name__}: {exc}")
-            for qpn, qp in list(self.world.queues["qp"].items()):
-                try:
-                    if qpn in self._armed and qp["state"] == "rts":
-                        self._serve(qpn, qp)
-                except Exception as exc:  # noqa: BLE001 - reported to the test
-                    self.errors.append(f"{type(exc).__name__}: {exc}")
 
     def _sq(self, qp):
         return (self.world.umems[qp["wq_umem_id"]].addr + qp["e_mtt_pointer_or_wq_umem_offset"],
