@@ -817,7 +817,7 @@ class Session:
             self._testbed = open_session(n_qps, sq_bbs=sq_bbs, ncqe=max(sq_bbs, 256),
                                          stage_slots=stage_slots,
                                          stage_slot_bytes=stage_slot_bytes,
-                                         bounce_bytes=bounce_bytes, **(testbed or {}))
+                                         bounce_bytes=bounce_bytes, options=testbed)
             self.queues = self._testbed.queues
         try:
             self.thresholds = thresholds or default_thresholds()

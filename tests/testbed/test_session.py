@@ -192,6 +192,8 @@ def test_testbed_options_are_checked():
         api.Session(1, world="testbed", policy="drop", workers=2)
     with pytest.raises(ValueError, match="options of world='testbed'"):
         api.Session(1, testbed={"device": "mlx5_0"})
+    with pytest.raises(ValueError, match="testbed options 'devcie': allowed device, port, "):
+        api.Session(1, world="testbed", testbed={"devcie": "mlx5_0"})
 
 
 def test_without_a_nic_session_says_why_in_one_line_and_the_app_exits_3():

@@ -241,13 +241,25 @@ class TestbedSession:
             raise
 
 
-def open_session(n_qps: int, *, device: str | None = None, **kwargs) -> TestbedSession:
-    """A :class:`TestbedSession` on ``device`` (default: the first mlx5 device); raises
+# What ``api.Session(world="testbed", testbed={...})`` may set besides ``device`` (the
+# queue sizes come from the Session's own arguments); ``gpu`` replaces CudaGpuMemory.
+OPTIONS = ("port", "gid_index", "ring_memory", "qp_timeout", "retry_cnt", "seed", "gpu")
+
+
+def open_session(n_qps: int, options: dict | None = None, **sizes) -> TestbedSession:
+    """A :class:`TestbedSession`; ``options`` are the user's (``device``, default the first
+    mlx5 device, and ``OPTIONS``), ``sizes`` the queue sizes the Session computed. Raises
     ``api.TestbedNotReady`` with a one-line reason where this machine cannot run it."""
     from gpuwrite.device.api import TestbedNotReady
 
+    options = dict(options or {})
+    unknown = sorted(set(options) - {"device", *OPTIONS})
+    if unknown:
+        raise ValueError(f"testbed options {', '.join(map(repr, unknown))}: allowed device, "
+                         f"{', '.join(OPTIONS)}")
+    device = options.pop("device", None)
     avail = probe(device)
     if not avail.ok:
         raise TestbedNotReady(f"testbed mode unavailable: {avail.reason}")
     device = device or next(d for d in avail.devices if d.startswith("mlx5"))
-    return TestbedSession(n_qps, device=device, **kwargs)
+    return TestbedSession(n_qps, device=device, **options, **sizes)
