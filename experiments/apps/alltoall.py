@@ -14,6 +14,10 @@ GPU allocation. The run checks every byte of every slot (and that the rest of a 
 still holds the canary) and every signal, and reports the time per path and its ratio
 to the bytes moved over the bulk GPU-store bandwidth (the push ceiling).
 
+Testbed mode (``--world testbed``): the same kernel and Session calls on one local mlx5
+NIC, each pair's QP connected to itself; the receive regions are this host's pinned
+memory, written by the NIC through its loopback (the world line says so).
+
     python3 -m experiments.apps.alltoall --ranks 8 --tokens 1024 --token-bytes 4096 --json
 """
 from __future__ import annotations
@@ -171,6 +175,7 @@ def run(ranks: int = 4, tokens: int = 16, token_bytes: int = 64, paths=common.PA
     with session:
         session.start()
         a2a = AllToAll(session, r)
+        out["world"] = common.header(session)
         for path in paths:
             if path == "gpu_push_inline" and r.run_bytes.max() > api._MAX_INLINE:
                 out["paths"][path] = {"skipped": f"pairs of up to {int(r.run_bytes.max())} "

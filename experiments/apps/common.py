@@ -108,12 +108,17 @@ def skip(reason: str, as_json: bool) -> int:
 
 def emit(run, as_json: bool, print_table) -> int:
     """Runs an application (``run()`` returns its table), prints it as JSON or through
-    ``print_table``; the exit status: 0 if every byte checked out, 1 if not, 3 where the
-    chosen world cannot run here."""
+    ``print_table``; the exit status: 0 if every byte checked out, 1 if not (or a testbed
+    bring-up step failed: the message names it), 3 where the chosen world cannot run here."""
+    from gpuwrite.backends.testbed.devx import TestbedError
+
     try:
         out = run()
     except api.TestbedNotReady as exc:
         return skip(exc.reason, as_json)
+    except TestbedError as exc:
+        print(json.dumps({"failed": str(exc)}) if as_json else f"failed: {exc}")
+        return 1
     if as_json:
         print(json.dumps(out, indent=2, default=str))
     else:
@@ -136,7 +141,11 @@ def default_repeats(repeats: int | None) -> int:
     return repeats or (1 if SIMULATOR else 3)
 
 
-def header() -> str:
+def header(session: api.Session | None = None) -> str:
+    """The world line: where kernels run, and in testbed mode what stands in for what
+    (``Session.describe``: NIC loopback for the network and the second host)."""
+    if session is not None and session.world == "testbed":
+        return f"world: {session.describe()}; kernels: {world()}"
     return f"world: {world()}"
 
 

@@ -15,6 +15,10 @@ delivering). The run checks every byte of every tile, the canary after each, eve
 signal and every sum, and reports the time from the producer's first put to the last
 tile seen, per path.
 
+Testbed mode (``--world testbed``): the same kernels and Session calls on one local mlx5
+NIC, each producer's QP connected to itself; the NIC writes the tiles and signals into
+this host's pinned memory through its loopback (the world line says so).
+
     python3 -m experiments.apps.pipeline --tiles 256 --tile-bytes 65536 --json
 """
 from __future__ import annotations
@@ -110,6 +114,7 @@ def run(tiles: int = 6, tile_bytes: int = 1000, producers: int = 2, consumers: i
         src, src_mr = session.source(payload)
         recv, recv_mr = session.receive(tiles * tile_words, fill=CANARY)
         sig, sig_mr = session.receive(2 * tiles)
+        out["world"] = common.header(session)
         prm = np.zeros(7, dtype=np.int64)
         prm[[R_DST_ADDR, R_RKEY, R_LKEY, R_SIG_ADDR, R_SIG_RKEY, R_TILE_BYTES, R_TILES]] = (
             recv_mr.address, recv_mr.rkey, src_mr.lkey, sig_mr.address, sig_mr.rkey,

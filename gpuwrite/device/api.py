@@ -755,6 +755,15 @@ class Session:
     :class:`gpuwrite.host.QueueSet`). Large gpu_push and host_staged messages go as WQEs
     of ``chunk_bytes``; staging and bounce rings hold four of them by default.
 
+    ``world="testbed"``: the same ``Q``, ``cfg`` and calls on one local mlx5 NIC, every QP
+    connected to itself (:mod:`gpuwrite.backends.testbed.session`; ``testbed`` takes its
+    options: device, port, gid_index, ring_memory, qp_timeout, retry_cnt). Sources are
+    registered so that the MR's addresses are the GPU's (dma-buf with iova = the GPU
+    address, else nvidia_peermem), so nic_pull's WQE carries what ``put`` computes.
+    Where this machine cannot run it, :class:`TestbedNotReady` says why in one line; a
+    bring-up step that fails on the NIC raises ``TestbedError`` naming the step.
+    ``describe()`` says what stands in for what.
+
     nic_pull is served by the copy-engine stand-in: the engine's thread calls the CUDA
     driver for each pull. Wait for a kernel that puts (``cuda.synchronize()``, or its
     stream's) before copying anything to the host: a synchronous copy into pageable memory
@@ -771,19 +780,21 @@ class Session:
                  ring_each_bytes: int = 65536, sq_bbs: int = 256,
                  stage_slots: int | None = None, stage_slot_bytes: int = 256,
                  bounce_bytes: int | None = None, stage_credits: str = "status",
-                 poll_delay_ns: int = 0, context=None):
+                 poll_delay_ns: int = 0, context=None, testbed: dict | None = None):
         from gpuwrite.host.verbs import Context
 
         if world not in WORLDS:
             raise ValueError(f"world={world!r}: allowed {', '.join(WORLDS)}")
+        self._testbed = None
         if world == "testbed":
-            from gpuwrite.backends.testbed import probe
-
-            avail = probe()
-            if not avail.ok:
-                raise TestbedNotReady(f"testbed mode unavailable: {avail.reason}")
-            raise TestbedNotReady("testbed mode: api.Session does not yet bring up a "
-                                  "TestbedQueueSet with a peer (the kernels need no change)")
+            emulated_only = [f"{name}={value!r}" for name, value, default in (
+                ("policy", policy, "hold"), ("link", link, None), ("workers", workers, 1),
+                ("poll_delay_ns", poll_delay_ns, 0), ("context", context, None)) if value != default]
+            if emulated_only:
+                raise ValueError(f"{', '.join(emulated_only)}: options of the emulated NIC; "
+                                 "world='testbed' runs on a real one")
+        elif testbed is not None:
+            raise ValueError(f"testbed={testbed!r}: options of world='testbed' (world is {world!r})")
         if not timeout_s > 0:
             raise ValueError(f"timeout_s={timeout_s}: must be > 0")
         if chunk_bytes % 4 or chunk_bytes < 64:
@@ -794,30 +805,41 @@ class Session:
         if sq_bbs < 64:
             raise ValueError(f"sq_bbs={sq_bbs}: at least 64 (a completion is asked for every "
                              "quarter of the SQ, and an inline WQE takes up to 8 BBs)")
-        self.thresholds = thresholds or default_thresholds()
-        self.chunk_bytes = chunk_bytes
         if stage_slots is None:
             stage_slots = max(64, 4 * L.stage_slots_needed(chunk_bytes, stage_slot_bytes))
+        bounce_bytes = bounce_bytes or max(4 * chunk_bytes, 65536)
         self.world = world
-        self._own_ctx = context is None
-        self.context = context or Context(policy=policy, link=link, workers=workers)
+        if world == "testbed":
+            # A real NIC returns staging credits only as completions: stage_credits is moot.
+            from gpuwrite.backends.testbed.session import open_session
+
+            self.context = self.pd = None
+            self._testbed = open_session(n_qps, sq_bbs=sq_bbs, ncqe=max(sq_bbs, 256),
+                                         stage_slots=stage_slots,
+                                         stage_slot_bytes=stage_slot_bytes,
+                                         bounce_bytes=bounce_bytes, options=testbed)
+            self.queues = self._testbed.queues
         try:
-            self.pd = self.context.alloc_pd()
-            self.queues = self.pd.create_queues(
-                n_qps, sq_bbs=sq_bbs, ncqe=max(sq_bbs, 256), stage_slots=stage_slots,
-                stage_slot_bytes=stage_slot_bytes,
-                bounce_bytes=bounce_bytes or max(4 * chunk_bytes, 65536),
-                stage_credits=stage_credits, poll_delay_ns=poll_delay_ns)
+            self.thresholds = thresholds or default_thresholds()
+            self.chunk_bytes = chunk_bytes
+            if world == "emulated":
+                self._own_ctx = context is None
+                self.context = context or Context(policy=policy, link=link, workers=workers)
+                self.pd = self.context.alloc_pd()
+                self.queues = self.pd.create_queues(
+                    n_qps, sq_bbs=sq_bbs, ncqe=max(sq_bbs, 256), stage_slots=stage_slots,
+                    stage_slot_bytes=stage_slot_bytes, bounce_bytes=bounce_bytes,
+                    stage_credits=stage_credits, poll_delay_ns=poll_delay_ns)
+            cfg = np.zeros(C_COLS, dtype=np.int64)
+            cfg[C_TIMEOUT_NS] = int(timeout_s * 1e9)
+            cfg[C_CHUNK_BYTES] = chunk_bytes
+            cfg[C_RING_EACH_BYTES] = ring_each_bytes
+            self.thresholds.to_cfg(cfg)
+            self.cfg_host = cfg
+            self.cfg = cuda.to_device(cfg)
         except BaseException:
-            self.close()
+            self.close()     # a testbed session's NIC objects too
             raise
-        cfg = np.zeros(C_COLS, dtype=np.int64)
-        cfg[C_TIMEOUT_NS] = int(timeout_s * 1e9)
-        cfg[C_CHUNK_BYTES] = chunk_bytes
-        cfg[C_RING_EACH_BYTES] = ring_each_bytes
-        self.thresholds.to_cfg(cfg)
-        self.cfg_host = cfg
-        self.cfg = cuda.to_device(cfg)
         self._keep: list = []
 
     @property
@@ -828,6 +850,8 @@ class Session:
     def source(self, words: np.ndarray):
         """A copy of ``words`` (uint32) in GPU memory, registered for the NIC to read;
         returns (device array, memory region): pass ``region.lkey`` as put's ``lkey``."""
+        if self._testbed is not None:
+            return self._testbed.source(words)
         dev = cuda.to_device(np.ascontiguousarray(words, dtype=np.uint32))
         mr = self.pd.reg_mr(dev, access=L.ACCESS_LOCAL_WRITE)
         self._keep.append(dev)
@@ -836,6 +860,8 @@ class Session:
     def receive(self, nwords: int, fill: int = 0):
         """A remote-writable region of ``nwords`` uint32 in GPU-visible host memory (the
         receiver's buffer; a kernel can poll it); returns (Mapped, memory region)."""
+        if self._testbed is not None:
+            return self._testbed.receive(nwords, fill)
         from gpuwrite.host.memory import mapped
 
         buf = mapped((int(nwords),), np.uint32)
@@ -845,9 +871,17 @@ class Session:
         return buf, mr
 
     def start(self) -> "Session":
-        if not self.context.running:
+        """Starts the emulated NIC's threads (a real NIC runs already)."""
+        if self._testbed is None and not self.context.running:
             self.context.start()
         return self
+
+    def describe(self) -> str:
+        """What stands in for what, in one line."""
+        if self._testbed is not None:
+            return self._testbed.describe()
+        return ("emulated: a software NIC (a C thread) stands in for the NIC; gpu_push stages "
+                "in host memory; nic_pull is pulled by the copy engine")
 
     def qp_errors(self, status) -> dict:
         """Named errors of the QPs whose status (as a kernel stored it, indexed by QP)
@@ -858,14 +892,22 @@ class Session:
             if int(code) == OK:
                 continue
             synd = int(state[i, dv.S_LAST_SYND])
+            # The low byte is the vendor syndrome: gpuwrite's reason on the emulated NIC,
+            # the hardware's own code on a real one.
+            vendor = (L.reason_name(synd & 0xFF) if self._testbed is None
+                      else f"vendor syndrome 0x{synd & 0xFF:02x}")
             out[int(i)] = {"status": error_name(code),
                            "syndrome": L.syndrome_name(synd >> 8) if synd else "",
-                           "reason": L.reason_name(synd & 0xFF) if synd else ""}
+                           "reason": vendor if synd else ""}
         return out
 
     def close(self) -> None:
         """Deregisters the session's regions (no byte lands there again) and closes the
-        context if the session opened it."""
+        context if the session opened it; testbed: releases everything last-made-first."""
+        if getattr(self, "_testbed", None) is not None:
+            testbed, self._testbed = self._testbed, None
+            testbed.close()
+            return
         if getattr(self, "pd", None) is not None:
             self.pd.close()
             self.pd = None

@@ -40,17 +40,31 @@ class World:
     """One fake NIC: the log, live objects, and knobs a test turns."""
 
     def __init__(self, link_layer=2, roce_v2=True, dedicated_uar=True, dm_offset=0,
-                 fail_on=None, max_dm_bytes=1 << 20, mac="02:00:00:00:00:07"):
+                 fail_on=None, max_dm_bytes=1 << 20, mac="02:00:00:00:00:07", fail_nth=0):
         self.log: list[tuple[str, str]] = []
         self.live: dict[int, object] = {}
         self.link_layer, self.roce_v2, self.dedicated_uar = link_layer, roce_v2, dedicated_uar
         self.dm_offset, self.fail_on, self.max_dm_bytes, self.mac = dm_offset, fail_on, max_dm_bytes, mac
+        self.fail_nth = fail_nth       # fail_on's opcode fails at its (fail_nth + 1)-th use
+        self.opcode_uses: dict[int, int] = {}
         self.commands: list[bytes] = []
         self.ids = itertools.count(0x10)
         self.keep: list = []           # host memory handed out stays alive with the world
         self.umems: dict[int, object] = {}
         self.uars: dict[int, object] = {}
         self.queues: dict[str, dict] = {"cq": {}, "qp": {}}
+        # Memory regions by key: the range WQEs may name (iova, length), the host memory
+        # behind it, the access flags. dma-bufs a test exported: fd -> host address.
+        self.mrs: dict[int, dict] = {}
+        self.lock = threading.RLock()  # the fake NIC serves no queue a release is taking away
+        self.dmabufs: dict[int, int] = {}
+        self.dms: dict[int, object] = {}
+
+    def fails(self, opcode: int) -> bool:
+        """Whether this use of ``opcode`` is the one ``fail_on``/``fail_nth`` name."""
+        uses = self.opcode_uses.get(opcode, 0)
+        self.opcode_uses[opcode] = uses + 1
+        return self.fail_on == opcode and uses == self.fail_nth
 
     def made(self, obj, what):
         self.log.append(("make", what))
@@ -147,7 +161,7 @@ class World:
             def __init__(self, ctx, command, out_len):
                 opcode = int.from_bytes(command[:2], "big")
                 world.commands.append(bytes(command))
-                if world.fail_on == opcode:
+                if world.fails(opcode):
                     raise FakeRDMAError("Failed to create DevX object", E.EINVAL)
                 if opcode == prm.MLX5_CMD_OP_CREATE_CQ:
                     f = prm.CREATE_CQ_IN.unpack(command)
@@ -170,7 +184,7 @@ class World:
             def modify(self, command, out_len):
                 world.commands.append(bytes(command))
                 opcode = int.from_bytes(command[:2], "big")
-                if world.fail_on == opcode:
+                if world.fails(opcode):
                     return prm.MODIFY_QP_OUT.pack(status=0x3, syndrome=0x1234ABCD)
                 order = {prm.MLX5_CMD_OP_RST2INIT_QP: ("reset", "init"),
                          prm.MLX5_CMD_OP_INIT2RTR_QP: ("init", "rtr"),
@@ -184,33 +198,65 @@ class World:
             def close(self):
                 if hasattr(self, "cqn") and world.users_of("cq", self.cqn):
                     raise FakeRDMAError(f"cq {self.cqn} has live QPs", E.EBUSY)
+                with world.lock:     # a destroyed queue is never touched again
+                    world.queues["qp"].pop(getattr(self, "qpn", None), None)
+                    world.queues["cq"].pop(getattr(self, "cqn", None), None)
                 super().close()
 
         class MR(Released):
-            def __init__(self, pd, length, access, address=0, **kwargs):
+            kind = "mr"
+
+            def __init__(self, pd, length, access, address=0, iova=None, backing=None, **kwargs):
                 self.lkey = self.rkey = next(world.ids)
-                self.what = f"mr {self.lkey}"
+                self.what = f"{self.kind} {self.lkey}"
+                self.access, self.length = access, length
+                world.mrs[self.lkey] = {"iova": address if iova is None else iova, "length": length,
+                                        "backing": address if backing is None else backing,
+                                        "access": access}
                 world.made(self, self.what)
+
+            def close(self):
+                with world.lock:
+                    world.mrs.pop(self.lkey, None)
+                super().close()
 
         class DM(Released):
             def __init__(self, ctx, attr):
                 self.length = attr
                 self.handle = next(world.ids)
+                # libmlx5 maps align(length, page) bytes from the page the allocation
+                # starts in, ``dm_offset`` bytes before it (verbs.c mlx5_import_dm).
+                self.map_bytes = -(-attr // mmap.PAGESIZE) * mmap.PAGESIZE
+                memory = np.zeros(self.map_bytes + 2 * mmap.PAGESIZE, dtype=np.uint8)
+                world.keep.append(memory)
+                page = (memory.ctypes.data + mmap.PAGESIZE - 1) & ~(mmap.PAGESIZE - 1)
+                self.address = page + world.dm_offset
+                world.dms[self.handle] = self
                 self.what = "dm"
                 world.made(self, "dm")
 
         class DMMR(MR):
+            kind = "dm mr"
+
             def __init__(self, pd, length, access, dm, offset):
-                super().__init__(pd, length, access)
+                zero_based = access & CONSTANTS.ACCESS_ZERO_BASED
+                super().__init__(pd, length, access, iova=offset if zero_based else dm.address + offset,
+                                 backing=dm.address + offset)
+
+        class DmabufMR(MR):
+            kind = "dmabuf mr"
 
         def map_dm(cmd_fd, handle):
-            memory = np.zeros(4 * mmap.PAGESIZE, dtype=np.uint8)
-            world.keep.append(memory)
-            page = (memory.ctypes.data + mmap.PAGESIZE - 1) & ~(mmap.PAGESIZE - 1)
-            mapping = SimpleNamespace(address=page + world.dm_offset, length=mmap.PAGESIZE)
+            dm = world.dms[handle]
+            mapping = SimpleNamespace(address=dm.address, length=dm.map_bytes)
             mapping.close = lambda: world.released(mapping, "dm mapping")
             world.made(mapping, "dm mapping")
             return mapping
+
+        def reg_dmabuf_mr(cmd_fd, pd_handle, fd, offset, length, iova, access):
+            if fd not in world.dmabufs:
+                raise FakeRDMAError(f"fd {fd} is no dma-buf", E.EBADF)
+            return DmabufMR(None, length, access, iova=iova, backing=world.dmabufs[fd] + offset)
 
         def resolve_mac(cmd_fd, pd_handle, port, sgid_index, dgid):
             if world.mac is None:
@@ -218,20 +264,32 @@ class World:
             return world.mac
 
         return Verbs(Mlx5Context=Ctx, Mlx5DVContextAttr=lambda flags: flags, PD=PD, Mlx5DvObj=DvObj,
-                     Mlx5UMEM=UMEM, Mlx5UAR=UAR, Mlx5DevxObj=DevxObj, MR=MR, DmaBufMR=MR, DM=DM,
+                     Mlx5UMEM=UMEM, Mlx5UAR=UAR, Mlx5DevxObj=DevxObj, MR=MR, DM=DM,
                      AllocDmAttr=lambda n: n, DMMR=DMMR, PyverbsError=FakeRDMAError, c=CONSTANTS,
-                     map_dm=map_dm, resolve_mac=resolve_mac)
+                     map_dm=map_dm, resolve_mac=resolve_mac, reg_dmabuf_mr=reg_dmabuf_mr)
 
 
 class FakeNic:
-    """A thread that acts on doorbells as an mlx5 NIC would, for QPs in RTS: it checks the
-    doorbell register holds the first 8 bytes of the newest WQE's control segment and the
-    doorbell record its producer index, executes NOP and RDMA-write WQEs (host addresses,
-    the MRs' own), and writes a success CQE for each signaled one (owner bit per pass)."""
+    """A thread that acts on doorbells as an mlx5 NIC would, for QPs in RTS.
+
+    All QPs of a queue set ring one doorbell register; each change of it must hold the
+    first 8 bytes of the control segment of a WQE of the QP it names, whose doorbell
+    record already counts that WQE. From the first doorbell of a QP on, its WQEs are
+    executed in order up to its doorbell record (a register sampled every millisecond
+    can miss one doorbell of several QPs ringing at once; the record cannot): NOPs, and
+    RDMA writes with a data segment (its lkey's MR must cover the range, named in the
+    MR's own address space) or an inline payload, to an rkey whose MR allows remote
+    writes over the range. A success CQE for each signaled WQE; a protection failure
+    gives an error CQE (local_prot_err / remote_access_err) and moves the QP to error,
+    as mlx5 does, and is listed in ``violations``. ``errors``: the fake's own failures
+    and protocol breaches (a test expects none)."""
 
     def __init__(self, world: World):
         self.world = world
         self.errors: list[str] = []
+        self.violations: list[str] = []
+        self._register = None
+        self._armed: set[int] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -245,51 +303,123 @@ class FakeNic:
 
     def _loop(self):
         while not self._stop.wait(0.001):
-            for qpn, qp in list(self.world.queues["qp"].items()):
-                try:
+            with self.world.lock:
+                self._step()
+
+    def _step(self):
+        try:
+            self._doorbell()
+        except Exception as exc:  # noqa: BLE001 - reported to the test
+            self.errors.append(f"{type(exc).__name__}: {exc}")
+        for qpn, qp in list(self.world.queues["qp"].items()):
+            try:
+                if qpn in self._armed and qp["state"] == "rts":
                     self._serve(qpn, qp)
-                except Exception as exc:  # noqa: BLE001 - reported to the test
-                    self.errors.append(f"{type(exc).__name__}: {exc}")
+            except Exception as exc:  # noqa: BLE001 - reported to the test
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+
+    def _sq(self, qp):
+        return (self.world.umems[qp["wq_umem_id"]].addr + qp["e_mtt_pointer_or_wq_umem_offset"],
+                1 << qp["sw_qpc.log_sq_size"])
+
+    def _pi(self, qp) -> int:
+        dbr = self.world.umems[qp["sw_qpc.dbr_umem_id"]].addr + qp["sw_qpc.dbr_addr"]
+        return int(np.frombuffer(ctypes.string_at(dbr, 8), dtype=L.QP_DBREC)[0]["send_counter"])
+
+    def _doorbell(self):
+        uars = {qp["sw_qpc.uar_page"] for qp in self.world.queues["qp"].values()}
+        for page in uars:
+            uar = self.world.uars.get(page)
+            if uar is None:
+                continue
+            register = ctypes.c_uint64.from_address(uar.reg_addr).value
+            if register == self._register or register == 0:
+                continue
+            self._register = register
+            words = np.frombuffer(register.to_bytes(8, "little"), dtype=">u4")
+            index, qpn = (int(words[0]) >> 8) & 0xFFFF, int(words[1]) >> 8
+            qp = self.world.queues["qp"].get(qpn)
+            if qp is None or qp["sw_qpc.uar_page"] != page:
+                raise AssertionError(f"doorbell {register:#x} names QP {qpn:#x}, not one of this UAR's")
+            sq, n_bbs = self._sq(qp)
+            first8 = ctypes.string_at(sq + (index % n_bbs) * L.WQE_BB, 8)
+            if int.from_bytes(first8, "little") != register:
+                raise AssertionError(f"doorbell {register:#x} is not WQE {index}'s first 8 bytes")
+            if (self._pi(qp) - index - 1) & 0xFFFF >= n_bbs:
+                raise AssertionError(f"QP {qpn:#x}: doorbell for WQE {index} before its doorbell record")
+            self._armed.add(qpn)
 
     def _serve(self, qpn, qp):
-        uar = self.world.uars.get(qp["sw_qpc.uar_page"])
-        if qp["state"] != "rts" or uar is None or uar.page_id not in self.world.uars:
-            return
-        register = ctypes.c_uint64.from_address(uar.reg_addr).value
-        if register == qp["db"]:
-            return
-        qp["db"] = register
-        dbr = self.world.umems[qp["sw_qpc.dbr_umem_id"]].addr + qp["sw_qpc.dbr_addr"]
-        pi = int(np.frombuffer(ctypes.string_at(dbr, 8), dtype=L.QP_DBREC)[0]["send_counter"])
-        sq = self.world.umems[qp["wq_umem_id"]].addr + qp["e_mtt_pointer_or_wq_umem_offset"]
-        n_bbs = 1 << qp["sw_qpc.log_sq_size"]
-        while qp["done"] < pi:
+        sq, n_bbs = self._sq(qp)
+        pi = self._pi(qp)
+        while qp["done"] & 0xFFFF != pi and qp["state"] == "rts":
             index = qp["done"]
-            wqe = ctypes.string_at(sq + (index % n_bbs) * L.WQE_BB, L.WQE_BB)
-            ctrl = np.frombuffer(wqe[:16], dtype=L.CTRL_SEG)[0]
+            first = ctypes.string_at(sq + (index % n_bbs) * L.WQE_BB, L.WQE_BB)
+            ctrl = np.frombuffer(first[:16], dtype=L.CTRL_SEG)[0]
             opcode, wqe_index = int(ctrl["opmod_idx_opcode"]) & 0xFF, (int(ctrl["opmod_idx_opcode"]) >> 8) & 0xFFFF
             if int(ctrl["qpn_ds"]) >> 8 != qpn or wqe_index != index & 0xFFFF:
                 raise AssertionError(f"WQE {index}: qpn/index {int(ctrl['qpn_ds']) >> 8:#x}/{wqe_index}")
-            nbytes = 0
+            ds = int(ctrl["qpn_ds"]) & 0x3F
+            bbs = -(-ds * L.WQE_DS // L.WQE_BB)
+            wqe = b"".join(ctypes.string_at(sq + ((index + k) % n_bbs) * L.WQE_BB, L.WQE_BB)
+                           for k in range(bbs))
+            nbytes, failure = 0, None
             if opcode == L.OPCODE_RDMA_WRITE:
-                raddr = np.frombuffer(wqe[16:32], dtype=L.RADDR_SEG)[0]
-                data = np.frombuffer(wqe[32:48], dtype=L.DATA_SEG)[0]
-                nbytes = int(data["byte_count"])
-                ctypes.memmove(int(raddr["raddr"]), int(data["addr"]), nbytes)
+                nbytes, failure = self._write(wqe)
             elif opcode != L.OPCODE_NOP:
                 raise AssertionError(f"WQE {index}: opcode {opcode:#x}")
-            qp["done"] += 1
-            if qp["done"] == pi and register != int.from_bytes(wqe[:8], "little"):
-                raise AssertionError(f"doorbell {register:#x} is not WQE {index}'s first 8 bytes")
-            if ctrl["fm_ce_se"] & L.CTRL_CQ_UPDATE:
+            qp["done"] += bbs
+            if failure is not None:
+                self.violations.append(f"QP {qpn:#x} WQE {index}: {failure}")
+                qp["state"] = "error"
+                self._complete(qp["sw_qpc.cqn_snd"], qpn, wqe_index, 0, L.SYNDROME[failure.split(":")[0]])
+            elif ctrl["fm_ce_se"] & L.CTRL_CQ_UPDATE:
                 self._complete(qp["sw_qpc.cqn_snd"], qpn, wqe_index, nbytes)
 
-    def _complete(self, cqn, qpn, wqe_index, nbytes):
+    def _region(self, key, address, nbytes, need):
+        mr = self.world.mrs.get(key)
+        if mr is None or (need and not mr["access"] & need):
+            return None
+        if not mr["iova"] <= address <= address + nbytes <= mr["iova"] + mr["length"]:
+            return None
+        return mr["backing"] + (address - mr["iova"])
+
+    def _write(self, wqe: bytes):
+        """Executes one RDMA write; returns (bytes, None) or (0, "syndrome: why")."""
+        raddr = np.frombuffer(wqe[16:32], dtype=L.RADDR_SEG)[0]
+        head = int(np.frombuffer(wqe[32:36], dtype=">u4")[0])
+        if head & L.INLINE_SEG_FLAG:
+            nbytes = head & ~L.INLINE_SEG_FLAG
+            payload, source = wqe[36:36 + nbytes], None
+        else:
+            data = np.frombuffer(wqe[32:48], dtype=L.DATA_SEG)[0]
+            nbytes = int(data["byte_count"])
+            source = self._region(int(data["lkey"]), int(data["addr"]), nbytes, 0)
+            if source is None:
+                return 0, (f"local_prot_err: lkey {int(data['lkey']):#x} does not cover "
+                           f"{int(data['addr']):#x}+{nbytes}")
+        target = self._region(int(raddr["rkey"]), int(raddr["raddr"]), nbytes, CONSTANTS.ACCESS_REMOTE_WRITE)
+        if target is None:
+            return 0, (f"remote_access_err: rkey {int(raddr['rkey']):#x} does not allow a write to "
+                       f"{int(raddr['raddr']):#x}+{nbytes}")
+        if source is None:
+            ctypes.memmove(target, payload, nbytes)
+        else:
+            ctypes.memmove(target, source, nbytes)
+        return nbytes, None
+
+    def _complete(self, cqn, qpn, wqe_index, nbytes, syndrome=None):
         cq = self.world.queues["cq"][cqn]
         ncqe = 1 << cq["sw_cqc.log_cq_size"]
         base = self.world.umems[cq["cq_umem_id"]].addr + cq["e_mtt_pointer_or_cq_umem_offset"]
-        cqe = np.zeros(1, dtype=L.CQE64)
-        cqe["byte_cnt"], cqe["sop_drop_qpn"], cqe["wqe_counter"] = nbytes, qpn, wqe_index
-        cqe["op_own"] = (L.CQE_REQ << 4) | ((cq["ci"] // ncqe) & 1)
+        owner = (cq["ci"] // ncqe) & 1
+        if syndrome is None:
+            cqe = np.zeros(1, dtype=L.CQE64)
+            cqe["byte_cnt"], cqe["sop_drop_qpn"], cqe["wqe_counter"] = nbytes, qpn, wqe_index
+            cqe["op_own"] = (L.CQE_REQ << 4) | owner
+        else:
+            cqe = np.zeros(1, dtype=L.ERR_CQE)
+            cqe["syndrome"], cqe["s_wqe_opcode_qpn"] = syndrome, (L.OPCODE_RDMA_WRITE << 24) | qpn
+            cqe["wqe_counter"], cqe["op_own"] = wqe_index, (L.CQE_REQ_ERR << 4) | owner
         ctypes.memmove(base + (cq["ci"] % ncqe) * L.CQE_SIZE, cqe.tobytes(), L.CQE_SIZE)
         cq["ci"] += 1

@@ -66,3 +66,29 @@ def test_address_handle_structures_match_verbs_h_and_mlx5dv_h():
             ctypes.sizeof(ah.IbvGlobalRoute), ctypes.sizeof(ah.Mlx5dvAh), ah.MLX5_WQE_AV_RMAC_OFFSET,
             dm.Mlx5dvObj.ah.offset, dm.Mlx5dvObj.ah.offset + dm._InOut.out.offset, ah.MLX5DV_OBJ_AH]
     assert ours == [ref.lib.ref_ah_layout(k) for k in range(13)]
+
+
+MR_SOURCE = r"""
+#include <infiniband/verbs.h>
+#include <stddef.h>
+size_t ref_mr_layout(int which) {
+    switch (which) {
+    case 0: return sizeof(struct ibv_mr);
+    case 1: return offsetof(struct ibv_mr, addr);
+    case 2: return offsetof(struct ibv_mr, length);
+    case 3: return offsetof(struct ibv_mr, handle);
+    case 4: return offsetof(struct ibv_mr, lkey);
+    case 5: return offsetof(struct ibv_mr, rkey);
+    }
+    return (size_t)-1;
+}
+"""
+
+
+def test_dmabuf_mr_structure_matches_verbs_h():
+    from gpuwrite.backends.testbed.dmabuf_mr import IbvMr
+
+    ref = compile_reference("_gw_ref_mr", "size_t ref_mr_layout(int which);", MR_SOURCE)
+    ours = [ctypes.sizeof(IbvMr), IbvMr.addr.offset, IbvMr.length.offset, IbvMr.handle.offset,
+            IbvMr.lkey.offset, IbvMr.rkey.offset]
+    assert ours == [ref.lib.ref_mr_layout(k) for k in range(6)]

@@ -10,6 +10,8 @@ What it builds (see the modules):
 ``dm``         ``ibv_alloc_dm`` memory: the gpu_push staging region, mapped for the GPU
 ``bootstrap``  two hosts exchange QP numbers, GIDs, rkeys and addresses (mpi4py or TCP)
 ``runner``     runs a workload and returns the emulated runner's result table
+``session``    ``api.Session(world="testbed")``: loopback QPs on one NIC for put/signal/quiet
+               kernels, sources registered at their GPU addresses (``dmabuf_mr``)
 
 Without an RDMA device (or pyverbs, or a GPU) nothing here runs: ``probe()`` gives the
 one-line reason, and ``gpuwrite testbed`` prints it and exits with ``EXIT_UNAVAILABLE``.

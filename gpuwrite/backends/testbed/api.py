@@ -82,7 +82,6 @@ class Verbs:
     Mlx5UAR: type
     Mlx5DevxObj: type
     MR: type
-    DmaBufMR: type
     DM: type
     AllocDmAttr: type
     DMMR: type
@@ -90,6 +89,7 @@ class Verbs:
     c: SimpleNamespace
     map_dm: object
     resolve_mac: object
+    reg_dmabuf_mr: object       # dmabuf_mr.reg_dmabuf_mr: a dma-buf MR addressed from an iova
 
 
 def load() -> Verbs:
@@ -102,7 +102,7 @@ def load() -> Verbs:
     except ImportError:   # newer rdma-core names the module libibverbs_enums
         import pyverbs.libibverbs_enums as ibv
     from pyverbs.device import DM, AllocDmAttr
-    from pyverbs.mr import DMMR, MR, DmaBufMR
+    from pyverbs.mr import DMMR, MR
     from pyverbs.pd import PD
     from pyverbs.providers.mlx5 import mlx5_enums as mlx5
     from pyverbs.providers.mlx5.mlx5dv import (Mlx5Context, Mlx5DevxObj, Mlx5DVContextAttr, Mlx5UAR,
@@ -112,9 +112,10 @@ def load() -> Verbs:
 
     from gpuwrite.backends.testbed.ah import resolve_mac
     from gpuwrite.backends.testbed.dm import map_dm
+    from gpuwrite.backends.testbed.dmabuf_mr import reg_dmabuf_mr
 
     return Verbs(Mlx5Context=Mlx5Context, Mlx5DVContextAttr=Mlx5DVContextAttr, PD=PD,
                  Mlx5DvObj=Mlx5DvObj, Mlx5UMEM=Mlx5UMEM, Mlx5UAR=Mlx5UAR, Mlx5DevxObj=Mlx5DevxObj,
-                 MR=MR, DmaBufMR=DmaBufMR, DM=DM, AllocDmAttr=AllocDmAttr, DMMR=DMMR,
+                 MR=MR, DM=DM, AllocDmAttr=AllocDmAttr, DMMR=DMMR,
                  PyverbsError=PyverbsError, c=resolve_constants(ibv, mlx5), map_dm=map_dm,
-                 resolve_mac=resolve_mac)
+                 resolve_mac=resolve_mac, reg_dmabuf_mr=reg_dmabuf_mr)

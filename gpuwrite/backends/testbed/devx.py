@@ -257,6 +257,11 @@ class TestbedNic:
                                "RoCE needs the next hop's MAC in the QP; check that the peer's "
                                "IP answers from this port (ping -I <netdev>)") from None
 
+    def loopback_mac(self) -> str | None:
+        """The Ethernet address a QP connected to itself sends to (RoCE: resolved for this
+        port's own GID, as for any peer); None on InfiniBand."""
+        return self.next_hop_mac(self.gid) if self.link_layer == "ethernet" else None
+
     def close(self) -> list[str]:
         """Releases the PD, then the context; returns what was released."""
         self.ctx = self.pd = None
@@ -410,6 +415,12 @@ class TestbedQueueSet:
     # The build, in order (method names); the selftest calls them one by one.
     BUILD_STEPS = ("register_umems", "alloc_uars", "create_cqs", "create_qps", "map_doorbell",
                    "map_staging", "register_bounce")
+    STEP_NAMES = {"register_umems": "register UMEMs (rings, doorbell records)",
+                  "alloc_uars": "allocate UARs", "create_cqs": "create the CQs",
+                  "create_qps": "create the QPs",
+                  "map_doorbell": "map the UAR doorbell page into the GPU",
+                  "map_staging": "map device memory (staging) into the GPU",
+                  "register_bounce": "register the bounce ring"}
 
     def __init__(self, nic: TestbedNic, n_qps: int, sq_bbs: int = 256, ncqe: int = 256,
                  stage_slots: int = 64, stage_slot_bytes: int = 256, bounce_bytes: int = 64 * 1024,
@@ -432,12 +443,20 @@ class TestbedQueueSet:
         self.stage_note = None
         if build:
             try:
-                for method in self.BUILD_STEPS:
-                    getattr(self, method)()
+                self.build()
                 self.finish()
             except BaseException as exc:
                 close_quietly(self, exc)
                 raise
+
+    def build(self, run=None) -> None:
+        """Runs ``BUILD_STEPS`` in order, each as ``run(name, step)`` (default: ``step()``);
+        ``run`` may name a failed step (``session.py`` does). On failure the caller closes."""
+        for method in self.BUILD_STEPS:
+            if run is None:
+                getattr(self, method)()
+            else:
+                run(self.STEP_NAMES[method], getattr(self, method))
 
     @property
     def access(self) -> int:
@@ -611,6 +630,28 @@ class TestbedQueueSet:
         v = self._views
         return (v["sq"], v["dbrec"], self.uar, self.status, v["cq"], v["cqdb"], self.stage,
                 self.state, self.info, self.wqe_aux, self.bounce.kernel)
+
+    def connection(self, i: int, *, remote_qpn: int, remote_psn: int, remote_lid: int,
+                   remote_gid: str, remote_mtu_bytes: int, remote_mac: str | None,
+                   timeout: int = 14, retry_cnt: int = 7) -> qa.QpConnection:
+        """QP ``i``'s connection to a peer QP. The GRH is used on RoCE, and on InfiniBand
+        where the peer has no LID; the path MTU is the smaller port's."""
+        nic = self.nic
+        use_grh = nic.link_layer == "ethernet" or remote_lid == 0
+        return qa.QpConnection(
+            remote_qpn=int(remote_qpn), remote_psn=int(remote_psn), local_psn=int(self.psns[i]),
+            mtu_bytes=min(nic.mtu_bytes, remote_mtu_bytes), port_num=nic.port,
+            remote_lid=remote_lid, remote_gid=remote_gid if use_grh else None,
+            sgid_index=nic.gid_index, remote_mac=remote_mac, timeout=timeout, retry_cnt=retry_cnt)
+
+    def loopback_connection(self, i: int, mac: str | None, **kwargs) -> qa.QpConnection:
+        """QP ``i`` connected to itself: its own QPN and PSN, this port's LID, GID and MTU,
+        and (RoCE) the MAC ``TestbedNic.loopback_mac`` resolved. Writes it posts leave
+        through the port and come back to this host's memory."""
+        nic = self.nic
+        return self.connection(i, remote_qpn=self.qpns[i], remote_psn=self.psns[i],
+                               remote_lid=nic.lid, remote_gid=nic.gid,
+                               remote_mtu_bytes=nic.mtu_bytes, remote_mac=mac, **kwargs)
 
     def connection_commands(self, i: int, conn: qa.QpConnection) -> list[tuple[str, bytes]]:
         """QP ``i``'s three modify commands (RESET -> INIT -> RTR -> RTS) to ``conn``.

@@ -22,6 +22,7 @@ from gpuwrite import layouts as L
 from gpuwrite.backends.testbed import Availability, probe
 from gpuwrite.backends.testbed import qp_attrs as qa
 from gpuwrite.backends.testbed.bootstrap import Bootstrap, PeerRecord
+from gpuwrite.backends.testbed.session import register_gpu_source
 from gpuwrite.cudaenv import cuda, world
 from gpuwrite.paths import kernels as K
 from gpuwrite.paths import workload
@@ -34,7 +35,7 @@ TESTBED_NOTES = {
                 "GPU; the kernel counts staging credits from its completions (a pushed WQE is "
                 "signaled at least once a quarter of the ring is claimed)",
     "gpu_push_inline": "testbed: the payload travels inside the WQE; WQE ring in {rings}",
-    "nic_pull": "testbed: the NIC DMA-reads GPU memory registered through {registration}",
+    "nic_pull": "testbed: the NIC DMA-reads GPU memory registered as {registration}",
     "host_staged": "testbed: the GPU copies to a pinned host bounce ring; the NIC reads host memory",
 }
 
@@ -57,30 +58,6 @@ def check_staging_fits(msgs, slots: int, slot_bytes: int, chunk_bytes: int) -> N
         raise ValueError(f"a {largest}-byte gpu_push WQE needs {need} staging slots of "
                          f"{slot_bytes} bytes; a ring of {slots} lends one WQE at most "
                          f"{slots - slots // 4}: raise stage_slots or lower chunk_bytes")
-
-
-def _gpu_source(payload: np.ndarray, nic, access: int, release):
-    """The payload in GPU memory, and how nic_pull's data segment names it:
-    (device array, MR, address in the MR's space, how it was registered). ``release``
-    (a ReleaseStack) takes what must be freed."""
-    from gpuwrite.backends.testbed.devx import _gpu_ring_memory
-    from gpuwrite.backends.testbed.uar import device_view
-
-    v = nic.verbs
-    exported = _gpu_ring_memory(payload.nbytes)
-    if exported is not None:
-        from cuda.bindings import driver
-
-        release.push("GPU source memory", lambda: driver.cuMemFree(exported.address))
-        driver.cuMemcpyHtoD(exported.address, payload, payload.nbytes)
-        mr = release.push("source MR (dma-buf)", exported.register(
-            lambda fd: v.DmaBufMR(nic.pd, exported.size_bytes, access, dmabuf=fd, offset=0)))
-        array = device_view(exported.address, payload.shape, np.uint32)
-        return array, mr, 0, f"dma-buf (flags {exported.flags:#x}; addresses are offsets in the dma-buf)"
-    array = cuda.to_device(payload)
-    address = int(array.__cuda_array_interface__["data"][0])
-    mr = release.push("source MR", v.MR(nic.pd, payload.nbytes, access, address=address))   # needs nvidia_peermem
-    return array, mr, address, "nvidia_peermem"
 
 
 def run(path: str, sizes_bytes, bootstrap: Bootstrap, *, device: str | None = None, port: int = 1,
@@ -110,7 +87,7 @@ def run(path: str, sizes_bytes, bootstrap: Bootstrap, *, device: str | None = No
         dst = wl.destination()
         dst_mr = buffers.push("destination MR", nic.verbs.MR(
             nic.pd, dst.nbytes, c.ACCESS_LOCAL_WRITE | c.ACCESS_REMOTE_WRITE, address=dst.ctypes.data))
-        src, src_mr, src_addr, registration = _gpu_source(payload, nic, c.ACCESS_LOCAL_WRITE, buffers)
+        src, source = register_gpu_source(nic, payload, c.ACCESS_LOCAL_WRITE, buffers)
         mine = PeerRecord(rank=bootstrap.rank, host=socket.gethostname(), lid=nic.lid, gid=nic.gid,
                           mtu_bytes=nic.mtu_bytes, qpns=tuple(int(q) for q in qs.qpns),
                           psns=tuple(int(p) for p in qs.psns), addr=dst.ctypes.data,
@@ -120,14 +97,11 @@ def run(path: str, sizes_bytes, bootstrap: Bootstrap, *, device: str | None = No
         if len(peer.qpns) != n_qps:
             raise ValueError(f"the peer built {len(peer.qpns)} QPs; this side {n_qps}: run both "
                              "with the same --qps")
-        use_grh = nic.link_layer == "ethernet" or peer.lid == 0
         # RoCE: the kernel resolves the peer's GID to the next hop's MAC (an address handle).
         peer_mac = nic.next_hop_mac(peer.gid) if nic.link_layer == "ethernet" else None
-        qs.connect([qa.QpConnection(
-            remote_qpn=peer.qpns[i], remote_psn=peer.psns[i], local_psn=int(qs.psns[i]),
-            mtu_bytes=min(nic.mtu_bytes, peer.mtu_bytes), port_num=port, remote_lid=peer.lid,
-            remote_gid=peer.gid if use_grh else None, sgid_index=gid_index,
-            remote_mac=peer_mac,
+        qs.connect([qs.connection(
+            i, remote_qpn=peer.qpns[i], remote_psn=peer.psns[i], remote_lid=peer.lid,
+            remote_gid=peer.gid, remote_mtu_bytes=peer.mtu_bytes, remote_mac=peer_mac,
             timeout=qp_timeout, retry_cnt=retry_cnt) for i in range(n_qps)])
         bootstrap.allgather("rts")          # both sides' QPs are ready before any write
         # The kernel must outwait the NIC's retries: a dead peer becomes an error CQE.
@@ -144,8 +118,8 @@ def run(path: str, sizes_bytes, bootstrap: Bootstrap, *, device: str | None = No
             params[K.P_CHUNK_BYTES] = chunk_bytes
             params[K.P_DST_ADDR] = peer.addr
             params[K.P_RKEY] = peer.rkey
-            params[K.P_SRC_ADDR] = src_addr
-            params[K.P_SRC_LKEY] = src_mr.lkey
+            params[K.P_SRC_ADDR] = source.address
+            params[K.P_SRC_LKEY] = source.lkey
             if path == "gpu_push":
                 check_staging_fits(msgs, stage_slots, stage_slot_bytes, chunk_bytes)
             qp_first = wl.qp_first(n_qps)
@@ -169,7 +143,7 @@ def run(path: str, sizes_bytes, bootstrap: Bootstrap, *, device: str | None = No
         span = (t_done[completed].max() - t_post[completed].min()) if completed.any() else 0
         nbytes = int(msgs[delivered, K.M_SIZE].sum())
         qp_errors = decode_qp_errors(res, qs.qpns, vendor=True)
-        note = TESTBED_NOTES[path].format(rings=qs.ring_memory, registration=registration)
+        note = TESTBED_NOTES[path].format(rings=qs.ring_memory, registration=source.registration)
         if path == "gpu_push" and qs.stage_note:
             note += f"; {qs.stage_note}"
         return PathResult(

@@ -122,22 +122,11 @@ class Selftest:
     def resolve_mac(self) -> str:
         if self.nic.link_layer != "ethernet":
             raise Skip("InfiniBand port: no Ethernet address in the QP")
-        self.peer_mac = self.nic.next_hop_mac(self.nic.gid)
+        self.peer_mac = self.nic.loopback_mac()
         return f"GID {self.nic.gid} -> {self.peer_mac}" + (" (RoCE v2)" if self.nic.roce_v2 else " (RoCE v1)")
 
-    def _loopback(self):
-        from gpuwrite.backends.testbed import qp_attrs as qa
-
-        qs, nic = self.qs, self.nic
-        use_grh = nic.link_layer == "ethernet" or nic.lid == 0
-        return qa.QpConnection(
-            remote_qpn=int(qs.qpns[0]), remote_psn=int(qs.psns[0]), local_psn=int(qs.psns[0]),
-            mtu_bytes=nic.mtu_bytes, port_num=self.port, remote_lid=nic.lid,
-            remote_gid=nic.gid if use_grh else None, sgid_index=self.gid_index,
-            remote_mac=self.peer_mac, timeout=14, retry_cnt=7)
-
     def transition(self, index: int) -> str:
-        what, command = self.qs.connection_commands(0, self._loopback())[index]
+        what, command = self.qs.connection_commands(0, self.qs.loopback_connection(0, self.peer_mac))[index]
         self.qs.modify(0, what, command)
         return f"QP 0x{int(self.qs.qpns[0]):x} {what}"
 
