@@ -20,7 +20,9 @@ link, the receiver) serves packets first come, first served, and no packet overt
 another between stations. Taking packets in order and running each through all stations
 before the next (a Lindley recursion per station, with FIFO queues of the times at which
 staging space and credits come back) gives the same times as an event calendar.
-Closed-loop arrivals come from a small heap of next-issue times per QP.
+Closed-loop issues merge two sorted streams (the first issues, and completions in
+message order); only with drops, where completions come out of order, do they come
+from a small heap of next-issue times.
 
 The per-QP round-robin scheduler breaks first-come-first-served order at the NIC, so it
 has its own core, ``run_core_round_robin``: an event loop over the same stations that
@@ -145,6 +147,17 @@ def run_core(mode, open_arrival, open_qp, n_qps, outstanding, issue_gap,
     heap_t, heap_s, heap_q, heap_size, issued = _issue_heap(mode, n, n_qps, outstanding, issue_gap)
     push_hold = is_push and hold
     push_drop = is_push and not hold
+    # Closed loop without drops: a message completes a fixed tail after its last packet
+    # left the link, and the link serves packets in message order, so completions are
+    # non-decreasing in message order. The pending issues are then two sorted streams,
+    # the first ones (k * issue_gap, issue number k) and the completions of messages
+    # 0, 1, ... (issue numbers ``first_issues`` + message): merging their heads gives the
+    # heap's order (time, then issue number) at a fraction of its cost. With drops a
+    # lost message completes early (error CQE), out of order: the heap serves that case.
+    merge = mode == MODE_CLOSED and not push_drop
+    first_issues = issued
+    next_first = 0          # next of the first issues
+    next_completed = 0      # next message whose completion issues a message
     k = 0
     last_reserve = 0
     staging_used = 0
@@ -157,7 +170,17 @@ def run_core(mode, open_arrival, open_qp, n_qps, outstanding, issue_gap,
     link_free = 0
     drain_free = 0
     for j in range(n):
-        if mode == MODE_CLOSED:
+        if merge:
+            # at equal times a first issue goes first: its issue number is smaller
+            if next_first < first_issues and (next_completed == j or next_first * issue_gap <= done[next_completed]):
+                t_arrival = next_first * issue_gap
+                qp = next_first % n_qps
+                next_first += 1
+            else:
+                t_arrival = done[next_completed]
+                qp = qp_out[next_completed]
+                next_completed += 1
+        elif mode == MODE_CLOSED:
             t_arrival, seq, qp, heap_size = _heap_pop(heap_t, heap_s, heap_q, heap_size)
         else:
             t_arrival = open_arrival[j]
@@ -253,7 +276,7 @@ def run_core(mode, open_arrival, open_qp, n_qps, outstanding, issue_gap,
             tx_end[j] = link_free
             drain_end[j] = drain_free
             done[j] = last_received + tail
-        if mode == MODE_CLOSED:
+        if mode == MODE_CLOSED and not merge:
             heap_size = _heap_push(heap_t, heap_s, heap_q, heap_size, done[j], issued, qp)
             issued += 1
 
