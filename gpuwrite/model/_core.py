@@ -20,7 +20,9 @@ link, the receiver) serves packets first come, first served, and no packet overt
 another between stations. Taking packets in order and running each through all stations
 before the next (a Lindley recursion per station, with FIFO queues of the times at which
 staging space and credits come back) gives the same times as an event calendar.
-Closed-loop arrivals come from a small heap of next-issue times per QP.
+Closed-loop issues merge two sorted streams (the first issues, and completions in
+message order); only with drops, where completions come out of order, do they come
+from a small heap of next-issue times.
 
 The per-QP round-robin scheduler breaks first-come-first-served order at the NIC, so it
 has its own core, ``run_core_round_robin``: an event loop over the same stations that
@@ -35,30 +37,37 @@ from numba import njit
 
 MODE_OPEN = 0
 MODE_CLOSED = 1
+INFINITY = 1 << 62      # later than any time simulated
 
 
 @njit(cache=True)
-def stall_finish_ps(start, work, period, duration, offset):
-    """When ``work`` ps of draining that starts at ``start`` ends, skipping stall windows.
+def stall_finish_ps(start, work, period, duration, offset, window_start):
+    """When ``work`` ps of draining that starts at ``start`` ends, skipping stall windows;
+    also the start of the last window that draining met.
 
     Stall windows are [offset + k*period, offset + k*period + duration) for every k.
+    ``window_start`` is the window an earlier call returned (``INFINITY``: none yet). The
+    receiver drains in time order, so it is usually still the current window, and the
+    64-bit division that finds the window (tens of cycles, per packet) is needed only
+    when it is not.
     """
     if period <= 0 or duration <= 0 or work <= 0:
-        return start + work
+        return start + work, window_start
     t = start
+    if t < window_start or t - window_start >= period:
+        window_start = offset + (t - offset) // period * period
     remaining = work
     while True:
-        k = (t - offset) // period
-        window_start = offset + k * period
         window_end = window_start + duration
         if t < window_end:
             t = window_end
         next_window = window_start + period
         available = next_window - t
         if remaining <= available:
-            return t + remaining
+            return t + remaining, window_start
         remaining -= available
         t = next_window
+        window_start = next_window
 
 
 @njit(cache=True)
@@ -120,10 +129,11 @@ def _issue_heap(mode, n, n_qps, outstanding, issue_gap):
 
 
 @njit(cache=True)
-def _drain(start, drain_free, work, period, duration, offset):
-    """The receiver drains a packet that arrived at ``start``: FIFO, skipping stalls."""
+def _drain(start, drain_free, work, period, duration, offset, window_start):
+    """The receiver drains a packet that arrived at ``start``: FIFO, skipping stalls.
+    Returns when it is done and the stall window to start the next search from."""
     begin = start if start > drain_free else drain_free
-    return stall_finish_ps(begin, work, period, duration, offset)
+    return stall_finish_ps(begin, work, period, duration, offset, window_start)
 
 
 @njit(cache=True)
@@ -145,6 +155,17 @@ def run_core(mode, open_arrival, open_qp, n_qps, outstanding, issue_gap,
     heap_t, heap_s, heap_q, heap_size, issued = _issue_heap(mode, n, n_qps, outstanding, issue_gap)
     push_hold = is_push and hold
     push_drop = is_push and not hold
+    # Closed loop without drops: a message completes a fixed tail after its last packet
+    # left the link, and the link serves packets in message order, so completions are
+    # non-decreasing in message order. The pending issues are then two sorted streams,
+    # the first ones (k * issue_gap, issue number k) and the completions of messages
+    # 0, 1, ... (issue numbers ``first_issues`` + message): merging their heads gives the
+    # heap's order (time, then issue number) at a fraction of its cost. With drops a
+    # lost message completes early (error CQE), out of order: the heap serves that case.
+    merge = mode == MODE_CLOSED and not push_drop
+    first_issues = issued
+    next_first = 0          # next of the first issues
+    next_completed = 0      # next message whose completion issues a message
     k = 0
     last_reserve = 0
     staging_used = 0
@@ -156,8 +177,19 @@ def run_core(mode, open_arrival, open_qp, n_qps, outstanding, issue_gap,
     ingress_free = 0
     link_free = 0
     drain_free = 0
+    stall_window = INFINITY     # no stall window found yet
     for j in range(n):
-        if mode == MODE_CLOSED:
+        if merge:
+            # at equal times a first issue goes first: its issue number is smaller
+            if next_first < first_issues and (next_completed == j or next_first * issue_gap <= done[next_completed]):
+                t_arrival = next_first * issue_gap
+                qp = next_first % n_qps
+                next_first += 1
+            else:
+                t_arrival = done[next_completed]
+                qp = qp_out[next_completed]
+                next_completed += 1
+        elif mode == MODE_CLOSED:
             t_arrival, seq, qp, heap_size = _heap_pop(heap_t, heap_s, heap_q, heap_size)
         else:
             t_arrival = open_arrival[j]
@@ -236,7 +268,8 @@ def run_core(mode, open_arrival, open_qp, n_qps, outstanding, issue_gap,
             p_tx_start[k] = t
             link_free = t + pkt_wire[i]
             last_received = link_free + flight
-            drain_free = _drain(last_received, drain_free, pkt_drain[i], stall_period, stall_duration, stall_offset)
+            drain_free, stall_window = _drain(last_received, drain_free, pkt_drain[i],
+                                              stall_period, stall_duration, stall_offset, stall_window)
             p_drain_end[k] = drain_free
             if first_sent == -1:
                 first_sent = t
@@ -253,12 +286,10 @@ def run_core(mode, open_arrival, open_qp, n_qps, outstanding, issue_gap,
             tx_end[j] = link_free
             drain_end[j] = drain_free
             done[j] = last_received + tail
-        if mode == MODE_CLOSED:
+        if mode == MODE_CLOSED and not merge:
             heap_size = _heap_push(heap_t, heap_s, heap_q, heap_size, done[j], issued, qp)
             issued += 1
 
-
-INFINITY = 1 << 62
 
 
 @njit(cache=True)
@@ -301,6 +332,7 @@ def run_core_round_robin(mode, open_arrival, open_qp, n_qps, outstanding, issue_
     ingress_free = 0
     link_free = 0
     drain_free = 0
+    stall_window = INFINITY     # no stall window found yet
     last_served = n_qps - 1
     next_index = 0
     open_pointer = 0
@@ -410,7 +442,8 @@ def run_core_round_robin(mode, open_arrival, open_qp, n_qps, outstanding, issue_
                 p_tx_start[h] = now
                 link_free = now + pkt_wire[i]
                 received = link_free + flight
-                drain_free = _drain(received, drain_free, pkt_drain[i], stall_period, stall_duration, stall_offset)
+                drain_free, stall_window = _drain(received, drain_free, pkt_drain[i],
+                                                  stall_period, stall_duration, stall_offset, stall_window)
                 p_drain_end[h] = drain_free
                 sent[sent_count] = h
                 sent_count += 1

@@ -46,6 +46,25 @@ def message_sizes(workload: Workload, rng: np.random.Generator) -> np.ndarray:
     return rng.integers(workload.min_bytes, workload.max_bytes + 1, size=n, dtype=np.int64)
 
 
+SIZE_TABLE_SPAN = 1 << 20   # widest size range looked up in a table (8 MiB of counters)
+
+
+def distinct_sizes(sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(sizes, return_inverse=True)``: the distinct sizes, ascending, and each
+    message's index among them. Sizes spanning at most ``SIZE_TABLE_SPAN`` bytes are
+    looked up in a table indexed by size, in linear time, instead of sorting every message
+    (half of ``prepare``'s time on millions of messages)."""
+    if len(sizes) == 0 or int(sizes.max()) - int(sizes.min()) >= SIZE_TABLE_SPAN:
+        unique, inverse = np.unique(sizes, return_inverse=True)
+        return unique, inverse.astype(np.int64)
+    low = int(sizes.min())
+    offsets = sizes - low
+    present = np.zeros(int(offsets.max()) + 1, bool)
+    present[offsets] = True
+    rank = np.cumsum(present, dtype=np.int64) - 1
+    return (np.flatnonzero(present) + low).astype(sizes.dtype), rank[offsets]
+
+
 def open_arrivals_ps(workload: Workload, rng: np.random.Generator) -> np.ndarray:
     """Issue times of an open-loop workload."""
     n = workload.n_messages
@@ -137,7 +156,7 @@ def prepare(params: Params, workload: Workload, seed: int) -> Inputs:
     arrivals = open_arrivals_ps(workload, rng) if workload.arrival == "open" else np.zeros(0, np.int64)
     open_qp = open_qps(workload, rng) if workload.arrival == "open" else np.zeros(0, np.int64)
     topology = params.build_topology()
-    unique, inverse = np.unique(sizes, return_inverse=True)
+    unique, inverse = distinct_sizes(sizes)
     network = params.network
     is_push = params.path in PUSH_PATHS
     hold = params.nic.policy == "hold"
@@ -171,7 +190,7 @@ def prepare(params: Params, workload: Workload, seed: int) -> Inputs:
     error_tail = tail - network.propagation_ns  # an error CQE: no acknowledgement to wait for
     receiver = params.receiver
     return Inputs(
-        sizes=sizes, open_arrival=arrivals, open_qp=open_qp, size_index=inverse.astype(np.int64),
+        sizes=sizes, open_arrival=arrivals, open_qp=open_qp, size_index=inverse,
         pre_u=_ps(pre), post_u=_ps(post), first_u=np.asarray(first, np.int64), count_u=np.asarray(count, np.int64),
         pkt_ingress=_ps(packets["ingress"]), pkt_wire=_ps(packets["wire"]), pkt_drain=_ps(packets["drain"]),
         pkt_credits=np.asarray(packets["credits"], np.int64), pkt_staging=np.asarray(packets["staging"], np.int64),
@@ -351,7 +370,9 @@ class SimResult:
             return 0
         times = np.concatenate([back, taken])
         deltas = np.concatenate([-weights, weights])
-        order = np.lexsort((deltas, times))     # at equal times, give-backs first
+        # give-backs come first in ``times``, and a stable sort keeps them first at equal
+        # times; sorting the times alone (two nearly sorted runs) is cheaper than a lexsort
+        order = np.argsort(times, kind="stable")
         return int(max(0, np.cumsum(deltas[order]).max()))
 
     @cached_property

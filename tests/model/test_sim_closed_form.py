@@ -1,8 +1,10 @@
 """The simulator against closed forms: zero-load latency, saturated throughput, Little's law."""
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from gpuwrite.model import paths, pcie, sim
+from gpuwrite.model import _core, paths, pcie, sim
 from gpuwrite.model import topology as topo
 from gpuwrite.model.params import PATHS, Params, Workload
 
@@ -91,3 +93,28 @@ def test_summary_pcie_bytes_are_the_per_message_accounting_summed():
     for key in ("gpu_out", "gpu_in", "nic_in", "nic_out"):
         expected = sum(paths.pcie_bytes("nic_pull", topology, int(size), params)[key] for size in result.inputs.sizes)
         assert result.summary[f"pcie_{key}_bytes"] == expected
+
+
+def drained_ps_by_ps(start, work, period, duration, offset):
+    """The receiver's stall rule stepped one picosecond at a time (small numbers only)."""
+    t = start
+    while work > 0:
+        if (t - offset) % period >= duration:
+            work -= 1
+        t += 1
+    return t
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 40), st.data())
+def test_stall_finish_matches_a_ps_by_ps_drain_whatever_window_it_starts_from(period, data):
+    duration = data.draw(st.integers(1, period - 1)) if period > 1 else 0
+    offset = data.draw(st.integers(-100, 100))
+    window = _core.INFINITY
+    for start, work in data.draw(st.lists(st.tuples(st.integers(0, 300), st.integers(1, 120)), min_size=1, max_size=8)):
+        end, window = _core.stall_finish_ps(start, work, period, duration, offset, window)
+        if duration == 0:
+            assert end == start + work
+            continue
+        assert end == drained_ps_by_ps(start, work, period, duration, offset), (start, work, window)
+        assert (window - offset) % period == 0 and window < end     # a real window, met on the way

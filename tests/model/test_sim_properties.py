@@ -167,3 +167,24 @@ def test_a_message_dropped_after_its_first_packet_still_returns_that_packets_cre
     assert result.raw["dropped"].any()                                   # the case is exercised
     assert ((result.raw["p_tx_start"] >= 0) & (result.raw["p_table"] >= 0)).sum() > 0
     assert result.timeseries()["credits_available"].iloc[-1] == params.network.credits_total
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 1 << 22), max_size=200), st.sampled_from([0, 1, 1 << 19, 1 << 21]))
+def test_distinct_sizes_equal_numpy_unique(values, shift):
+    sizes = np.asarray(values, np.int64) + shift
+    unique, inverse = sim.distinct_sizes(sizes)
+    expected_unique, expected_inverse = np.unique(sizes, return_inverse=True)
+    assert unique.dtype == np.int64 and inverse.dtype == np.int64
+    assert np.array_equal(unique, expected_unique) and np.array_equal(inverse, expected_inverse)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 20), st.integers(0, 9)), max_size=40))
+def test_peak_is_the_largest_sum_held_at_any_instant(holds):
+    # (taken at, held for, weight): held over [taken, back); what comes back at t is free at t
+    taken = np.array([h[0] for h in holds], np.int64)
+    back = taken + np.array([h[1] for h in holds], np.int64)
+    weights = np.array([h[2] for h in holds], np.int64)
+    expected = max([0] + [int(weights[(taken <= t) & (back > t)].sum()) for t in taken])
+    assert sim.SimResult._peak(taken, back, weights) == expected

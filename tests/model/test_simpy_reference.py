@@ -49,3 +49,20 @@ def test_identical_with_drops_closed_loop():
     assert fast["dropped"].sum() > 0
     for key in fast:
         assert np.array_equal(fast[key], reference[key]), key
+
+
+@pytest.mark.parametrize("scheduler", ["fifo", "round_robin"])
+def test_a_completion_at_the_same_time_as_a_first_issue_goes_after_it(scheduler):
+    # Two QPs, one message each in flight: QP 1's first message is issued exactly when
+    # message 0 (QP 0) completes. The first issue has the smaller issue number, so it is
+    # message 1 and QP 0's next message is message 2, in both simulators.
+    params = Params().updated({"nic": {"scheduler": scheduler}})
+    alone = sim.simulate(params, Workload(n_messages=1, size_bytes=4096), 0)
+    done_ps = int(alone.raw["done"][0])
+    workload = Workload(n_messages=6, n_qps=2, outstanding=1, size_bytes=4096, issue_gap_ns=done_ps / 1000)
+    inputs = sim.prepare(params, workload, seed=0)
+    fast, reference = sim.run_fast(inputs), run_simpy(inputs)
+    assert fast["arrival"][1] == fast["done"][0] == done_ps      # the tie happened
+    assert list(fast["qp"][:3]) == [0, 1, 0]
+    for key in fast:
+        assert np.array_equal(fast[key], reference[key]), key
