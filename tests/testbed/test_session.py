@@ -5,10 +5,12 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from childenv import child_env
 from fakeverbs import CONSTANTS, FakeNic, FakeRDMAError, World
 from gpuwrite.backends.testbed import Availability, devx, prm
 from gpuwrite.backends.testbed import api as tb_api
@@ -204,7 +206,11 @@ def test_without_a_nic_session_says_why_in_one_line_and_the_app_exits_3():
     with pytest.raises(api.TestbedNotReady) as exc:
         api.Session(2, world="testbed")
     assert exc.value.reason.startswith("testbed mode unavailable: ") and "\n" not in exc.value.reason
-    run = subprocess.run([sys.executable, "-m", "experiments.apps.alltoall", "--world", "testbed",
-                          "--json"], capture_output=True, text=True, timeout=120)
+    # -P and child_env: the child imports the gpuwrite this test imported (an installed
+    # copy, under README's `pytest -P`), and finds experiments/ in the checkout after it.
+    root = Path(__file__).resolve().parents[2]
+    run = subprocess.run([sys.executable, "-P", "-m", "experiments.apps.alltoall", "--world",
+                          "testbed", "--json"], capture_output=True, text=True, timeout=120,
+                         env=child_env(root), cwd=root)
     assert run.returncode == 3, run.stderr
     assert json.loads(run.stdout) == {"skipped": exc.value.reason}
