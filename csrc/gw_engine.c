@@ -261,11 +261,10 @@ struct gw_engine {
     _Atomic uint64_t agent_failed;
     /* Pulls the agent left unanswered past the timeout (see late_add). */
     pthread_mutex_t late_lock;
-    struct late_pull { uint64_t ticket, dst, len; } late[LATE_PULLS_MAX];
+    struct agent_ticket late[LATE_PULLS_MAX];
     uint32_t nlate;
     int late_overflow;            /* more than LATE_PULLS_MAX: every region counts as hit */
-    uint64_t late_last;           /* the highest late ticket, if late_any */
-    int late_any;
+    uint64_t late_last;           /* the highest late ticket, while any is remembered */
     _Atomic uint64_t gen;
     struct gw_counters ctl;       /* counted by control operations (flush on QP destroy) */
     struct gw_copy_pool copy;     /* helpers of large deliveries, while the workers run */
@@ -703,15 +702,22 @@ static volatile uint32_t *agent_done_word(struct gw_engine *e, uint64_t t)
     return (volatile uint32_t *)e->cfg.pull_done + (t & (e->cfg.pull_slots - 1));
 }
 
-/* Waits for ticket t's completion word (t + 1); 0, or -1 after the timeout: the agent is
- * gone (its kernel ended, or never started) or stuck. */
+/* Whether the agent has answered ticket t: its slot's done word has reached t + 1 (a
+ * slot is reused only once its ticket was answered, so the word never passes a ticket
+ * still waited for by more than a lap). */
+static int agent_answered(struct gw_engine *e, uint64_t t)
+{
+    uint32_t seen = __atomic_load_n(agent_done_word(e, t), __ATOMIC_ACQUIRE);
+    return (int32_t)(seen - (uint32_t)(t + 1)) >= 0;
+}
+
+/* Waits for ticket t's answer; 0, or -1 after the timeout: the agent is gone (its kernel
+ * ended, or never started) or stuck. */
 static int agent_wait(struct gw_engine *e, uint64_t t)
 {
-    volatile uint32_t *done = agent_done_word(e, t);
-    uint32_t want = (uint32_t)(t + 1);
     uint64_t start = gw_now_ns();
     for (uint32_t spins = 0;; spins++) {
-        if (__atomic_load_n(done, __ATOMIC_ACQUIRE) == want)
+        if (agent_answered(e, t))
             return 0;
         if ((spins & 255) == 255 && gw_now_ns() - start > e->cfg.pull_timeout_ns)
             return -1;
@@ -727,29 +733,26 @@ static int agent_wait(struct gw_engine *e, uint64_t t)
  * its slot's done word), and a region a late pull points into is not let go of
  * (gw_engine_remove_mr returns -3; the caller keeps its memory). */
 
-static int agent_answered(struct gw_engine *e, uint64_t t)
-{
-    uint32_t seen = __atomic_load_n(agent_done_word(e, t), __ATOMIC_ACQUIRE);
-    return (int32_t)(seen - (uint32_t)(t + 1)) >= 0;
-}
-
 static void late_clear(struct gw_engine *e)
 {
     e->nlate = 0;
     e->late_overflow = 0;
-    e->late_any = 0;
+}
+
+static int late_remembered(const struct gw_engine *e)
+{
+    return e->nlate > 0 || e->late_overflow;
 }
 
 static void late_add(struct gw_engine *e, const struct agent_ticket *a)
 {
     pthread_mutex_lock(&e->late_lock);
+    if (!late_remembered(e) || a->ticket > e->late_last)
+        e->late_last = a->ticket;
     if (e->nlate < LATE_PULLS_MAX)
-        e->late[e->nlate++] = (struct late_pull){a->ticket, a->dst, a->len};
+        e->late[e->nlate++] = *a;
     else
         e->late_overflow = 1;
-    if (!e->late_any || a->ticket > e->late_last)
-        e->late_last = a->ticket;
-    e->late_any = 1;
     pthread_mutex_unlock(&e->late_lock);
 }
 
@@ -759,10 +762,10 @@ uint32_t gw_engine_late_pulls(struct gw_engine *e, uint64_t addr, uint64_t len)
 {
     pthread_mutex_lock(&e->late_lock);
     uint32_t n = 0;
-    if (e->late_any && agent_answered(e, e->late_last))
+    if (late_remembered(e) && agent_answered(e, e->late_last))
         late_clear(e);   /* in order: the last one answered, every earlier one was */
     for (uint32_t k = 0; k < e->nlate;) {
-        struct late_pull *l = &e->late[k];
+        struct agent_ticket *l = &e->late[k];
         if (agent_answered(e, l->ticket)) {
             *l = e->late[--e->nlate];
             continue;
@@ -1589,13 +1592,13 @@ int gw_engine_remove_mr(struct gw_engine *e, uint32_t key)
     }
     atomic_store_explicit(&m->valid, 0, memory_order_release);
     int rc = quiesce(e, bump_gen(e)) == 0 ? 0 : -2;
-    if (rc == 0 && gw_engine_late_pulls(e, m->addr, m->length) > 0) {
-        /* A late pull points into the region: give the agent one more timeout to answer. */
-        uint64_t deadline = gw_now_ns() + e->cfg.pull_timeout_ns;
-        while (gw_engine_late_pulls(e, m->addr, m->length) > 0 && gw_now_ns() < deadline)
-            sched_yield();
-        if (gw_engine_late_pulls(e, m->addr, m->length) > 0)
+    /* A late pull that points into the region gets one more timeout to be answered. */
+    uint64_t deadline = gw_now_ns() + e->cfg.pull_timeout_ns;
+    while (rc == 0 && gw_engine_late_pulls(e, m->addr, m->length) > 0) {
+        if (gw_now_ns() >= deadline)
             rc = -3;
+        else
+            sched_yield();
     }
     pthread_mutex_unlock(&e->lock);
     return rc;

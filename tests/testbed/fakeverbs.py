@@ -110,8 +110,11 @@ class World:
         class Released:
             what = "object"
             uses: dict = {}
+            named = None      # (kind, id) other objects refer to: busy while they do
 
             def close(self):
+                if self.named and world.users_of(*self.named):
+                    raise FakeRDMAError(f"{self.named[0]} {self.named[1]} in use", E.EBUSY)
                 world.released(self, self.what)
 
         class PD(Released):
@@ -131,12 +134,8 @@ class World:
                 self.addr, self.size = addr, size
                 world.umems[self.umem_id] = self
                 self.what = f"umem {self.umem_id}"
+                self.named = ("umem", self.umem_id)
                 world.made(self, self.what)
-
-            def close(self):
-                if world.users_of("umem", self.umem_id):
-                    raise FakeRDMAError(f"umem {self.umem_id} in use", E.EBUSY)
-                super().close()
 
         class UAR(Released):
             def __init__(self, ctx, flags):
@@ -150,12 +149,8 @@ class World:
                 self.page_id = next(world.ids)
                 world.uars[self.page_id] = self
                 self.what = f"uar {self.page_id}"
+                self.named = ("uar", self.page_id)
                 world.made(self, self.what)
-
-            def close(self):
-                if world.users_of("uar", self.page_id):
-                    raise FakeRDMAError(f"uar {self.page_id} in use", E.EBUSY)
-                super().close()
 
         class DevxObj(Released):
             def __init__(self, ctx, command, out_len):
