@@ -44,7 +44,11 @@ def main(args) -> int:
     with console.status("calibrating", spinner="dots") as status:
         data = calib.calibrate(args.runs, args.quick,
                                progress=None if args.json else lambda message: status.update(message))
-    out = out or free_name(DEFAULT_DIR / calib.default_file_name(data))
+    if out is None:
+        try:
+            out = free_name(DEFAULT_DIR / calib.default_file_name(data))
+        except FileExistsError as exc:
+            raise UsageError(str(exc), value=str(DEFAULT_DIR), allowed="--out FILE") from None
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(calib.to_toml(data))
     Params().with_calibration(out)  # the model accepts what was written
