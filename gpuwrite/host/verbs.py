@@ -190,6 +190,12 @@ class _Engine:
             if late:
                 _keep_for_late_pulls(list(self.pins.values()), f"a context closed with {late} "
                                      "unanswered late pull(s): every buffer it pinned")
+            # A pinned object with a life of its own beyond the engine (the GPU pull agent,
+            # whose kernel polls its ring) decides whether it must outlive the pins.
+            for pin in list(self.pins.values()):
+                gone = getattr(pin, "engine_gone", None)
+                if gone is not None:
+                    gone()
         self.pins.clear()
 
 

@@ -110,8 +110,11 @@ def _nonblocking_stream():
     return libcuda, handle
 
 
-# Agents whose ring the engine could not be detached from: kept alive for the process.
+# Agents whose ring the engine could not be detached from, or whose kernel may still run
+# after its engine is gone: kept alive for the process.
 _KEPT: list = []
+# The key under which the engine's pins hold an attached agent (one per engine).
+_PIN = ("pull_agent",)
 
 class PullAgent:
     """Runs the agent for a context's engine: ``with PullAgent(ctx): ...`` sends the
@@ -145,6 +148,10 @@ class PullAgent:
                                           int(self.pull_timeout_s * 1e9))
         if rc != 0:
             raise RuntimeError("the engine refused the pull agent's ring")
+        # The engine reads and writes the ring from now on: it holds the agent (and so the
+        # ring) until the agent is detached or the engine is gone (engine_gone), whether
+        # or not the caller keeps this object.
+        self.ctx._eng.pins[_PIN] = self
         if not launch:
             return self
         if SIMULATOR:
@@ -175,12 +182,20 @@ class PullAgent:
             _KEPT.append(self)   # a worker may still read the ring: never free it
             raise RuntimeError("the engine's workers did not let go of the pull agent's ring "
                                "within 10 s; its memory is kept")
+        self.ctx._eng.pins.pop(_PIN, None)
         failed = ffi.new("uint64_t *")
         answered = lib.gw_engine_agent_pulls(self.ctx._engine, failed)
         out = self.outcome.copy_to_host()
         return {"exit": EXIT_NAMES.get(int(out[A_EXIT]), str(out[A_EXIT])),
                 "pulls": int(out[A_PULLS]), "bytes": int(out[A_BYTES]),
                 "engine_answered": int(answered), "engine_failed": int(failed[0])}
+
+    def engine_gone(self) -> None:
+        """Called by the engine's teardown while this agent is still attached (the context
+        was closed without ``stop``): a kernel that may still run keeps polling the ring
+        until its idle timeout, so then the ring is kept for the life of the process."""
+        if self._stream is not None and self._libcuda.cuStreamQuery(self._handle) != 0:
+            _KEPT.append(self)
 
     def __enter__(self) -> "PullAgent":
         return self.start()

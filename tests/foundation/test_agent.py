@@ -157,3 +157,45 @@ def test_context_closed_with_a_late_pull_keeps_every_buffer_it_pinned():
         ctx.close()                      # the agent was never detached: it may still write
     assert any(b is dst for b in hv._LATE_PINS[kept:])
     assert any(b is src for b in hv._LATE_PINS[kept:])
+
+
+def test_agent_dropped_while_attached_stays_until_the_engine_lets_go():
+    """The engine reads and writes the agent's ring: dropping the last reference to an
+    attached agent must not free it; closing the context lets it go."""
+    import gc
+    import weakref
+
+    ctx = Context()
+    agent = PullAgent(ctx, pull_timeout_s=0.05, slots=4).start(launch=False)
+    ring = weakref.ref(agent.ring)
+    del agent
+    gc.collect()
+    assert ring() is not None, "the ring of an attached agent was freed"
+    ctx.close()
+    gc.collect()
+    assert ring() is None, "the ring outlived its engine"
+
+
+def test_detached_agent_is_no_longer_held():
+    import gc
+    import weakref
+
+    with Context() as ctx:
+        agent = PullAgent(ctx, pull_timeout_s=0.05, slots=4).start(launch=False)
+        ring = weakref.ref(agent.ring)
+        agent.stop()
+        del agent
+        gc.collect()
+        assert ring() is None, "the engine still holds a detached agent"
+
+
+@gpu
+def test_context_closed_under_a_running_agent_keeps_its_ring():
+    from gpuwrite.paths import pull_agent as pa
+
+    ctx = Context()
+    agent = PullAgent(ctx, idle_timeout_s=2.0).start()
+    kept = len(pa._KEPT)
+    ctx.close()                          # no stop(): the kernel polls its ring for 2 s more
+    assert len(pa._KEPT) == kept + 1 and pa._KEPT[-1] is agent
+    agent._stream.synchronize()
