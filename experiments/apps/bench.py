@@ -50,13 +50,17 @@ def put_latency(Q, cfg, src, prm, path, t_ns, status):
     """One warp, QP 0: each message is put, then quieted; t_ns[m] = post to completion."""
     sh = cuda.shared.array(SLOT1, int64)
     h = api.open_warp(Q, cfg, 0, sh)
-    words = (prm[B_BYTES] + 3) // 4
+    # The parameters are in registers before the clock starts, as send_messages starts a
+    # message's clock once its row of the table is loaded: every completion wait's
+    # system-scope acquire loads empty the L1 cache, so a load of prm inside the clock is
+    # a trip to L2 per message (0.2 to 0.4 us on an H100, BENCHMARKS.md session 9).
+    nbytes, dst, rkey, lkey, per_qp = prm[B_BYTES], prm[B_DST], prm[B_RKEY], prm[B_LKEY], prm[B_PER_QP]
+    words = (nbytes + 3) // 4
     st = api.OK
     m = 0
-    while m < prm[B_PER_QP] and st == api.OK:
+    while m < per_qp and st == api.OK:
         t0 = globaltimer_ns()
-        st = api.put(h, src, m * words, prm[B_BYTES], prm[B_DST] + m * words * 4, prm[B_RKEY],
-                     prm[B_LKEY], path)
+        st = api.put(h, src, m * words, nbytes, dst + m * words * 4, rkey, lkey, path)
         if st == api.OK:
             st = api.quiet(h)
         if cuda.threadIdx.x == 0:
@@ -77,18 +81,19 @@ def put_stream(Q, cfg, src, prm, path, warp_scope, t_first, t_last, status):
         h = api.open_warp(Q, cfg, qp, sh)
     else:
         h = api.open_block(Q, cfg, qp, sh)
-    words = (prm[B_BYTES] + 3) // 4
-    first = qp * prm[B_PER_QP]
+    nbytes, dst, rkey, lkey, per_qp = prm[B_BYTES], prm[B_DST], prm[B_RKEY], prm[B_LKEY], prm[B_PER_QP]
+    batch = prm[B_BATCH]
+    words = (nbytes + 3) // 4
+    first = qp * per_qp
     if cuda.threadIdx.x == 0:
         t_first[qp] = globaltimer_ns()
     st = api.OK
     m = 0
-    while m < prm[B_PER_QP] and st == api.OK:
+    while m < per_qp and st == api.OK:
         k = first + m
-        st = api.put(h, src, k * words, prm[B_BYTES], prm[B_DST] + k * words * 4, prm[B_RKEY],
-                     prm[B_LKEY], path)
+        st = api.put(h, src, k * words, nbytes, dst + k * words * 4, rkey, lkey, path)
         m += 1
-        if st == api.OK and m % prm[B_BATCH] == 0:
+        if st == api.OK and m % batch == 0:
             st = api.flush(h)
     if st == api.OK:
         st = api.quiet(h)
