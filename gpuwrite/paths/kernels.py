@@ -90,6 +90,14 @@ def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
     batch = params[P_BATCH]
     timeout = params[P_TIMEOUT_NS]
     chunk = params[P_CHUNK_BYTES]
+    # Every parameter is loaded once, here: a completion wait's system-scope acquire loads
+    # empty the L1 cache, so a load of params inside the loop is an L2 trip per message
+    # (0.2 to 0.4 us on an H100, BENCHMARKS.md session 9), on the latency path.
+    dst_addr = params[P_DST_ADDR]
+    rkey = params[P_RKEY]
+    src_addr = params[P_SRC_ADDR]
+    src_lkey = params[P_SRC_LKEY]
+    wait_each = params[P_WAIT_EACH] != 0
     m0 = qp_first[i]
     m1 = qp_first[i + 1]
     state = q[dv.Q_STATE]
@@ -110,7 +118,7 @@ def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
         # Branching on the three values makes the stamp wait for their loads.
         if tid == 0 and (size | src0 | dst0) >= 0:
             t_post[m] = globaltimer_ns()
-        end_of_batch = m - batch_first + 1 == batch or m == m1 - 1 or params[P_WAIT_EACH] != 0
+        end_of_batch = m - batch_first + 1 == batch or m == m1 - 1 or wait_each
         off = 0
         while off < size and status == 0:
             n = size - off
@@ -122,8 +130,7 @@ def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
             # (gpu_push adds its own, dv.stage_signal, where staging credits need them).
             signaled = (end_of_batch and last) or not last or path == STAGED
             src_word = src0 + off // 4
-            raddr = params[P_DST_ADDR] + dst0 + off
-            rkey = params[P_RKEY]
+            raddr = dst_addr + dst0 + off
             if path == PUSH and dv.push_small_ok(src, src_word, n):
                 # One thread posts it, with 16-byte stores and no block barrier: a barrier
                 # after stores to host memory costs 0.2 to 0.5 us on an H200 (run 13).
@@ -207,8 +214,8 @@ def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
                                       state[0, dv.S_BOUNCE_RES])
             elif path == PULL:
                 if tid == 0:
-                    dv.wqe_rdma_write(q, 0, params[P_SRC_ADDR] + src_word * 4,
-                                      params[P_SRC_LKEY], n, raddr, rkey, signaled, 0)
+                    dv.wqe_rdma_write(q, 0, src_addr + src_word * 4, src_lkey, n, raddr, rkey,
+                                      signaled, 0)
             else:
                 dv.wqe_rdma_write_inline(q, 0, src, src_word, n, raddr, rkey, signaled)
             if tid == 0 and (not last or n >= RING_EACH_BYTES):
@@ -221,7 +228,7 @@ def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
             pend[i, slot, 1] = batch_first
             pend[i, slot, 2] = m + 1
             tail += 1
-            if params[P_WAIT_EACH] != 0 or tail - head >= cap:
+            if wait_each or tail - head >= cap:
                 status = dv.wait_done(q, 0, state[0, dv.S_PI], timeout)
             else:
                 # One non-blocking poll per batch (one CQE per batch is produced), so that
