@@ -150,18 +150,13 @@ def _sweep_rows(sweeps: dict, params: Params, source: str, machine: str) -> list
     chains = sweeps.get("host_loads_vs_outstanding", [])
     fit = requester.fit_read_jitter(chains, round_trip)
     jitter_ns = fit[0] if fit is not None else params.gpu.read_jitter_ns
+    service = requester.fit_read_service(chains, round_trip, jitter_ns)
+    service_ns = service[0] if service is not None else params.gpu.read_service_ns
     for point in chains:
         outstanding = int(point["outstanding"])
-        model = requester.chains_loads_per_us(outstanding, round_trip, jitter_ns, link, params.gpu.read_tags)
-        fitted = fit is not None and outstanding == fit[1]
-        note = ("defines gpu.read_jitter_ns" if fitted else
-                "Little's law on the round trip; each warp step waits for its slowest lane (32 B sector reads)")
-        if model == params.gpu.read_tags * 1e3 / round_trip:
-            note += f"; capped by gpu.read_tags ({params.gpu.read_tags} reads per round trip: an assumption)"
-        elif outstanding > requester.WARP_LANES:
-            note += "; lacks the round trip's growth as warps are added (H100: 1.43 us a step at 32, 1.55 at 512)"
-        out.append(_row(source, machine, f"host loads in flight: {outstanding}", None, point["loads_per_us"], model,
-                        "loads/us", "fitted" if fitted else "prediction", note))
+        model = requester.chains_loads_per_us(outstanding, round_trip, jitter_ns, link, params.gpu.read_tags,
+                                              service_ns=service_ns)
+        out.append(_chains_row(point, model, round_trip, service, service_ns, fit, params, source, machine))
     for point in sweeps.get("warp_read_vs_size", []):
         size = int(point["size_bytes"])
         model = requester.warp_read_ns(size, int(point["lines_in_flight"]), round_trip, jitter_ns, link)
@@ -179,6 +174,32 @@ def _sweep_rows(sweeps: dict, params: Params, source: str, machine: str) -> list
     out += _copy_rows(sweeps.get("copy_queued_vs_size", []), link, source, machine, queued=True)
     out += _copy_rows(sweeps.get("copy_engine_vs_size", []), link, source, machine, queued=False)
     return out
+
+
+def _chains_row(point: dict, model: float, round_trip: float, service, service_ns: float, jitter_fit,
+                params: Params, source: str, machine: str) -> dict:
+    """One point of loads in flight, with the parameter it defines or what it rests on."""
+    outstanding, measured = int(point["outstanding"]), point["loads_per_us"]
+    fitted = ""
+    if jitter_fit is not None and outstanding == jitter_fit[1]:
+        fitted = "defines gpu.read_jitter_ns"
+    elif service is not None and outstanding == service[1]:
+        fitted = (f"defines gpu.read_service_ns ({service_ns:.3g} ns a read at the completer: a plateau of "
+                  f"{1e3 / service_ns:.0f} loads/us)" if service_ns > 0 else
+                  "defines gpu.read_service_ns: 0, this point is no slower than Little's law alone")
+    note = fitted or "Little's law on the round trip; each warp step waits for its slowest lane (32 B sector reads)"
+    if service is not None and not fitted and outstanding > requester.WARP_LANES:
+        note += (f"; the warps queue at the completer, {service_ns:.3g} ns a read (fitted at {service[1]} in "
+                 "flight): the round trip grows with the reads in flight")
+    if model == params.gpu.read_tags * 1e3 / round_trip:
+        note += f"; capped by gpu.read_tags ({params.gpu.read_tags} reads per round trip: an assumption)"
+    error_pct = (model / measured - 1.0) * 100.0
+    if not fitted and outstanding > requester.WARP_LANES and abs(error_pct) > GOAL_PCT:
+        # a warp step as measured and as modelled: every warp steps at the same rate
+        note += (f"; lacks the round trip's growth before the completer saturates: a warp step took "
+                 f"{outstanding / measured:.2f} us here, the queue gives {outstanding / model:.2f} us")
+    return _row(source, machine, f"host loads in flight: {outstanding}", None, measured, model, "loads/us",
+                "fitted" if fitted else "prediction", note)
 
 
 def _copy_rows(points: list[dict], link, source: str, machine: str, queued: bool) -> list[dict]:
