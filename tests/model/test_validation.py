@@ -75,6 +75,13 @@ def test_first_kernels_sweeps_stay_in_the_table_with_what_the_model_lacks():
     synchronous = [r for r in rows if "synchronous copy" in r["quantity"]]
     assert sorted(r["size_bytes"] for r in synchronous if r["kind"] == "fitted") == [4096, 4096]
     assert all("host's issue" in r["note"] for r in synchronous if r["kind"] == "prediction")
+    # every miss says what the model lacks, with this run's own numbers
+    misses = [r for r in rows if r["within_goal"] is False]
+    assert misses and all("lacks" in r["note"] for r in misses)
+    h2d_64k = next(r for r in synchronous if r["quantity"].startswith("copy engine h2d") and r["size_bytes"] == 65536)
+    assert "88.2 us a copy here against 147.0 us for the fitted 4096 B copy" in h2d_64k["note"]
+    one_kib = next(r for r in first if r["size_bytes"] == 1024)
+    assert "8 lines took 1.2 round trips here, the PTX schedule 2.2" in one_kib["note"]
 
 
 def test_the_h100_run_with_the_new_kernels_is_predicted_within_the_goal():
