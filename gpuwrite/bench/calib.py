@@ -24,8 +24,9 @@ table ``Params.with_calibration`` applies): ``gpu.store_rate_gbps`` and
 ``gpu.copy_rate_gbps`` from the bandwidths, ``gpu.write_issue_ns`` from the host read round
 trip (the derivation behind its default, gpuwrite/model/nic.py), ``link.generation`` and
 ``link.width`` where nvidia-smi reports them; from the sweeps, ``gpu.read_jitter_ns`` (one
-warp step of 32 loads in flight) and ``gpu.copy_setup_h2d_ns`` / ``_d2h_ns`` (the smallest
-queued copy). On the CUDA simulator the same steps run
+warp step of 32 loads in flight), ``gpu.read_service_ns`` (the completer's time per read,
+from the largest point of loads in flight) and ``gpu.copy_setup_h2d_ns`` / ``_d2h_ns`` (the
+smallest queued copy). On the CUDA simulator the same steps run
 tiny and the file says its timings are meaningless.
 """
 from __future__ import annotations
@@ -43,6 +44,7 @@ from gpuwrite.cudaenv import SIMULATOR, cuda
 from gpuwrite.device.intrinsics import globaltimer_ns, ld_acquire_sys_u32
 from gpuwrite.host.memory import mapped
 from gpuwrite.model import pcie, requester
+from gpuwrite.model.nic import GpuParams
 from gpuwrite.model import topology as topo
 
 # Words between successive loads of the read chain: 32 x 4 B = 128 B, a new line each time.
@@ -273,7 +275,7 @@ def copy_queued_gbytes(size_bytes: int, direction: str, copies: int) -> float:
 
 
 SWEEPS = {  # calibrate's sweeps, the validation table's inputs (gpuwrite/model/validation.py)
-    # beyond 1024 chains: the model's gpu.read_tags cap (768 per round trip) predicts a plateau
+    # the largest point of loads in flight defines gpu.read_service_ns (the reads' plateau)
     "full": {"outstanding": (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096), "chain_loads": 200,
              "read_sizes": (256, 1024, 4096, 16384, 65536), "read_repeats": 200,
              "copy_sizes": (4096, 65536, 1 << 20, 16 << 20), "copy_repeats": 20},
@@ -460,6 +462,13 @@ def sweep_params(sweeps: dict, round_trip_ns: float, params: dict, derivation: d
         derivation["gpu.read_jitter_ns"] = (
             f"host_loads_vs_outstanding at {fit[1]} loads in flight: one warp step vs the host read round trip, "
             "the expected slowest of its lanes (gpuwrite/model/requester.py)")
+    jitter_ns = fit[0] if fit is not None else GpuParams().read_jitter_ns
+    service = requester.fit_read_service(sweeps.get("host_loads_vs_outstanding", []), round_trip_ns, jitter_ns)
+    if service is not None:
+        params.setdefault("gpu", {})["read_service_ns"] = _significant(service[0])
+        derivation["gpu.read_service_ns"] = (
+            f"host_loads_vs_outstanding at {service[1]} loads in flight (its largest point): the completer's time "
+            "per read whose queue of warps gives that rate (mean value analysis, gpuwrite/model/requester.py)")
     for direction, (setup_ns, size_bytes) in requester.fit_copy_setups(sweeps.get("copy_queued_vs_size", []),
                                                                        link).items():
         params.setdefault("gpu", {})[f"copy_setup_{direction}_ns"] = round(setup_ns, 1)

@@ -64,6 +64,12 @@ class GpuParams:
     # round trip. PCIe Base Spec 4.0 2.2.6.2: 10-bit tags allow 768 outstanding non-posted
     # requests per function; assumption: the GPU uses them all (Gen5 GPUs support 10-bit tags).
     read_tags: int = 768
+    # Time the shared completer (root complex to host memory) spends on one GPU read: the
+    # reads' plateau is 1 / this, and the round trip grows as warps queue there
+    # (model/requester.py). 0: not measured, no queue; the plateau is then the assumed
+    # read_tags per round trip. `gpuwrite calibrate` derives it from its sweep's largest
+    # point of loads in flight.
+    read_service_ns: float = 0.0
     # Fixed cost of one copy-engine copy before its bytes move (launch, descriptor, the
     # completion's semaphore). calibration nvidia-h100-80gb-hbm3-2026-11-23-b.toml: 4 KiB
     # copies queued back to back took 2.65 us (H2D) and 1.65 us (D2H) each.
@@ -78,6 +84,7 @@ class GpuParams:
         check_positive("gpu.poll_interval_ns", self.poll_interval_ns, zero_ok=True)
         check_positive("gpu.read_jitter_ns", self.read_jitter_ns, zero_ok=True)
         _check_int("gpu.read_tags", self.read_tags, 1)
+        check_positive("gpu.read_service_ns", self.read_service_ns, zero_ok=True)
         check_positive("gpu.copy_setup_h2d_ns", self.copy_setup_h2d_ns, zero_ok=True)
         check_positive("gpu.copy_setup_d2h_ns", self.copy_setup_d2h_ns, zero_ok=True)
 
@@ -237,6 +244,8 @@ SOURCES = {
                           "1.433 us per warp step vs 1.202 us round trip (model/requester.py)",
     "gpu.read_tags": "PCIe Base Spec 4.0 2.2.6.2: 768 outstanding reads with 10-bit tags; assumption: "
                      "the GPU uses them all",
+    "gpu.read_service_ns": "assumption: 0, no completer queue (reads capped by gpu.read_tags only); "
+                           "calibrate derives it from its largest point of host loads in flight",
     "gpu.copy_setup_h2d_ns": "calibration nvidia-h100-80gb-hbm3-2026-11-23-b.toml: queued 4 KiB H2D copies, "
                              "2.65 us each, minus 4 KiB at the link's read rate",
     "gpu.copy_setup_d2h_ns": "calibration nvidia-h100-80gb-hbm3-2026-11-23-b.toml: queued 4 KiB D2H copies, "

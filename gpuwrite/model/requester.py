@@ -12,6 +12,14 @@ and by gpuwrite/bench/calib.py to derive the parameter a sweep defines:
 * **Little's law on the read round trip**: ``n`` dependent chains in flight complete
   ``n / round trip`` loads per unit time, until the requester's tags (``gpu.read_tags``
   per round trip) or the link's rate for that request size.
+* **the round trip grows with the reads in flight**: every read also passes one shared
+  completer (the root complex's path to host memory) that serves one read per
+  ``gpu.read_service_ns``. The warps in flight form a closed queueing network, each warp
+  one customer (its loads leave together and it waits for the last): the rest of the
+  step is a delay, the completer a queue. Exact mean value analysis (Reiser and
+  Lavenberg, "Mean-value analysis of closed multichain queuing networks", JACM 27(2),
+  1980) gives the throughput: Little's law at one warp, approaching ``1 / service`` from
+  below as warps are added.
 * **a warp's reads in flight**: a warp that reads ``size`` bytes as 128-byte lines,
   ``lines_in_flight`` at a time (the kernel's structure), pays per group the slowest of
   its reads (the first mechanism again), then the group's bytes at the link's rate.
@@ -52,15 +60,40 @@ def jitter_from_lanes(lanes: int, step_ns: float, round_trip_ns: float) -> float
 
 
 def chains_loads_per_us(outstanding: int, round_trip_ns: float, jitter_ns: float, link: pcie.LinkConfig,
-                        tags: int, request_bytes: int = SECTOR_BYTES) -> float:
+                        tags: int, request_bytes: int = SECTOR_BYTES, service_ns: float = 0.0) -> float:
     """Loads per us of ``outstanding`` dependent chains, one per lane (calib._load_chains):
-    each warp step waits for its slowest lane; capped by the requester's ``tags`` (each
-    held for one round trip: Little's law) and by the link for ``request_bytes`` reads."""
+    each warp step waits for its slowest lane, and the warps queue at the completer
+    (``service_ns`` per read, ``gpu.read_service_ns``; 0: no queue); capped by the
+    requester's ``tags`` (each held for one round trip: Little's law) and by the link for
+    ``request_bytes`` reads."""
     if outstanding < 1:
         raise ParamError("outstanding", outstanding, "an integer >= 1")
     step_ns = slowest_lane_ns(round_trip_ns, jitter_ns, min(outstanding, WARP_LANES))
     link_per_us = pcie.effective_rate_gbps(link, "read", request_bytes) * 1e3 / (request_bytes * 8)
-    return min(outstanding * 1e3 / step_ns, tags * 1e3 / round_trip_ns, link_per_us)
+    return min(completer_loads_per_us(outstanding, step_ns, service_ns), tags * 1e3 / round_trip_ns, link_per_us)
+
+
+def completer_loads_per_us(outstanding: int, step_ns: float, service_ns: float) -> float:
+    """Loads per us of ``outstanding`` chains, one per lane, whose warps (``step_ns`` a step
+    alone) queue at one completer that serves a read in ``service_ns`` (exact MVA).
+
+    ``ceil(outstanding / 32)`` warps each bring ``outstanding / warps`` reads a step: a
+    service demand of that many reads; the rest of the step (``step_ns`` minus the demand)
+    is a delay no warp waits for. ``service_ns`` 0 is no completer: ``outstanding / step``."""
+    if outstanding < 1:
+        raise ParamError("outstanding", outstanding, "an integer >= 1")
+    if step_ns <= 0 or service_ns < 0:
+        raise ParamError("service_ns", service_ns, f">= 0, with a step of > 0 ns (step {step_ns})")
+    warps = pcie.ceil_div(outstanding, WARP_LANES)
+    lanes = outstanding / warps
+    demand_ns = lanes * service_ns
+    delay_ns = max(0.0, step_ns - demand_ns)
+    queued = 0.0            # mean warps at the completer, one fewer warp in the network
+    for population in range(1, warps + 1):
+        response_ns = demand_ns * (1.0 + queued)    # arrival theorem: it finds the queue of n - 1
+        steps_per_ns = population / (delay_ns + response_ns)
+        queued = steps_per_ns * response_ns
+    return lanes * steps_per_ns * 1e3
 
 
 def _group_ns(lines: int, round_trip_ns: float, jitter_ns: float, line_rate_gbps: float) -> float:
@@ -115,6 +148,30 @@ def fit_read_jitter(points: list[dict], round_trip_ns: float) -> tuple[float, in
     point = max(within, key=lambda p: int(p["outstanding"]))
     lanes = int(point["outstanding"])
     return jitter_from_lanes(lanes, lanes * 1e3 / point["loads_per_us"], round_trip_ns), lanes
+
+
+def fit_read_service(points: list[dict], round_trip_ns: float, jitter_ns: float) -> tuple[float, int] | None:
+    """(``gpu.read_service_ns``, the point used) from a ``host_loads_vs_outstanding`` sweep:
+    its largest point (the plateau, where the completer is busiest), if it has more than
+    one warp in flight; the service time whose queue gives that point's rate exactly
+    (0 where the point is no slower than Little's law alone); None without such a point."""
+    beyond = [p for p in points if int(p["outstanding"]) > WARP_LANES and p["loads_per_us"] > 0]
+    if not beyond:
+        return None
+    point = max(beyond, key=lambda p: int(p["outstanding"]))
+    outstanding, measured = int(point["outstanding"]), float(point["loads_per_us"])
+    step_ns = slowest_lane_ns(round_trip_ns, jitter_ns, WARP_LANES)
+    if completer_loads_per_us(outstanding, step_ns, 0.0) <= measured:
+        return 0.0, outstanding
+    # the rate falls as the service time grows; at 1e3 / measured ns even the plateau is the point
+    low, high = 0.0, 1e3 / measured
+    for _ in range(64):     # 2^-64 of the bracket: the point is reproduced to rounding
+        middle = (low + high) / 2
+        if completer_loads_per_us(outstanding, step_ns, middle) > measured:
+            low = middle
+        else:
+            high = middle
+    return (low + high) / 2, outstanding
 
 
 def copy_rate_gbps(link: pcie.LinkConfig, direction: str, size_bytes: int) -> float:

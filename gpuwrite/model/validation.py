@@ -14,7 +14,9 @@ Two sources, one parameter set per machine (no per-size fitting):
   MRRS / MPS-sized TLPs, its stores are posted writes. Bandwidth predictions are the PCIe
   accounting's link-bound rates; the sweeps calibrate adds (reads vs outstanding loads,
   latency vs size, copy engine vs size) are predicted with Little's law on the read
-  round trip. Rows the model was calibrated from are marked ``fitted``: they are not tests.
+  round trip, the warps in flight queueing at one completer (``gpu.read_service_ns``,
+  fitted at the largest point of loads in flight). Rows the model was calibrated from are
+  marked ``fitted``: they are not tests.
 
 ``table()`` gives one row per comparison: source, machine, quantity, size, measured, model,
 error %, and whether it counts toward the goal (within 10 % for transfers of 256 B and more).
@@ -49,12 +51,18 @@ def _row(source, machine, quantity, size_bytes, measured, model, unit, kind="pre
 
 
 # What the read engine's model is, and what it lacks against these data: the NFP's time
-# per read is 16 ns at 64 B, 23 ns at 128 B and 43 ns at 256 B (measured rates), more
-# than a cost linear in size from the first two predicts (38 ns) while 512 B reads reach
-# the link. Neither the link (54 Gb/s at 256 B) nor the window (32 x 256 B per 528 ns
-# round trip) binds at 256 B; the engine's cost per DMA at that size is not modelled.
+# per read is 16 ns at 64 B, 23 ns at 128 B and 43 ns at 256 B (measured rates). Neither
+# the link (54 Gb/s at 256 B) nor the window (32 x 256 B per 528 ns round trip) binds at
+# 256 B. pcie-bench's own size sweep (bw_dma_sz_sweep.csv, sizes 129 to 511 B, not in the
+# CSV here) has the time per DMA grow 0.123 ns a byte from 27.3 ns at 129 B to 74.4 ns at
+# 511 B: as if the engine's cost per DMA and the DMA's bytes did not overlap, until the
+# link binds at 512 B. Its firmware (github.com/pcie-bench/pciebench-nfp, me/pcie_dma.c)
+# runs worker threads that each enqueue one DMA and wait for it; no description of the
+# NFP6000 DMA engine's internals was found to name the mechanism, so it is not modelled.
 NFP_BANDWIDTH_NOTE = ("min(link, outstanding reads x size / round trip, size / per-request cost); "
-                      "lacks the NFP engine's per-DMA cost at 256 B (43 ns vs 23 ns at 128 B)")
+                      "lacks the NFP engine's time per DMA above 128 B, which pcie-bench's size sweep shows "
+                      "growing 0.123 ns a byte (27.3 ns at 129 B, 43.0 at 256, 74.4 at 511) until the link binds; "
+                      "no source names that mechanism")
 
 
 def pcie_bench_rows(data: Path = PCIE_BENCH_DATA, params_file: Path = PCIE_BENCH_PARAMS) -> list[dict]:
@@ -150,35 +158,72 @@ def _sweep_rows(sweeps: dict, params: Params, source: str, machine: str) -> list
     chains = sweeps.get("host_loads_vs_outstanding", [])
     fit = requester.fit_read_jitter(chains, round_trip)
     jitter_ns = fit[0] if fit is not None else params.gpu.read_jitter_ns
+    service = requester.fit_read_service(chains, round_trip, jitter_ns)
+    service_ns = service[0] if service is not None else params.gpu.read_service_ns
     for point in chains:
         outstanding = int(point["outstanding"])
-        model = requester.chains_loads_per_us(outstanding, round_trip, jitter_ns, link, params.gpu.read_tags)
-        fitted = fit is not None and outstanding == fit[1]
-        note = ("defines gpu.read_jitter_ns" if fitted else
-                "Little's law on the round trip; each warp step waits for its slowest lane (32 B sector reads)")
-        if model == params.gpu.read_tags * 1e3 / round_trip:
-            note += f"; capped by gpu.read_tags ({params.gpu.read_tags} reads per round trip: an assumption)"
-        elif outstanding > requester.WARP_LANES:
-            note += "; lacks the round trip's growth as warps are added (H100: 1.43 us a step at 32, 1.55 at 512)"
-        out.append(_row(source, machine, f"host loads in flight: {outstanding}", None, point["loads_per_us"], model,
-                        "loads/us", "fitted" if fitted else "prediction", note))
+        model = requester.chains_loads_per_us(outstanding, round_trip, jitter_ns, link, params.gpu.read_tags,
+                                              service_ns=service_ns)
+        out.append(_chains_row(point, model, round_trip, service, service_ns, fit, params, source, machine))
     for point in sweeps.get("warp_read_vs_size", []):
-        size = int(point["size_bytes"])
-        model = requester.warp_read_ns(size, int(point["lines_in_flight"]), round_trip, jitter_ns, link)
-        out.append(_row(source, machine, f"one warp reads host memory, {point['lines_in_flight']} lines in flight",
-                        size, point["latency_us"] * 1e3, model, "ns",
-                        note="per group of lines in flight: its slowest read, then its bytes at the link's rate"))
+        size, lines_in_flight = int(point["size_bytes"]), int(point["lines_in_flight"])
+        measured, model = point["latency_us"] * 1e3, requester.warp_read_ns(size, lines_in_flight, round_trip,
+                                                                             jitter_ns, link)
+        note = "per group of lines in flight: its slowest read, then its bytes at the link's rate"
+        if _misses(measured, model):
+            groups = pcie.ceil_div(pcie.ceil_div(size, requester.LINE_BYTES), lines_in_flight)
+            note += (f"; lacks what made a group cheaper here: {measured / groups / 1e3:.2f} us a group, between "
+                     f"the round trip ({round_trip / 1e3:.2f}) and the model's slowest of {lines_in_flight} reads "
+                     f"({model / groups / 1e3:.2f}): groups overlapping (their loads do not wait for the previous "
+                     "group's values) or one warp's lines spreading less than chains' reads (gpu.read_jitter_ns "
+                     "is fitted on chains); one warp does not queue at the completer")
+        out.append(_row(source, machine, f"one warp reads host memory, {lines_in_flight} lines in flight",
+                        size, measured, model, "ns", note=note))
     for point in sweeps.get("host_read_latency_vs_size", []):
         size = int(point["size_bytes"])
+        measured = point["latency_us"] * 1e3
         model = requester.unrolled_loop_read_ns(size, FIRST_WARP_READ_UNROLL, round_trip, jitter_ns, link)
-        out.append(_row(source, machine, "one warp reads host memory (first kernel)", size, point["latency_us"] * 1e3,
-                        model, "ns", note=(
-                            f"the kernel's PTX: lines mod {FIRST_WARP_READ_UNROLL} one at a time, then groups of "
-                            f"{FIRST_WARP_READ_UNROLL}; lacks the SASS schedule (ptxas unrolls to 16, 8 and 4 "
-                            "loads and sums between them)")))
+        note = (f"the kernel's PTX: lines mod {FIRST_WARP_READ_UNROLL} one at a time, then groups of "
+                f"{FIRST_WARP_READ_UNROLL}; lacks the SASS schedule (ptxas unrolls to 16, 8 and 4 loads and sums "
+                "between them)")
+        if _misses(measured, model):
+            lines = pcie.ceil_div(size, requester.LINE_BYTES)
+            note += (f": {lines} lines took {measured / round_trip:.1f} round trips here, the PTX schedule "
+                     f"{model / round_trip:.1f}; one warp does not queue at the completer")
+        out.append(_row(source, machine, "one warp reads host memory (first kernel)", size, measured, model, "ns",
+                        note=note))
     out += _copy_rows(sweeps.get("copy_queued_vs_size", []), link, source, machine, queued=True)
     out += _copy_rows(sweeps.get("copy_engine_vs_size", []), link, source, machine, queued=False)
     return out
+
+
+def _misses(measured: float, model: float) -> bool:
+    return abs(model / measured - 1.0) * 100.0 > GOAL_PCT
+
+
+def _chains_row(point: dict, model: float, round_trip: float, service, service_ns: float, jitter_fit,
+                params: Params, source: str, machine: str) -> dict:
+    """One point of loads in flight, with the parameter it defines or what it rests on."""
+    outstanding, measured = int(point["outstanding"]), point["loads_per_us"]
+    fitted = ""
+    if jitter_fit is not None and outstanding == jitter_fit[1]:
+        fitted = "defines gpu.read_jitter_ns"
+    elif service is not None and outstanding == service[1]:
+        fitted = (f"defines gpu.read_service_ns ({service_ns:.3g} ns a read at the completer: a plateau of "
+                  f"{1e3 / service_ns:.0f} loads/us)" if service_ns > 0 else
+                  "defines gpu.read_service_ns: 0, this point is no slower than Little's law alone")
+    note = fitted or "Little's law on the round trip; each warp step waits for its slowest lane (32 B sector reads)"
+    if service is not None and not fitted and outstanding > requester.WARP_LANES:
+        note += (f"; the warps queue at the completer, {service_ns:.3g} ns a read (fitted at {service[1]} in "
+                 "flight): the round trip grows with the reads in flight")
+    if model == params.gpu.read_tags * 1e3 / round_trip:
+        note += f"; capped by gpu.read_tags ({params.gpu.read_tags} reads per round trip: an assumption)"
+    if not fitted and outstanding > requester.WARP_LANES and _misses(measured, model):
+        # a warp step as measured and as modelled: every warp steps at the same rate
+        note += (f"; lacks the round trip's growth before the completer saturates: a warp step took "
+                 f"{outstanding / measured:.2f} us here, the queue gives {outstanding / model:.2f} us")
+    return _row(source, machine, f"host loads in flight: {outstanding}", None, measured, model, "loads/us",
+                "fitted" if fitted else "prediction", note)
 
 
 def _copy_rows(points: list[dict], link, source: str, machine: str, queued: bool) -> list[dict]:
@@ -199,6 +244,11 @@ def _copy_rows(points: list[dict], link, source: str, machine: str, queued: bool
                 f"setup {setup_ns / 1e3:.3g} us + bytes at the link's {'read' if direction == 'h2d' else 'write'} rate")
         if not queued:
             note += "; the setup includes the host's issue of each copy"
+        if not fitted and _misses(point["gbytes_per_s"], model):
+            fitted_point = next(p for p in points if p["direction"] == direction and int(p["size_bytes"]) == fitted_size)
+            note += (f"; lacks what changed the setup in this run: {size / point['gbytes_per_s'] / 1e3:.1f} us a "
+                     f"copy here against {fitted_size / fitted_point['gbytes_per_s'] / 1e3:.1f} us for the fitted "
+                     f"{fitted_size} B copy")
         out.append(_row(source, machine, f"copy engine {direction} ({what})", size, point["gbytes_per_s"], model,
                         "GB/s", "fitted" if fitted else "prediction", note))
     return out

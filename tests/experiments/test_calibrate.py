@@ -106,3 +106,8 @@ def test_sweeps_define_the_jitter_and_the_copy_setups():
         5000.0 - 4096 * 8 / pcie.effective_rate_gbps(link, "write", 4096), abs=0.05)
     assert "copy_setup_h2d_ns" not in params["gpu"] and "32 loads in flight" in derivation["gpu.read_jitter_ns"]
     assert Params().updated({"gpu": params["gpu"]}).gpu.read_jitter_ns == params["gpu"]["read_jitter_ns"]
+    # the largest point of loads in flight (64, two warps) defines the completer's time per read
+    service_ns, used = requester.fit_read_service(sweeps["host_loads_vs_outstanding"], round_trip_ns, 80.0)
+    assert used == 64 and params["gpu"]["read_service_ns"] == pytest.approx(service_ns, rel=1e-3)
+    assert "at 64 loads in flight" in derivation["gpu.read_service_ns"]
+    assert Params().updated({"gpu": params["gpu"]}).gpu.read_service_ns == params["gpu"]["read_service_ns"]

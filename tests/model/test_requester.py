@@ -78,3 +78,55 @@ def test_read_tags_must_be_a_positive_integer():
     with pytest.raises(ParamError, match="gpu.read_tags"):
         Params().updated({"gpu": {"read_tags": 0}})
     assert Params().updated({"gpu": {"read_tags": 256}}).gpu.read_tags == 256
+
+
+def test_warps_queue_at_the_completer_mean_value_analysis_by_hand():
+    step_ns, service_ns = 1000.0, 2.0
+    # no completer, or one warp: Little's law, outstanding / step
+    assert requester.completer_loads_per_us(96, step_ns, 0.0) == pytest.approx(96e3 / step_ns)
+    assert requester.completer_loads_per_us(32, step_ns, service_ns) == pytest.approx(32e3 / step_ns)
+    assert requester.completer_loads_per_us(20, step_ns, service_ns) == pytest.approx(20e3 / step_ns)
+    # two warps of 32: demand 64 ns, delay 936 ns; the second warp finds the first's queue
+    demand, delay = 32 * service_ns, step_ns - 32 * service_ns
+    queue_one = demand / (delay + demand)
+    steps_per_ns = 2 / (delay + demand * (1 + queue_one))
+    assert requester.completer_loads_per_us(64, step_ns, service_ns) == pytest.approx(32e3 * steps_per_ns)
+    with pytest.raises(ParamError, match="service_ns"):
+        requester.completer_loads_per_us(64, step_ns, -1.0)
+
+
+def test_loads_approach_the_completers_plateau_from_below():
+    step_ns, service_ns = 1400.0, 1.9
+    plateau_per_us = 1e3 / service_ns
+    counts = [32 * 2 ** k for k in range(9)]
+    rates = [requester.completer_loads_per_us(n, step_ns, service_ns) for n in counts]
+    assert rates == sorted(rates)
+    for n, rate in zip(counts, rates):
+        # under both asymptotes: Little's law without the queue, and the completer's rate
+        assert rate < min(n * 1e3 / step_ns, plateau_per_us) or n == 32
+    assert rates[-1] == pytest.approx(plateau_per_us, rel=0.01)
+    # the queue makes the round trip grow: half way to the plateau a step is slower than alone
+    assert counts[3] * 1e3 / rates[3] > step_ns * 1.01
+    # the requester's tags still cap the rate
+    assert requester.chains_loads_per_us(8192, 1000.0, 0.0, LINK, 768, service_ns=0.5) == pytest.approx(768.0)
+
+
+def test_the_service_time_is_fitted_at_the_largest_point_and_reproduces_it():
+    round_trip_ns, jitter_ns = 1200.0, 80.0
+    step_ns = requester.slowest_lane_ns(round_trip_ns, jitter_ns, 32)
+    points = [{"outstanding": 32, "loads_per_us": 32e3 / step_ns}, {"outstanding": 1024, "loads_per_us": 500.0},
+              {"outstanding": 4096, "loads_per_us": 520.0}, {"outstanding": 64, "loads_per_us": 40.0}]
+    service_ns, used = requester.fit_read_service(points, round_trip_ns, jitter_ns)
+    assert used == 4096 and 1e3 / 520.0 * 0.9 < service_ns < 1e3 / 520.0
+    assert requester.completer_loads_per_us(4096, step_ns, service_ns) == pytest.approx(520.0, rel=1e-12)
+    # no point beyond one warp: nothing to fit; a point as fast as Little's law: no queue
+    assert requester.fit_read_service(points[:1], round_trip_ns, jitter_ns) is None
+    assert requester.fit_read_service([{"outstanding": 64, "loads_per_us": 1e9}], round_trip_ns, jitter_ns) == (0.0, 64)
+
+
+def test_read_service_must_be_a_number_of_at_least_zero():
+    from gpuwrite.model.params import Params
+
+    with pytest.raises(ParamError, match="gpu.read_service_ns"):
+        Params().updated({"gpu": {"read_service_ns": -1.0}})
+    assert Params().gpu.read_service_ns == 0.0 and "assumption" in Params().sources()["gpu.read_service_ns"]
