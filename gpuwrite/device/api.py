@@ -413,8 +413,8 @@ def _inline_segments(q, nbytes, raddr, rkey, signaled):
 def _leader_reserve(h, path, src, src_word, n, raddr, rkey, with_sig, sig_raddr, sig_rkey,
                     sig_value, signaled, ring_now, small):
     """The leader's part before the payload copy: the sticky status, SQ space (one more
-    BB for a signal), staging slots or bounce words. A small push and a signal alone
-    are posted whole here. Returns (status, word)."""
+    BB for a signal), staging slots or bounce words. A small push or inline write and a
+    signal alone are posted whole here. Returns (status, word)."""
     Q, q, a, cfg = h
     st = a[A_STATUS]
     if st != OK:
@@ -425,9 +425,13 @@ def _leader_reserve(h, path, src, src_word, n, raddr, rkey, with_sig, sig_raddr,
     extra = 1 if with_sig else 0
     if n == 0 or small:
         st = OK
+        inline = path == GPU_PUSH_INLINE
         if with_sig:
-            st = dv.sq_reserve(q, 0, 1 + (1 if small else 0), timeout)
-        if st == OK and small:
+            data_bbs = (dv.inline_bbs(n) if inline else 1) if small else 0
+            st = dv.sq_reserve(q, 0, 1 + data_bbs, timeout)
+        if st == OK and small and inline:
+            st = dv.inline_small(q, 0, src, src_word, n, raddr, rkey, signaled, timeout)
+        elif st == OK and small:
             st = dv.push_small(q, 0, src, src_word, n, raddr, rkey, signaled, timeout)
         if st == OK:
             _finish(h, signaled, ring_now, with_sig, sig_raddr, sig_rkey, sig_value)
@@ -468,7 +472,8 @@ def _post(h, path, src, src_word, n, raddr, rkey, lkey, last, with_sig, sig_radd
     scope = a[A_SCOPE]
     rank, nranks = _rank(scope)
     leader = rank == 0
-    small = n > 0 and path == GPU_PUSH and dv.push_small_ok(src, src_word, n)
+    small = n > 0 and ((path == GPU_PUSH and dv.push_small_ok(src, src_word, n)) or
+                       (path == GPU_PUSH_INLINE and dv.inline_small_ok(src, src_word, n)))
     st = OK
     word = 0
     signaled = False
@@ -497,7 +502,8 @@ def _post(h, path, src, src_word, n, raddr, rkey, lkey, last, with_sig, sig_radd
         elif path == GPU_PUSH_INLINE:
             _inline_payload(q, src, src_word, n, rank, nranks)
     # The barrier orders the lanes' payload stores before the leader's doorbell (and, at
-    # block scope, ends the broadcast). A small push is the leader's alone: a warp skips it.
+    # block scope, ends the broadcast). A small push or inline write is the leader's alone:
+    # a warp skips it.
     if not small or scope == SCOPE_BLOCK:
         _sync(scope)
     if leader and st == OK and n > 0 and not small:

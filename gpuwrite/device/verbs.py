@@ -12,6 +12,7 @@ one function here:
   16-byte vectors (``gpuwrite.device.copy``); ``copy_words`` is its word-count form
 * ``push_reserve``    the bookkeeping of a pushed write: SQ and staging space, header, WQE
 * ``push_small``      all of a pushed write of at most SMALL_PUSH_BYTES, on one thread
+* ``inline_small``    all of an inline write of at most SMALL_PUSH_BYTES, on one thread
 * ``wqe_rdma_write``  build an RDMA-write WQE (data segment) at the producer index
 * ``wqe_rdma_write_inline``  the same with the payload inside the WQE
 * ``ring_doorbell``   publish the doorbell record, then write the doorbell register
@@ -561,6 +562,53 @@ def inline_bbs(nbytes):
     """Basic blocks an inline RDMA-write WQE of ``nbytes`` occupies."""
     ds = (_W_DATA * 4 + 4 + nbytes + _DS - 1) // _DS
     return (ds * _DS + _BB_WORDS * 4 - 1) // (_BB_WORDS * 4)
+
+
+@cuda.jit(device=True)
+def inline_small_ok(src, src_word, nbytes):
+    """Whether ``inline_small`` posts this payload: at most 64 bytes of whole 16-byte words
+    from a 16-byte aligned source (the same answer on every thread)."""
+    return 0 < nbytes <= SMALL_PUSH_BYTES and _fast16(src, src_word, nbytes)
+
+
+@cuda.jit(device=True)
+def inline_small(Q, i, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns):
+    """Posts an inline RDMA write of a small payload from one thread; returns a status.
+
+    For payloads that ``inline_small_ok`` accepts. The payload's loads go first (their
+    latency hides behind the SQ check), then the WQE is five to seven 16-byte stores and
+    no barrier: the block-cooperative ``wqe_rdma_write_inline`` takes two block barriers
+    after its stores to host memory, each of which waits for them (0.2 to 0.5 us, run 13),
+    and made a 64-byte inline write slower than a pushed one (BENCHMARKS.md, session 9).
+    The payload starts one word after the inline segment's byte count, so the registers
+    are shifted by one word into the WQE's 16-byte words. Its second BB may wrap to the
+    ring's start. The doorbell is the caller's.
+    """
+    x = _load64(src, src_word, nbytes >> 4)
+    nbb = inline_bbs(nbytes)
+    st = sq_reserve(Q, i, nbb, timeout_ns)
+    if st != OK:
+        return st
+    pi = Q[Q_STATE][i, S_PI]
+    mask = Q[Q_INFO][i, I_SQ_BBS] - 1
+    qpn = Q[Q_INFO][i, I_QPN]
+    sq = Q[Q_SQ][i]
+    base = (pi & mask) * _BB_WORDS
+    nxt = ((pi + 1) & mask) * _BB_WORDS
+    ds = (_W_DATA * 4 + 4 + nbytes + _DS - 1) // _DS
+    _ctrl(sq, base, _OP_WRITE, pi, qpn, ds, signaled)
+    _raddr(sq, base, raddr, rkey)
+    st_v4_u32(sq, base + _W_DATA, bswap32(nbytes | _INLINE_FLAG), x[0][0], x[0][1], x[0][2])
+    st_v4_u32(sq, base + _W_DATA + 4, x[0][3], x[1][0], x[1][1], x[1][2])
+    if nbytes > 16:
+        st_v4_u32(sq, nxt, x[1][3], x[2][0], x[2][1], x[2][2])
+    if nbytes > 32:
+        st_v4_u32(sq, nxt + 4, x[2][3], x[3][0], x[3][1], x[3][2])
+    if nbytes > 48:
+        z = uint32(0)
+        st_v4_u32(sq, nxt + 8, x[3][3], z, z, z)
+    _commit_wqe(Q, i, pi, nbb, 0, _doorbell_value(pi, qpn, ds))
+    return OK
 
 
 @cuda.jit(device=True)

@@ -3,8 +3,9 @@
 One thread block drives one queue pair and sends that QP's messages in order. Thread 0
 does the bookkeeping (slots, WQEs, doorbells, completions) and publishes each step's
 outcome to the block through shared memory; all threads copy payloads
-(``gpuwrite.device.copy.copy_bytes``), except that thread 0 posts small pushes alone
-(``dv.push_small``) and the first warp posts medium ones without a block barrier.
+(``gpuwrite.device.copy.copy_bytes``), except that thread 0 posts small pushes and small
+inline writes alone (``dv.push_small``, ``dv.inline_small``) and the first warp posts
+medium pushes without a block barrier.
 
 Paths (the ``path`` argument):
   PUSH     gpu_push: payload written by the GPU into the NIC's staging region
@@ -139,6 +140,13 @@ def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
                                            timeout)
                     if status == 0 and not last:
                         dv.flush_doorbell(q, 0)
+                off += n
+                continue
+            if path == INLINE and dv.inline_small_ok(src, src_word, n):
+                # One thread posts it, as push_small does (no block barrier).
+                if tid == 0:
+                    status = dv.inline_small(q, 0, src, src_word, n, raddr, rkey, signaled,
+                                             timeout)
                 off += n
                 continue
             if path == PUSH and n <= WARP_PUSH_BYTES and \

@@ -145,3 +145,13 @@ def test_which_payloads_one_thread_pushes():
     out = cuda.to_device(np.zeros(len(cases), dtype=np.int64))
     _small_ok[1, 1](src, cuda.to_device(cases), out)
     assert out.copy_to_host().tolist() == [1, 1, 1, 0, 0, 1, 1, 1, 0]   # any 1..64 B payload, any word offset
+
+
+def test_small_inline_writes_wrap_the_send_queue_exactly():
+    """The one-thread inline post (dv.inline_small) for 16 to 64 bytes, and the block path
+    for a size it does not take (20 B): every byte lands, also where a WQE's second BB
+    wraps to the start of a 64-BB send queue: after one 16-byte write (one BB) every
+    32 to 64-byte write (two BBs) starts on an odd BB, the 32nd of them on the last."""
+    sizes = [16] + [64, 48, 32, 64] * 10 + [20, 64] * 3
+    r = runner.run("gpu_push_inline", sizes, n_qps=1, sq_bbs=64, wait_each=False, batch=3)
+    assert r.delivered == len(sizes) and not r.qp_errors, (r.delivered, r.qp_errors)
