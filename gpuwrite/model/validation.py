@@ -42,8 +42,12 @@ GOAL_MIN_BYTES = 256
 GPU_LOAD_BYTES = 128     # assumption: a GPU load of host memory asks for one 128-byte L2 line
 
 
+def _error_pct(measured: float, model: float) -> float:
+    return (model / measured - 1.0) * 100.0 if measured else float("nan")
+
+
 def _row(source, machine, quantity, size_bytes, measured, model, unit, kind="prediction", note=""):
-    error = (model / measured - 1.0) * 100.0 if measured else float("nan")
+    error = _error_pct(measured, model)
     counts = kind == "prediction" and (size_bytes is None or size_bytes >= GOAL_MIN_BYTES)
     return {"source": source, "machine": machine, "quantity": quantity, "size_bytes": size_bytes,
             "measured": measured, "model": model, "unit": unit, "error_pct": error, "kind": kind,
@@ -198,7 +202,7 @@ def _sweep_rows(sweeps: dict, params: Params, source: str, machine: str) -> list
 
 
 def _misses(measured: float, model: float) -> bool:
-    return abs(model / measured - 1.0) * 100.0 > GOAL_PCT
+    return abs(_error_pct(measured, model)) > GOAL_PCT
 
 
 def _chains_row(point: dict, model: float, round_trip: float, service, service_ns: float, jitter_fit,
