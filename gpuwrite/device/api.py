@@ -401,7 +401,7 @@ def _inline_segments(q, nbytes, raddr, rkey, signaled):
     pi = state[0, dv.S_PI]
     qpn = info[0, dv.I_QPN]
     sq = q[dv.Q_SQ][0]
-    ds = (_W_DATA * 4 + 4 + nbytes + L.WQE_DS - 1) // L.WQE_DS
+    ds = dv.inline_ds(nbytes)
     base = (pi & (info[0, dv.I_SQ_BBS] - 1)) * _BB_WORDS
     dv._ctrl(sq, base, _OP_WRITE, pi, qpn, ds, signaled)
     dv._raddr(sq, base, raddr, rkey)
@@ -429,10 +429,8 @@ def _leader_reserve(h, path, src, src_word, n, raddr, rkey, with_sig, sig_raddr,
         if with_sig:
             data_bbs = (dv.inline_bbs(n) if inline else 1) if small else 0
             st = dv.sq_reserve(q, 0, 1 + data_bbs, timeout)
-        if st == OK and small and inline:
-            st = dv.inline_small(q, 0, src, src_word, n, raddr, rkey, signaled, timeout)
-        elif st == OK and small:
-            st = dv.push_small(q, 0, src, src_word, n, raddr, rkey, signaled, timeout)
+        if st == OK and small:
+            st = dv.post_small(q, 0, inline, src, src_word, n, raddr, rkey, signaled, timeout)
         if st == OK:
             _finish(h, signaled, ring_now, with_sig, sig_raddr, sig_rkey, sig_value)
         return st, 0
@@ -472,8 +470,8 @@ def _post(h, path, src, src_word, n, raddr, rkey, lkey, last, with_sig, sig_radd
     scope = a[A_SCOPE]
     rank, nranks = _rank(scope)
     leader = rank == 0
-    small = n > 0 and ((path == GPU_PUSH and dv.push_small_ok(src, src_word, n)) or
-                       (path == GPU_PUSH_INLINE and dv.inline_small_ok(src, src_word, n)))
+    small = n > 0 and (path == GPU_PUSH or path == GPU_PUSH_INLINE) and \
+        dv.small_ok(path == GPU_PUSH_INLINE, src, src_word, n)
     st = OK
     word = 0
     signaled = False

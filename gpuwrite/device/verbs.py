@@ -18,6 +18,7 @@ one function here:
 * ``ring_doorbell``   publish the doorbell record, then write the doorbell register
   (``flush_doorbell`` rings only if WQEs are pending; every wait does so first)
 * ``poll_cq`` / ``wait_done``  consume completions, wait for a WQE to complete
+* ``cq_publish``      hand consumed completions back to the NIC (the CQ doorbell record)
 
 ``Q`` is the tuple of arrays a :class:`gpuwrite.host.QueueSet` hands to kernels (see
 ``QueueSet.device_args``); ``i`` is the QP's row in it. Waits take a timeout in
@@ -86,7 +87,8 @@ S_STAGE_POS = 12    # where the next staging run starts, in slots (S_STAGE_RES m
 S_STAGE_SIG = 13    # S_STAGE_RES when the last signaled pushed WQE was posted (I_STAGE_CQE)
 S_LAST_PI = 14      # producer index of the last WQE written
 S_LAST_AUX = 15     # its bookkeeping word (as kept in Q_WQE_AUX), for poll_cq's common case
-S_COLS = 16
+S_CQ_PUB = 16       # CQEs handed back to the NIC: the consumer index last written (cq_publish)
+S_COLS = 17
 
 # Columns of the read-only QP description (int64).
 I_QPN, I_SQ_BBS, I_NCQE, I_LOG_NCQE, I_SLOTS, I_SLOT_BYTES, I_STAGE_ADDR, I_STAGE_LKEY, \
@@ -235,7 +237,9 @@ def qp_cache_load(Q, i, state_row, info_row):
 
 @cuda.jit(device=True)
 def qp_cache_store(Q, i, state_row):
-    """Writes the cached state back to QP ``i``'s row, for the next kernel (one thread)."""
+    """Writes the cached state back to QP ``i``'s row, for the next kernel (one thread);
+    the CQ's doorbell record then holds every CQE consumed."""
+    _publish_ci(Q[Q_CQDB][i], state_row, 0)
     for c in range(S_COLS):
         Q[Q_STATE][i, c] = state_row[0, c]
 
@@ -558,10 +562,16 @@ def wqe_rdma_write(Q, i, laddr, lkey, nbytes, raddr, rkey, signaled, aux):
 
 
 @cuda.jit(device=True)
+def inline_ds(nbytes):
+    """16-byte segments of an inline RDMA-write WQE of ``nbytes``: control, remote address,
+    the inline header word and the payload (the control segment's DS count)."""
+    return (_W_DATA * 4 + 4 + nbytes + _DS - 1) // _DS
+
+
+@cuda.jit(device=True)
 def inline_bbs(nbytes):
     """Basic blocks an inline RDMA-write WQE of ``nbytes`` occupies."""
-    ds = (_W_DATA * 4 + 4 + nbytes + _DS - 1) // _DS
-    return (ds * _DS + _BB_WORDS * 4 - 1) // (_BB_WORDS * 4)
+    return (inline_ds(nbytes) * _DS + _BB_WORDS * 4 - 1) // (_BB_WORDS * 4)
 
 
 @cuda.jit(device=True)
@@ -595,7 +605,7 @@ def inline_small(Q, i, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns)
     sq = Q[Q_SQ][i]
     base = (pi & mask) * _BB_WORDS
     nxt = ((pi + 1) & mask) * _BB_WORDS
-    ds = (_W_DATA * 4 + 4 + nbytes + _DS - 1) // _DS
+    ds = inline_ds(nbytes)
     _ctrl(sq, base, _OP_WRITE, pi, qpn, ds, signaled)
     _raddr(sq, base, raddr, rkey)
     st_v4_u32(sq, base + _W_DATA, bswap32(nbytes | _INLINE_FLAG), x[0][0], x[0][1], x[0][2])
@@ -612,6 +622,24 @@ def inline_small(Q, i, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns)
 
 
 @cuda.jit(device=True)
+def small_ok(inline, src, src_word, nbytes):
+    """Whether one thread posts this payload whole: ``inline_small_ok`` for an inline
+    write, ``push_small_ok`` for a pushed one (the same answer on every thread)."""
+    if inline:
+        return inline_small_ok(src, src_word, nbytes)
+    return push_small_ok(src, src_word, nbytes)
+
+
+@cuda.jit(device=True)
+def post_small(Q, i, inline, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns):
+    """``inline_small`` or ``push_small``: all of a write that ``small_ok`` accepts, on
+    one thread, with no barrier; returns a status. The doorbell is the caller's."""
+    if inline:
+        return inline_small(Q, i, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns)
+    return push_small(Q, i, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns)
+
+
+@cuda.jit(device=True)
 def wqe_rdma_write_inline(Q, i, src, src_word, nbytes, raddr, rkey, signaled):
     """Builds an inline RDMA-write WQE (block-cooperative); returns its WQE index.
 
@@ -623,8 +651,8 @@ def wqe_rdma_write_inline(Q, i, src, src_word, nbytes, raddr, rkey, signaled):
     pi = state[i, S_PI]
     mask = info[i, I_SQ_BBS] - 1
     sq = Q[Q_SQ][i]
-    ds = (_W_DATA * 4 + 4 + nbytes + _DS - 1) // _DS
-    nbb = (ds * _DS + _BB_WORDS * 4 - 1) // (_BB_WORDS * 4)
+    ds = inline_ds(nbytes)
+    nbb = inline_bbs(nbytes)
     # The payload sits from word _W_DATA + 1 on, BB by BB around the ring: two
     # contiguous runs where it wraps the ring's end.
     ring_words = (mask + 1) * _BB_WORDS
@@ -668,6 +696,8 @@ def ring_doorbell(Q, i):
         fence_sys()
     st_relaxed_sys_u64(Q[Q_UAR], i, Q[Q_STATE][i, S_DB_WORD])
     Q[Q_STATE][i, S_DB_PI] = pi
+    # After the doorbell, not before: the consumer index is not on the doorbell's path.
+    cq_publish(Q, i)
 
 
 @cuda.jit(device=True)
@@ -678,12 +708,43 @@ def flush_doorbell(Q, i):
 
 
 @cuda.jit(device=True)
+def cq_publish(Q, i):
+    """Hands every consumed CQE back to the NIC: writes the consumer index into the CQ's
+    doorbell record if it moved since the last write (one thread).
+
+    ``poll_cq`` does not write it per CQE: it is published by the next doorbell (after
+    the doorbell's own stores), at an error completion, and when a kernel hands the QP
+    back (``qp_cache_store``). The NIC never finds the CQ
+    full for it: every CQE produced after a publish is for a WQE announced by then and not
+    yet retired, and those occupy at most sq_bbs <= ncqe BBs (both QueueSets refuse a
+    smaller CQ). Writing it per CQE put a store to host memory right before the barrier
+    that ends a warp's wait (``api.quiet``), and a barrier waits for such a store: 0.23
+    to 0.26 us per message on an H100 (BENCHMARKS.md, session 9).
+
+    No release fence (it costs ~0.5 us on the bus): the only accesses this store must
+    follow are the CQEs' acquire loads, and a later store never moves before an acquire
+    load.
+    """
+    _publish_ci(Q[Q_CQDB][i], Q[Q_STATE], i)
+
+
+@cuda.jit(device=True)
+def _publish_ci(cqdb, state, r):
+    """``cq_publish`` on state row ``r`` (global or a block's cached row)."""
+    ci = state[r, S_CQ_CI]
+    if state[r, S_CQ_PUB] != ci:
+        st_relaxed_sys_u32(cqdb, _CQDB_CI, bswap32(ci & 0xFFFFFF))
+        state[r, S_CQ_PUB] = ci
+
+
+@cuda.jit(device=True)
 def poll_cq(Q, i):
     """Consumes at most one completion of QP ``i``'s CQ.
 
     Returns 1 if a successful completion was consumed, 0 if none was ready, or
     ``E_CQE_ERROR`` for an error completion (its syndrome and reason are kept in the
     QP state's ``S_LAST_SYND``). Completions retire every WQE up to the one they name.
+    A consumed CQE is handed back to the NIC later (``cq_publish``).
     """
     state = Q[Q_STATE]
     info = Q[Q_INFO]
@@ -715,11 +776,8 @@ def poll_cq(Q, i):
     if err:
         synd = ld_acquire_sys_u32(cq, base + _CQE_SYND)
         state[i, S_LAST_SYND] = (synd >> 24) << 8 | ((synd >> 16) & 0xFF)
-    # Hands the CQE back to the NIC. No release fence (it costs ~0.5 us on the bus): the
-    # only accesses this store must follow are the CQE's acquire loads above, and a later
-    # store never moves before an acquire load.
-    st_relaxed_sys_u32(Q[Q_CQDB][i], _CQDB_CI, bswap32((ci + 1) & 0xFFFFFF))
     if err:
+        cq_publish(Q, i)    # the QP is in error: nothing is announced after this
         return E_CQE_ERROR
     return 1
 

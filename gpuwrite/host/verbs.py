@@ -630,9 +630,9 @@ class QueueSet:
         bounce counters restart from zero; completion-queue counters carry on.
         """
         state = self.state.copy_to_host()
-        keep = state[i, dv.S_CQ_CI]
+        keep = state[i, [dv.S_CQ_CI, dv.S_CQ_PUB]]
         state[i] = 0
-        state[i, dv.S_CQ_CI] = keep
+        state[i, [dv.S_CQ_CI, dv.S_CQ_PUB]] = keep
         self.state.copy_to_device(state)
         rc = lib.gw_engine_qp_reset(self.pd.context._engine, int(self.qpns[i]))
         if rc != 0:

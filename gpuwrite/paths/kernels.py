@@ -132,21 +132,14 @@ def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
             signaled = (end_of_batch and last) or not last or path == STAGED
             src_word = src0 + off // 4
             raddr = dst_addr + dst0 + off
-            if path == PUSH and dv.push_small_ok(src, src_word, n):
+            if (path == PUSH or path == INLINE) and dv.small_ok(path == INLINE, src, src_word, n):
                 # One thread posts it, with 16-byte stores and no block barrier: a barrier
                 # after stores to host memory costs 0.2 to 0.5 us on an H200 (run 13).
                 if tid == 0:
-                    status = dv.push_small(q, 0, src, src_word, n, raddr, rkey, signaled,
-                                           timeout)
+                    status = dv.post_small(q, 0, path == INLINE, src, src_word, n, raddr, rkey,
+                                           signaled, timeout)
                     if status == 0 and not last:
                         dv.flush_doorbell(q, 0)
-                off += n
-                continue
-            if path == INLINE and dv.inline_small_ok(src, src_word, n):
-                # One thread posts it, as push_small does (no block barrier).
-                if tid == 0:
-                    status = dv.inline_small(q, 0, src, src_word, n, raddr, rkey, signaled,
-                                             timeout)
                 off += n
                 continue
             if path == PUSH and n <= WARP_PUSH_BYTES and \

@@ -8,11 +8,15 @@ from gwtest import ACCESS_RW
 from gpuwrite import layouts as L
 from gpuwrite.cudaenv import cuda
 from gpuwrite.device import verbs as dv
+from gpuwrite.device.intrinsics import bswap32
 from gpuwrite.host.memory import mapped
 from gpuwrite.host.verbs import Context
 
 N_WQES = 56          # three and a half laps of a 16-entry CQ
 WAIT_NS = 2_000_000_000
+# Shared-array shapes must be globals of this module to be compile-time constants.
+QP_STATE_SHAPE = dv.QP_STATE_SHAPE
+QP_INFO_SHAPE = dv.QP_INFO_SHAPE
 
 
 @cuda.jit
@@ -31,6 +35,7 @@ def _post_each_and_wait(Q, src_addr, lkey, dst_addr, rkey, out):
             out[k, 1] = Q[dv.Q_STATE][0, dv.S_DONE]
             out[k, 2] = Q[dv.Q_STATE][0, dv.S_CQ_CI]
             out[k, 3] = Q[dv.Q_STATE][0, dv.S_LAST_CQE]
+            out[k, 4] = bswap32(Q[dv.Q_CQDB][0][L.CQ_DBREC_W_SET_CI])
             if st != dv.OK:
                 return
 
@@ -38,7 +43,10 @@ def _post_each_and_wait(Q, src_addr, lkey, dst_addr, rkey, out):
 @pytest.mark.timeout(60)
 def test_poll_cq_follows_the_owner_bit_through_several_laps_of_the_cq():
     """A CQ of 16 entries and 56 completions: from the second lap on, an entry whose owner
-    bit is that of the previous lap is an old completion, never a new one."""
+    bit is that of the previous lap is an old completion, never a new one. The consumer
+    index reaches the NIC lazily (``cq_publish``): each doorbell hands back every CQE
+    consumed before it, so the CQ's record lags the kernel by the one completion consumed
+    since, and the NIC never finds the CQ full."""
     with Context() as ctx:
         pd = ctx.alloc_pd()
         src = mapped((N_WQES * 16,), np.uint32)
@@ -47,20 +55,70 @@ def test_poll_cq_follows_the_owner_bit_through_several_laps_of_the_cq():
         smr = pd.reg_mr(src, access=L.ACCESS_LOCAL_WRITE)
         dmr = pd.reg_mr(dst, access=ACCESS_RW)
         qs = pd.create_queues(1, sq_bbs=16, ncqe=16)
-        out = cuda.to_device(np.zeros((N_WQES, 4), dtype=np.int64))
+        out = cuda.to_device(np.zeros((N_WQES, 5), dtype=np.int64))
         ctx.start()
         _post_each_and_wait[1, 1](qs.device_args, smr.address, smr.lkey, dmr.address, dmr.rkey,
                                   out)
         cuda.synchronize()
         got = out.copy_to_host()
         delivered = dst.host.copy()
-        cqes = ctx.counters()["cqes"]
+        counters = ctx.counters()
+    cqes = counters["cqes"]
     k = np.arange(N_WQES)
     assert (got[:, 0] == dv.OK).all(), f"statuses {got[:, 0].tolist()}"
     assert got[:, 1].tolist() == (k + 1).tolist(), "S_DONE after each wait"
     assert got[:, 2].tolist() == (k + 1).tolist(), "completions consumed after each wait"
     assert got[:, 3].tolist() == k.tolist(), "the completion each wait consumed"
-    assert cqes == N_WQES
+    assert got[:, 4].tolist() == k.tolist(), "consumer index in the CQ's doorbell record"
+    assert cqes == N_WQES and counters["cq_full_stalls"] == 0
+    assert np.array_equal(delivered, src.host)
+
+
+@cuda.jit
+def _post_cached_and_wait(Q, src_addr, lkey, dst_addr, rkey, n, out):
+    """Posts ``n`` 64-byte writes one at a time from a block's cached copy of the QP state
+    (as send_messages and the put API keep it), then hands the QP back."""
+    sh_state = cuda.shared.array(QP_STATE_SHAPE, dtype=np.int64)
+    sh_info = cuda.shared.array(QP_INFO_SHAPE, dtype=np.int64)
+    if cuda.threadIdx.x == 0:
+        dv.qp_cache_load(Q, 0, sh_state, sh_info)
+        q = dv.qp_cached(Q, 0, sh_state, sh_info)
+        st = dv.OK
+        for k in range(n):
+            if st == dv.OK:
+                dv.wqe_rdma_write(q, 0, src_addr + 64 * k, lkey, 64, dst_addr + 64 * k, rkey,
+                                  True, 0)
+                dv.ring_doorbell(q, 0)
+                st = dv.wait_done(q, 0, sh_state[0, dv.S_PI], WAIT_NS)
+        out[0] = st
+        out[1] = bswap32(Q[dv.Q_CQDB][0][L.CQ_DBREC_W_SET_CI])
+        dv.qp_cache_store(Q, 0, sh_state)
+        out[2] = bswap32(Q[dv.Q_CQDB][0][L.CQ_DBREC_W_SET_CI])
+
+
+@pytest.mark.timeout(30)
+def test_a_kernel_that_hands_its_qp_back_hands_back_every_completion_it_consumed():
+    """Before ``qp_cache_store`` the CQ's record lags by the completion consumed since the
+    last doorbell; after it, it holds all of them, as the QP state the next kernel reads."""
+    n = 3
+    with Context() as ctx:
+        pd = ctx.alloc_pd()
+        src = mapped((n * 16,), np.uint32)
+        src.host[:] = np.arange(n * 16, dtype=np.uint32) + 7
+        dst = mapped((n * 16,), np.uint32)
+        smr = pd.reg_mr(src, access=L.ACCESS_LOCAL_WRITE)
+        dmr = pd.reg_mr(dst, access=ACCESS_RW)
+        qs = pd.create_queues(1, sq_bbs=16, ncqe=16)
+        out = cuda.to_device(np.zeros(3, dtype=np.int64))
+        ctx.start()
+        _post_cached_and_wait[1, 1](qs.device_args, smr.address, smr.lkey, dmr.address,
+                                    dmr.rkey, n, out)
+        cuda.synchronize()
+        got = out.copy_to_host().tolist()
+        state = qs.gpu_state()
+        delivered = dst.host.copy()
+    assert got == [dv.OK, n - 1, n]
+    assert state[0, dv.S_CQ_CI] == state[0, dv.S_CQ_PUB] == n
     assert np.array_equal(delivered, src.host)
 
 

@@ -340,7 +340,7 @@ def gpu_post_and_poll(qs, poster, laddr: int, lkey: int, raddr: int, rkey: int, 
 
     state = qs.state.copy_to_host()
     state[0, dv.S_PI] = state[0, dv.S_DB_PI] = state[0, dv.S_DONE] = poster.pi
-    state[0, dv.S_CQ_CI] = poster.ci
+    state[0, dv.S_CQ_CI] = state[0, dv.S_CQ_PUB] = poster.ci     # the CPU published its ci
     qs.state.copy_to_device(state)
     out = cuda.to_device(np.zeros(2, dtype=np.int64))
     _gpu_loopback_kernel()[1, 1](qs.device_args, laddr, lkey, LOOPBACK_BYTES, raddr, rkey,
