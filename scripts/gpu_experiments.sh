@@ -7,10 +7,24 @@
 # calibration TOML to experiments/calibration/, commit them, and run `gpuwrite figures`.
 #
 # Usage: bash scripts/gpu_experiments.sh   (SKIP_CALIBRATE=1: keep the stored calibration;
-#        GPUWRITE_GIT_COMMIT=<hash>: the commit the tables record, where .git is stale)
+#        GPUWRITE_GIT_COMMIT=<40-digit hash>: the commit the tables record, where .git is
+#        stale or absent)
 # What comes back: gpu_experiments.log (every step's output and rc), the calibration TOML
 # and experiments/results/gpu/*.parquet (figures 4, 5 and 9).
 set -u
+# The tables record this commit: a full 40-digit hash (a short one is ambiguous and a typo
+# in it goes unnoticed); a warning where it is not the HEAD of a .git that is here.
+if [ -n "${GPUWRITE_GIT_COMMIT:-}" ]; then
+  if ! [[ "$GPUWRITE_GIT_COMMIT" =~ ^[0-9a-f]{40}$ ]]; then
+    echo "GPUWRITE_GIT_COMMIT=$GPUWRITE_GIT_COMMIT: allowed a full 40-digit lowercase commit hash" >&2
+    exit 2
+  fi
+  head=$(git rev-parse HEAD 2>/dev/null || true)
+  if [ -n "$head" ] && [ "$head" != "$GPUWRITE_GIT_COMMIT" ]; then
+    echo "warning: GPUWRITE_GIT_COMMIT=$GPUWRITE_GIT_COMMIT is not this .git's HEAD ($head):" \
+         "right only where .git is stale" >&2
+  fi
+fi
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 LOG="$OUT/gpu_experiments.log"
