@@ -19,6 +19,19 @@ QP_STATE_SHAPE = dv.QP_STATE_SHAPE
 QP_INFO_SHAPE = dv.QP_INFO_SHAPE
 
 
+def _one_qp(ctx, words: int, fill: np.ndarray | None = None):
+    """A protection domain with a source and a destination of ``words`` mapped words,
+    both registered, and one QP of 16 BBs and 16 CQEs: (src, dst, smr, dmr, qs)."""
+    pd = ctx.alloc_pd()
+    src = mapped((words,), np.uint32)
+    if fill is not None:
+        src.host[:] = fill
+    dst = mapped((words,), np.uint32)
+    smr = pd.reg_mr(src, access=L.ACCESS_LOCAL_WRITE)
+    dmr = pd.reg_mr(dst, access=ACCESS_RW)
+    return src, dst, smr, dmr, pd.create_queues(1, sq_bbs=16, ncqe=16)
+
+
 @cuda.jit
 def _post_each_and_wait(Q, src_addr, lkey, dst_addr, rkey, out):
     """Posts N signaled 64-byte writes one at a time, waiting for each; records the
@@ -48,13 +61,8 @@ def test_poll_cq_follows_the_owner_bit_through_several_laps_of_the_cq():
     consumed before it, so the CQ's record lags the kernel by the one completion consumed
     since, and the NIC never finds the CQ full."""
     with Context() as ctx:
-        pd = ctx.alloc_pd()
-        src = mapped((N_WQES * 16,), np.uint32)
-        src.host[:] = np.arange(N_WQES * 16, dtype=np.uint32) * 2654435761
-        dst = mapped((N_WQES * 16,), np.uint32)
-        smr = pd.reg_mr(src, access=L.ACCESS_LOCAL_WRITE)
-        dmr = pd.reg_mr(dst, access=ACCESS_RW)
-        qs = pd.create_queues(1, sq_bbs=16, ncqe=16)
+        src, dst, smr, dmr, qs = _one_qp(
+            ctx, N_WQES * 16, np.arange(N_WQES * 16, dtype=np.uint32) * 2654435761)
         out = cuda.to_device(np.zeros((N_WQES, 5), dtype=np.int64))
         ctx.start()
         _post_each_and_wait[1, 1](qs.device_args, smr.address, smr.lkey, dmr.address, dmr.rkey,
@@ -102,13 +110,7 @@ def test_a_kernel_that_hands_its_qp_back_hands_back_every_completion_it_consumed
     last doorbell; after it, it holds all of them, as the QP state the next kernel reads."""
     n = 3
     with Context() as ctx:
-        pd = ctx.alloc_pd()
-        src = mapped((n * 16,), np.uint32)
-        src.host[:] = np.arange(n * 16, dtype=np.uint32) + 7
-        dst = mapped((n * 16,), np.uint32)
-        smr = pd.reg_mr(src, access=L.ACCESS_LOCAL_WRITE)
-        dmr = pd.reg_mr(dst, access=ACCESS_RW)
-        qs = pd.create_queues(1, sq_bbs=16, ncqe=16)
+        src, dst, smr, dmr, qs = _one_qp(ctx, n * 16, np.arange(n * 16, dtype=np.uint32) + 7)
         out = cuda.to_device(np.zeros(3, dtype=np.int64))
         ctx.start()
         _post_cached_and_wait[1, 1](qs.device_args, smr.address, smr.lkey, dmr.address,
@@ -187,12 +189,7 @@ def _post_bad_rkey_and_wait(Q, src_addr, lkey, dst_addr, rkey, out):
 @pytest.mark.timeout(30)
 def test_a_device_wait_reports_the_error_completion_s_syndrome_and_reason():
     with Context() as ctx:
-        pd = ctx.alloc_pd()
-        src = mapped((16,), np.uint32)
-        dst = mapped((16,), np.uint32)
-        smr = pd.reg_mr(src, access=L.ACCESS_LOCAL_WRITE)
-        dmr = pd.reg_mr(dst, access=ACCESS_RW)
-        qs = pd.create_queues(1, sq_bbs=16, ncqe=16)
+        src, dst, smr, dmr, qs = _one_qp(ctx, 16)
         out = cuda.to_device(np.zeros(3, dtype=np.int64))
         ctx.start()
         _post_bad_rkey_and_wait[1, 1](qs.device_args, smr.address, smr.lkey, dmr.address,
