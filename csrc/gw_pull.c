@@ -234,6 +234,8 @@ uint64_t gw_engine_agent_pulls(struct gw_engine *e, uint64_t *failed)
     return atomic_load(&e->agent_pulls);
 }
 
+/* ---- a pull: to the agent, else on the copy engine ---------------------------------- */
+
 /* Queues a copy of GPU memory to the destination, to the agent or on the worker's copy
  * stream; the bytes are there after pull_wait. */
 static int pull_start(struct gw_engine *e, struct worker *w, void *dst, uint64_t src,
