@@ -43,7 +43,8 @@ ffibuilder.set_source(
     "#include <stdint.h>\n#include <stddef.h>\n"
     + "".join(f'#include "{name}"\n' for name in HEADERS)
     + f'const char *gw_csrc_sha256(void) {{ return "{csrc_sha256()}"; }}\n',
-    sources=["csrc/gw_engine.c", "csrc/gw_copy.c"],   # relative: setuptools builds from the project root
+    sources=["csrc/gw_engine.c", "csrc/gw_link.c", "csrc/gw_pull.c", "csrc/gw_pong.c",
+             "csrc/gw_copy.c"],   # relative: setuptools builds from the project root
     include_dirs=["csrc"],
     extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wno-unused-function", "-D_FORTIFY_SOURCE=2"],
     libraries=["dl", "pthread"],

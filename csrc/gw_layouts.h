@@ -1,9 +1,10 @@
 /*
  * gw_layouts.h: every byte layout shared by the GPU, the NIC and the host.
  *
- * This header is the single source of truth. The software NIC engine (gw_engine.c)
- * includes it; Python derives its numpy dtypes and field offsets from it through cffi
- * (gpuwrite/layouts.py), and the device verbs take their offsets from there.
+ * This header is the single source of truth. The software NIC engine (gw_engine.c and
+ * the files beside it, through gw_engine_internal.h) includes it; Python derives its
+ * numpy dtypes and field offsets from it through cffi (gpuwrite/layouts.py), and the
+ * device verbs take their offsets from there.
  *
  * Work-queue and completion layouts follow the mlx5 definitions (rdma-core,
  * providers/mlx5/mlx5dv.h and the ConnectX PRM): 64-byte send WQE basic blocks made of

@@ -1,0 +1,345 @@
+/*
+ * gw_pull.c: nic_pull's stand-ins in the software NIC engine. A message whose source is
+ * GPU memory is read by the GPU-resident pull agent, or else by the copy engine on a
+ * stream of the CUDA driver (loaded only when the engine must pull from GPU memory);
+ * under the CUDA simulator "GPU memory" is host memory and is copied directly.
+ */
+#define _GNU_SOURCE
+#include "gw_engine_internal.h"
+
+/* ---- the CUDA driver, loaded only when the engine must pull from GPU memory ------ */
+
+int cuda_load(struct cuda_api *api, const char *path, char *err, size_t errlen)
+{
+    api->lib = dlopen(path ? path : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!api->lib) {
+        set_err(err, errlen, "cannot load the CUDA driver (%s): %s", path ? path : "libcuda.so.1",
+                dlerror());
+        return -1;
+    }
+    api->ctx_set_current = (cu_ctx_set_current_fn)dlsym(api->lib, "cuCtxSetCurrent");
+    api->stream_create = (cu_stream_create_fn)dlsym(api->lib, "cuStreamCreate");
+    api->memcpy_dtoh_async = (cu_memcpy_dtoh_async_fn)dlsym(api->lib, "cuMemcpyDtoHAsync_v2");
+    api->stream_sync = (cu_stream_sync_fn)dlsym(api->lib, "cuStreamSynchronize");
+    if (!api->ctx_set_current || !api->stream_create || !api->memcpy_dtoh_async ||
+        !api->stream_sync) {
+        set_err(err, errlen, "the CUDA driver lacks a function the engine needs");
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- the copy engine's streams ------------------------------------------------------ */
+
+/* The copy streams of nic_pull's stand-in: one per worker index (at most COPY_STREAMS),
+ * made once per process and CUDA context and kept for its life. Each engine (one per
+ * run) used to make its own and never destroy them, so a sweep of runs piled up streams. */
+enum { COPY_STREAMS = 16 };
+
+static struct {
+    pthread_mutex_t lock;
+    void *ctx;
+    void *streams[COPY_STREAMS];
+} copy_pool = {PTHREAD_MUTEX_INITIALIZER, NULL, {NULL}};
+
+static void *copy_stream(struct gw_engine *e, struct worker *w)
+{
+    if (w->stream)
+        return w->stream;
+    pthread_mutex_lock(&copy_pool.lock);
+    if (copy_pool.ctx != e->cfg.cuda_context) {
+        /* A new context (the old one's streams went with it). */
+        memset(copy_pool.streams, 0, sizeof(copy_pool.streams));
+        copy_pool.ctx = e->cfg.cuda_context;
+    }
+    void **slot = &copy_pool.streams[w->index % COPY_STREAMS];
+    if (!*slot && e->cuda.stream_create(slot, CU_STREAM_NON_BLOCKING) != 0)
+        *slot = NULL;
+    w->stream = *slot;
+    pthread_mutex_unlock(&copy_pool.lock);
+    return w->stream;
+}
+
+/* ---- nic_pull through the GPU-resident agent (gw_pull_req in gw_engine.h) ----------
+ * A NIC reads GPU memory with read requests that cross PCIe one way and completions
+ * that bring the data back; the agent does the same: the engine writes a request into
+ * mapped host memory, a persistent GPU block polls it, copies the bytes into the
+ * engine's buffer with 16-byte vectors and publishes completion with a release store.
+ * No CUDA driver call per pull (about 9 us of host-side cost for the copy engine's). */
+
+static int agent_enabled(const struct gw_engine *e)
+{
+    return e->cfg.pull_ring != NULL;
+}
+
+static int agent_usable(const struct gw_engine *e, void *dst, uint64_t src)
+{
+    /* The agent copies 4-byte words; other alignments, and addresses the tag would
+     * overwrite, go to the copy engine. */
+    uint64_t d = (uint64_t)(uintptr_t)dst;
+    return agent_enabled(e) && ((d | src) & 3) == 0 && ((d | src) >> GW_PULL_ADDR_BITS) == 0;
+}
+
+static volatile uint32_t *agent_done_word(struct gw_engine *e, uint64_t t)
+{
+    return (volatile uint32_t *)e->cfg.pull_done + (t & (e->cfg.pull_slots - 1));
+}
+
+/* Whether the agent has answered ticket t: its slot's done word has reached t + 1 (a
+ * slot is reused only once its ticket was answered, so the word never passes a ticket
+ * still waited for by more than a lap). */
+static int agent_answered(struct gw_engine *e, uint64_t t)
+{
+    uint32_t seen = __atomic_load_n(agent_done_word(e, t), __ATOMIC_ACQUIRE);
+    return (int32_t)(seen - (uint32_t)(t + 1)) >= 0;
+}
+
+/* Waits for ticket t's answer; 0, or -1 after the timeout: the agent is gone (its kernel
+ * ended, or never started) or stuck. */
+static int agent_wait(struct gw_engine *e, uint64_t t)
+{
+    uint64_t start = gw_now_ns();
+    for (uint32_t spins = 0;; spins++) {
+        if (agent_answered(e, t))
+            return 0;
+        if ((spins & 255) == 255 && gw_now_ns() - start > e->cfg.pull_timeout_ns)
+            return -1;
+    }
+}
+
+/* ---- late pulls: a timed-out pull the agent may still answer ----------------------
+ * The engine fails a pull the agent leaves unanswered for pull_timeout_ns, but the agent
+ * may only be slow: its answer would copy into the destination after the WQE's error
+ * completion, when the application may have deregistered and freed it. A NIC never
+ * writes after the error completion. So the engine remembers each late pull's
+ * destination until the agent answers it (the agent answers tickets in order, each in
+ * its slot's done word), and a region a late pull points into is not let go of
+ * (gw_engine_remove_mr returns -3; the caller keeps its memory). */
+
+static void late_clear(struct gw_engine *e)
+{
+    e->nlate = 0;
+    e->late_overflow = 0;
+}
+
+static int late_remembered(const struct gw_engine *e)
+{
+    return e->nlate > 0 || e->late_overflow;
+}
+
+static void late_add(struct gw_engine *e, const struct agent_ticket *a)
+{
+    pthread_mutex_lock(&e->late_lock);
+    if (!late_remembered(e) || a->ticket > e->late_last)
+        e->late_last = a->ticket;
+    if (e->nlate < LATE_PULLS_MAX)
+        e->late[e->nlate++] = *a;
+    else
+        e->late_overflow = 1;
+    pthread_mutex_unlock(&e->late_lock);
+}
+
+/* Late pulls not yet answered whose destination meets [addr, addr + len) (len 0: all);
+ * forgets those answered. */
+uint32_t gw_engine_late_pulls(struct gw_engine *e, uint64_t addr, uint64_t len)
+{
+    pthread_mutex_lock(&e->late_lock);
+    uint32_t n = 0;
+    if (late_remembered(e) && agent_answered(e, e->late_last))
+        late_clear(e);   /* in order: the last one answered, every earlier one was */
+    for (uint32_t k = 0; k < e->nlate;) {
+        struct agent_ticket *l = &e->late[k];
+        if (agent_answered(e, l->ticket)) {
+            *l = e->late[--e->nlate];
+            continue;
+        }
+        if (len == 0 || (l->dst < addr + len && addr < l->dst + l->len))
+            n++;
+        k++;
+    }
+    if (e->late_overflow)
+        n++;     /* those not remembered may point anywhere until the last is answered */
+    pthread_mutex_unlock(&e->late_lock);
+    return n;
+}
+
+/* Forgets every late pull: the agent is being detached, which its owner does only once
+ * the agent answered the stop request (so every earlier one) or its kernel has ended. */
+static void late_forget(struct gw_engine *e)
+{
+    pthread_mutex_lock(&e->late_lock);
+    late_clear(e);
+    pthread_mutex_unlock(&e->late_lock);
+}
+
+/* Claims a ticket and writes its request. The slot's previous ticket (pull_slots before)
+ * must have been answered; returns UINT64_MAX if it was not within the timeout. */
+static uint64_t agent_post(struct gw_engine *e, uint64_t dst, uint64_t src, uint32_t len)
+{
+    uint64_t t = atomic_fetch_add(&e->agent_next, 1);
+    uint32_t slots = e->cfg.pull_slots;
+    if (t >= slots && agent_wait(e, t - slots) != 0)
+        return UINT64_MAX;
+    struct gw_pull_req *r = (struct gw_pull_req *)e->cfg.pull_ring + (t & (slots - 1));
+    uint64_t tag = ((t / slots + 1) & 0xFFFF) << GW_PULL_ADDR_BITS;
+    /* Each word is whole and tagged (gw_engine.h), so the agent may read them in any
+     * order; the ticket word is released last, and the agent's acquire of it orders its
+     * reads of GPU memory after this engine's acquire of the doorbell. */
+    __atomic_store_n(&r->tag_src, tag | src, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->tag_dst, tag | dst, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->ticket_nbytes, (t + 1) << 32 | len, __ATOMIC_RELEASE);
+    return t;
+}
+
+/* Attaches an agent (ring != NULL) or detaches it (ring == NULL); -1 for a bad ring, -2
+ * when running workers did not let go of the old ring within quiesce's limit. */
+int gw_engine_set_pull_agent(struct gw_engine *e, void *ring, void *done, uint32_t slots,
+                             uint64_t timeout_ns)
+{
+    if (ring && (slots == 0 || slots > 65536 || (slots & (slots - 1)) || !done))
+        return -1;
+    pthread_mutex_lock(&e->lock);
+    if (e->cfg.pull_ring) {
+        /* Workers may be inside a pass that saw the old ring: its posts and waits still
+         * read pull_done and pull_slots, so those change only once every worker has
+         * finished a pass begun after the ring was withdrawn. */
+        __atomic_store_n(&e->cfg.pull_ring, NULL, __ATOMIC_RELEASE);
+        if (quiesce(e, bump_gen(e)) != 0) {
+            pthread_mutex_unlock(&e->lock);
+            return -2;
+        }
+    }
+    late_forget(e);
+    e->cfg.pull_done = done;
+    e->cfg.pull_slots = slots;
+    e->cfg.pull_timeout_ns = timeout_ns ? timeout_ns : 1000000000ull;
+    atomic_store(&e->agent_next, 0);
+    __atomic_store_n(&e->cfg.pull_ring, ring, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&e->lock);
+    return 0;
+}
+
+int gw_engine_stop_pull_agent(struct gw_engine *e)
+{
+    if (!agent_enabled(e))
+        return 0;
+    uint64_t t = agent_post(e, 0, 0, GW_PULL_STOP_BYTES);
+    return t == UINT64_MAX || agent_wait(e, t) != 0 ? -1 : 0;
+}
+
+uint64_t gw_engine_agent_pulls(struct gw_engine *e, uint64_t *failed)
+{
+    if (failed)
+        *failed = atomic_load(&e->agent_failed);
+    return atomic_load(&e->agent_pulls);
+}
+
+/* ---- a pull: to the agent, else on the copy engine ---------------------------------- */
+
+/* Queues a copy of GPU memory to the destination, to the agent or on the worker's copy
+ * stream; the bytes are there after pull_wait. */
+static int pull_start(struct gw_engine *e, struct worker *w, void *dst, uint64_t src,
+                      uint32_t len)
+{
+    if (agent_usable(e, dst, src) && w->agent_pending < 64) {
+        uint64_t t = agent_post(e, (uint64_t)(uintptr_t)dst, src, len);
+        if (t == UINT64_MAX) {
+            atomic_fetch_add(&e->agent_failed, 1);
+            return -1;
+        }
+        w->agent_tickets[w->agent_pending++] = (struct agent_ticket){t, (uint64_t)(uintptr_t)dst, len};
+        return 0;
+    }
+    if (!e->have_cuda) {
+        /* CUDA simulator: "GPU memory" is host memory. */
+        memcpy(dst, (const void *)(uintptr_t)src, len);
+        return 0;
+    }
+    if (e->cuda.ctx_set_current(e->cfg.cuda_context) != 0 || !copy_stream(e, w))
+        return -1;
+    return e->cuda.memcpy_dtoh_async(dst, src, len, w->stream) != 0 ? -1 : 0;
+}
+
+static int pull_wait(struct gw_engine *e, struct worker *w)
+{
+    int rc = 0;
+    for (uint32_t k = 0; k < w->agent_pending; k++) {
+        if (agent_wait(e, w->agent_tickets[k].ticket) != 0) {
+            late_add(e, &w->agent_tickets[k]);
+            atomic_fetch_add(&e->agent_failed, 1);
+            rc = -1;
+        } else {
+            atomic_fetch_add(&e->agent_pulls, 1);
+        }
+    }
+    w->agent_pending = 0;
+    if (!e->have_cuda || !w->stream)
+        return rc;
+    return e->cuda.stream_sync(w->stream) != 0 ? -1 : rc;
+}
+
+int pull_device(struct gw_engine *e, struct worker *w, void *dst, uint64_t src,
+                       uint32_t len)
+{
+    if (pull_start(e, w, dst, src, len) != 0)
+        return -1;
+    return pull_wait(e, w);
+}
+/* GPU-memory sources are pulled whole when the message's first packet is scheduled: one
+ * copy-engine transfer per message rather than per packet. */
+int pull_whole(struct gw_engine *e, struct worker *w, struct desc *d)
+{
+    uint32_t off = 0;
+    for (uint32_t i = 0; i < d->nsge; i++) {
+        if (d->sge[i].kind == GW_MEM_DEVICE &&
+            pull_device(e, w, d->dst + off, d->sge[i].addr, d->sge[i].length) != 0)
+            return -1;
+        off += d->sge[i].length;
+    }
+    d->pulled = 1;
+    return 0;
+}
+
+/* With an unlimited link every fetched message goes out at once, so the pulls of up to
+ * PULL_AHEAD of a QP's fetched messages are queued together and waited for once: a NIC
+ * keeps many DMA reads in flight, and one stream synchronisation per message (several
+ * microseconds, serialised in the driver across workers) made the stand-in's small-
+ * message rate a measure of the CUDA driver rather than of the copy engine. */
+enum { PULL_AHEAD = 64 };
+
+void pull_ahead(struct gw_engine *e, struct worker *w, struct qp *q)
+{
+    struct desc *queued[PULL_AHEAD];
+    uint32_t n = 0;
+    int failed = 0;
+    /* Descriptors before pull_next have been looked at: pulled, or nothing to pull. */
+    if ((int32_t)(q->pull_next - q->desc_head) < 0)
+        q->pull_next = q->desc_head;
+    for (; q->pull_next != q->desc_tail && n < PULL_AHEAD && !failed; q->pull_next++) {
+        struct desc *d = &q->descs[q->pull_next % q->sq_bbs];
+        if (d->status != DESC_OK || d->pulled || d->bytes_dropped)
+            continue;
+        uint32_t off = 0;
+        int device = 0;
+        for (uint32_t i = 0; i < d->nsge && !failed; i++) {
+            if (d->sge[i].kind == GW_MEM_DEVICE) {
+                device = 1;
+                failed = pull_start(e, w, d->dst + off, d->sge[i].addr, d->sge[i].length) != 0;
+            }
+            off += d->sge[i].length;
+        }
+        if (failed)
+            desc_fail(d, GW_SYND_LOCAL_PROT_ERR, GW_REASON_PULL_FAILED);
+        else if (device)
+            queued[n++] = d;
+    }
+    if (n == 0)
+        return;
+    int ok = pull_wait(e, w) == 0;
+    for (uint32_t k = 0; k < n; k++) {
+        if (ok)
+            queued[k]->pulled = 1;
+        else
+            desc_fail(queued[k], GW_SYND_LOCAL_PROT_ERR, GW_REASON_PULL_FAILED);
+    }
+}
