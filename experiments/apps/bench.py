@@ -45,6 +45,12 @@ SMALL_RINGS = dict(sq_bbs=256, stage_slots=64, stage_slot_bytes=256, bounce_byte
 B_DST, B_RKEY, B_LKEY, B_BYTES, B_PER_QP, B_BATCH = range(6)
 
 
+@cuda.jit(device=True, inline=True)
+def _params(prm):
+    """(message bytes, destination address, rkey, lkey, messages per QP) from ``prm``."""
+    return prm[B_BYTES], prm[B_DST], prm[B_RKEY], prm[B_LKEY], prm[B_PER_QP]
+
+
 @cuda.jit(**api.KERNEL_OPTIONS)
 def put_latency(Q, cfg, src, prm, path, t_ns, status):
     """One warp, QP 0: each message is put, then quieted; t_ns[m] = post to completion."""
@@ -54,7 +60,7 @@ def put_latency(Q, cfg, src, prm, path, t_ns, status):
     # message's clock once its row of the table is loaded: every completion wait's
     # system-scope acquire loads empty the L1 cache, so a load of prm inside the clock is
     # a trip to L2 per message (0.2 to 0.4 us on an H100, BENCHMARKS.md session 9).
-    nbytes, dst, rkey, lkey, per_qp = prm[B_BYTES], prm[B_DST], prm[B_RKEY], prm[B_LKEY], prm[B_PER_QP]
+    nbytes, dst, rkey, lkey, per_qp = _params(prm)
     words = (nbytes + 3) // 4
     st = api.OK
     m = 0
@@ -77,11 +83,8 @@ def put_stream(Q, cfg, src, prm, path, warp_scope, t_first, t_last, status):
     after another, a doorbell every ``batch``, then one quiet."""
     sh = cuda.shared.array(SLOT1, int64)
     qp = cuda.blockIdx.x
-    if warp_scope:
-        h = api.open_warp(Q, cfg, qp, sh)
-    else:
-        h = api.open_block(Q, cfg, qp, sh)
-    nbytes, dst, rkey, lkey, per_qp = prm[B_BYTES], prm[B_DST], prm[B_RKEY], prm[B_LKEY], prm[B_PER_QP]
+    h = api.open_scope(Q, cfg, qp, sh, api.SCOPE_WARP if warp_scope else api.SCOPE_BLOCK)
+    nbytes, dst, rkey, lkey, per_qp = _params(prm)
     batch = prm[B_BATCH]
     words = (nbytes + 3) // 4
     first = qp * per_qp

@@ -101,10 +101,14 @@ C_RULES = 4            # auto: (max_bytes, path) pairs, smallest max first
 MAX_RULES = 8
 C_COLS = C_RULES + 2 * MAX_RULES
 
-# -- a handle's row in the kernel's shared array ----------------------------------------
-# [QP state (verbs S_*) | QP description (verbs I_*) | this layer's columns (A_*)]
-_INFO0 = dv.S_COLS
-_A0 = dv.S_COLS + dv.I_COLS
+# -- a handle's rows in the kernel's shared array ---------------------------------------
+# Two rows of ROW_COLS per handle: [QP state (verbs S_*)] and [QP description (verbs I_*) |
+# this layer's columns (A_*)]. Each row is a slice of the array's leading dimensions only,
+# so it keeps Numba's C layout. A slice of some columns of a row would have layout 'A', and
+# NVVM then reaches it through generic addresses (ld.u64, not ld.shared.u64): 296 generic
+# loads in put_latency's PTX (BENCHMARKS.md session 10), each one also reloaded around every
+# memory-clobbering intrinsic.
+_A0 = dv.I_COLS
 A_QP = 0        # the QP's row in Q
 A_SCOPE = 1     # SCOPE_*
 A_STATUS = 2    # sticky: the first error of this handle (leader only)
@@ -115,16 +119,16 @@ A_TIMEOUT_NS = 6    # cfg[C_TIMEOUT_NS], C_CHUNK_BYTES and C_RING_EACH_BYTES, co
 A_CHUNK_BYTES = 7   # a put reads them from shared memory, not from global memory
 A_RING_EACH_BYTES = 8
 A_COLS = 9
-ROW_COLS = _A0 + A_COLS
+ROW_COLS = max(dv.S_COLS, _A0 + A_COLS)
 
 
-def slots_shape(n_handles: int) -> tuple[int, int]:
+def slots_shape(n_handles: int) -> tuple[int, int, int]:
     """Shape of the shared int64 array for ``n_handles`` handles open at once in a block
     (one per warp for warp scope). Bind it to a module global: shared-array shapes must
     be compile-time constants."""
     if n_handles < 1:
         raise ValueError(f"n_handles={n_handles}: at least 1")
-    return (int(n_handles), ROW_COLS)
+    return (int(n_handles), 2, ROW_COLS)
 
 
 # Header-derived constants bound as globals (compile-time constants in kernels).
@@ -213,20 +217,21 @@ def _rank(scope):
 # -- opening and closing ----------------------------------------------------------------
 @cuda.jit(device=True)
 def _open(Q, cfg, qp, sh, slot, scope, leader):
-    state_row = sh[slot:slot + 1, 0:_INFO0]
-    info_row = sh[slot:slot + 1, _INFO0:_A0]
+    state_row = sh[slot, 0:1]
+    info_row = sh[slot, 1:2]
+    a = sh[slot, 1, _A0:]
     if leader:
         dv.qp_cache_load(Q, qp, state_row, info_row)
-        sh[slot, _A0 + A_QP] = qp
-        sh[slot, _A0 + A_SCOPE] = scope
-        sh[slot, _A0 + A_STATUS] = OK
-        sh[slot, _A0 + A_TIMEOUT_NS] = cfg[C_TIMEOUT_NS]
-        sh[slot, _A0 + A_CHUNK_BYTES] = cfg[C_CHUNK_BYTES]
-        sh[slot, _A0 + A_RING_EACH_BYTES] = cfg[C_RING_EACH_BYTES]
+        a[A_QP] = qp
+        a[A_SCOPE] = scope
+        a[A_STATUS] = OK
+        a[A_TIMEOUT_NS] = cfg[C_TIMEOUT_NS]
+        a[A_CHUNK_BYTES] = cfg[C_CHUNK_BYTES]
+        a[A_RING_EACH_BYTES] = cfg[C_RING_EACH_BYTES]
         # A QP left by ``close`` (or never used) asks for a completion at its last WQE.
-        sh[slot, _A0 + A_SIG_END] = state_row[0, dv.S_PI]
+        a[A_SIG_END] = state_row[0, dv.S_PI]
     _sync(scope)
-    return (Q, dv.qp_cached(Q, qp, state_row, info_row), sh[slot, _A0:ROW_COLS], cfg)
+    return (Q, dv.qp_cached(Q, qp, state_row, info_row), a, cfg)
 
 
 @cuda.jit(device=True)
@@ -241,6 +246,18 @@ def open_warp(Q, cfg, qp, sh):
     lane calls. Blocks must be whole warps; other warps may drive other QPs."""
     return _open(Q, cfg, qp, sh, cuda.threadIdx.x // WARP_THREADS, SCOPE_WARP,
                  (cuda.threadIdx.x & (WARP_THREADS - 1)) == 0)
+
+
+@cuda.jit(device=True)
+def open_scope(Q, cfg, qp, sh, scope):
+    """``open_block`` or ``open_warp`` by ``scope`` (SCOPE_BLOCK or SCOPE_WARP), a value known
+    only at run time. One call, not one per branch: a handle chosen between two opens
+    reaches its shared rows through generic addresses (NVVM does not follow the address
+    space through the branches' merge), which costs every later put."""
+    warp = scope == SCOPE_WARP
+    lane = cuda.threadIdx.x & (WARP_THREADS - 1) if warp else cuda.threadIdx.x
+    return _open(Q, cfg, qp, sh, cuda.threadIdx.x // WARP_THREADS if warp else 0, scope,
+                 lane == 0)
 
 
 @cuda.jit(device=True)
