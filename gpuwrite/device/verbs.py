@@ -714,10 +714,9 @@ def cq_publish(Q, i):
 
     ``poll_cq`` does not write it per CQE: it is published by the next doorbell (after
     the doorbell's own stores), at an error completion, and when a kernel hands the QP
-    back (``qp_cache_store``). The NIC never finds the CQ
-    full for it: every CQE produced after a publish is for a WQE announced by then and not
-    yet retired, and those occupy at most sq_bbs <= ncqe BBs (both QueueSets refuse a
-    smaller CQ). Writing it per CQE put a store to host memory right before the barrier
+    back (``qp_cache_store``). The NIC never finds the CQ full for it: every CQE produced
+    after a publish is for a WQE announced by then and not yet retired, and those occupy
+    at most sq_bbs <= ncqe BBs (both QueueSets refuse a smaller CQ). Writing it per CQE put a store to host memory right before the barrier
     that ends a warp's wait (``api.quiet``), and a barrier waits for such a store: 0.23
     to 0.26 us per message on an H100 (BENCHMARKS.md, session 9).
 
