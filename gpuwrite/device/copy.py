@@ -179,32 +179,3 @@ def store_preloaded(dst, dst_word, x, nbytes, rank, nranks):
         _st_part(dst, dst_word, rank + 2 * nranks, x[2], nbytes, aligned)
     if 4 * (rank + 3 * nranks) < words:
         _st_part(dst, dst_word, rank + 3 * nranks, x[3], nbytes, aligned)
-
-
-# --- a warp's preloaded payload, stored by lane 0 alone ----------------------------------
-# A payload of at most GATHER_BYTES that a whole warp preloaded (one vector per lane) is
-# handed to lane 0 by shuffles and stored by it. Then no lane but lane 0 stores, and its
-# doorbell's release orders its own stores: no warp barrier is needed. A barrier right
-# after stores to host memory waits for them (0.2 to 0.5 us on an H200, BENCHMARKS.md run
-# 13); 32 vectors cost the warp 64 shuffles and lane 0 32 stores.
-GATHER_BYTES = 16 * 32
-
-
-@cuda.jit(device=True)
-def store_gathered(dst, dst_word, x, nbytes, lane):
-    """Lane 0 stores the payload of ``nbytes`` (at most GATHER_BYTES) that ``preload``
-    loaded on the 32 lanes of a warp; every lane calls, with its own ``x``. Byte-exact
-    like ``store_preloaded``. GPU only: the simulator has no shuffle."""
-    aligned = (int64(address_of(dst, dst_word)) & 15) == 0
-    nvec = (((nbytes + 3) >> 2) + 3) >> 2
-    v = x[0]
-    # Two 64-bit shuffles per vector (a shuffle moves 32 or 64 bits, of signed types).
-    lo = int64(v[0]) | (int64(v[1]) << 32)
-    hi = int64(v[2]) | (int64(v[3]) << 32)
-    for j in range(nvec):
-        a = cuda.shfl_sync(0xFFFFFFFF, lo, j)
-        b = cuda.shfl_sync(0xFFFFFFFF, hi, j)
-        if lane == 0:
-            _st_part(dst, dst_word, j, (uint32(a & 0xFFFFFFFF), uint32((a >> 32) & 0xFFFFFFFF),
-                                        uint32(b & 0xFFFFFFFF), uint32((b >> 32) & 0xFFFFFFFF)),
-                     nbytes, aligned)

@@ -19,8 +19,7 @@ from numba import int64
 
 from gpuwrite.cudaenv import SIMULATOR, cuda
 from gpuwrite.device import verbs as dv
-from gpuwrite.device.copy import (GATHER_BYTES, copy_bytes, preload, preload_fits, store_gathered,
-                                  store_preloaded)
+from gpuwrite.device.copy import copy_bytes, preload, preload_fits, store_preloaded
 from gpuwrite.device.intrinsics import globaltimer_ns, warp_sync
 
 PUSH, INLINE, PULL, STAGED = 0, 1, 2, 3
@@ -48,11 +47,6 @@ WARP_PUSH_BYTES = 2048
 # The simulator's warp barrier is the block's (intrinsics.warp_sync): there the warp path
 # is taken only where the block is one warp.
 WARP_PATH_ANY_BLOCK = not SIMULATOR
-# On a GPU a whole warp hands lane 0's reservation to the lanes by shuffles, not through
-# shared memory and a barrier after lane 0's stores to host memory (the WQE and the staging
-# header); payloads of at most GATHER_BYTES then go back to lane 0 the same way
-# (``store_gathered``), and no barrier is left. The simulator has no shuffle.
-WARP_SHUFFLE = not SIMULATOR
 # Bound here as globals: cuda.shared.array needs shapes Numba sees as constants, and
 # a module attribute (dv.QP_STATE_SHAPE) inside the kernel is not one.
 QP_STATE_SHAPE = dv.QP_STATE_SHAPE
@@ -150,37 +144,25 @@ def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
                 continue
             if path == PUSH and n <= WARP_PUSH_BYTES and \
                     (WARP_PATH_ANY_BLOCK or cuda.blockDim.x <= 32):
-                # The first warp posts it: lane 0 reserves and writes the WQE, and the
-                # lanes copy, with a warp barrier to order their stores before lane 0's
-                # doorbell; or lane 0 stores what the lanes loaded (``store_gathered``).
+                # The first warp posts it: lane 0 reserves and writes the WQE, the lanes
+                # copy, and a warp barrier orders their stores before lane 0's doorbell.
                 if tid < 32:
                     lanes = min(32, cuda.blockDim.x)
                     # The payload's loads go first: their latency hides behind lane 0's
                     # bookkeeping (a block of fewer lanes than it needs copies later).
                     pre = preload_fits(n, lanes)
                     x = preload(src, src_word, n if pre else 0, tid, lanes)
-                    st = 0
-                    word = 0
                     if tid == 0:
                         st, word = dv.push_reserve(q, 0, n, raddr, rkey, signaled, timeout)
                         sh[0] = st
                         sh[1] = word
-                    shuffle = WARP_SHUFFLE and lanes == 32
-                    if shuffle:
-                        status = cuda.shfl_sync(0xFFFFFFFF, st, 0)
-                        word = cuda.shfl_sync(0xFFFFFFFF, word, 0)
-                    else:
-                        warp_sync(lanes)
-                        status = sh[0]
-                        word = sh[1]
-                    if status == 0 and shuffle and n <= GATHER_BYTES:
-                        store_gathered(q[dv.Q_STAGE][0], word, x, n, tid)
-                    else:
-                        if status == 0 and pre:
-                            store_preloaded(q[dv.Q_STAGE][0], word, x, n, tid, lanes)
-                        elif status == 0:
-                            copy_bytes(q[dv.Q_STAGE][0], word, src, src_word, n, tid, lanes)
-                        warp_sync(lanes)
+                    warp_sync(lanes)
+                    status = sh[0]
+                    if status == 0 and pre:
+                        store_preloaded(q[dv.Q_STAGE][0], sh[1], x, n, tid, lanes)
+                    elif status == 0:
+                        copy_bytes(q[dv.Q_STAGE][0], sh[1], src, src_word, n, tid, lanes)
+                    warp_sync(lanes)
                     if tid == 0 and status == 0 and not last:
                         dv.flush_doorbell(q, 0)
                 off += n
