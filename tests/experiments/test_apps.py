@@ -79,7 +79,7 @@ def test_bench_runs_end_to_end_at_toy_sizes(tmp_path):
     assert out["alltoall"]["all_verified"]
 
 
-_PTX_SCRIPT = """
+_PTX_SCRIPT = r"""
 import os, re, sys
 os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
 from numba import cuda, int64, uint32, uint64, types
@@ -101,7 +101,7 @@ kernels = [(alltoall.dispatch, (Q, i64, u32, i64_2d, int64, i64)),
            (bench.put_latency, (Q, i64, u32, i64, int64, i64, i64))]
 # A load or store whose instruction names no state space (ld.u64, st.v4.u32, ...) is
 # generic: the address is translated at run time.
-generic = re.compile(r"^\s*(?:@!?%p\d+\s+)?(?:ld|st)(?![\w.]*\.(?:shared|global|param|local|const)\\b)"
+generic = re.compile(r"^\s*(?:@!?%p\d+\s+)?(?:ld|st)(?![\w.]*\.(?:shared|global|param|local|const)\b)"
                      r"\.[\w.]+\s", re.M)
 for kernel, sig in kernels:
     ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=(9, 0))
