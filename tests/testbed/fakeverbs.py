@@ -261,7 +261,8 @@ class World:
         return Verbs(Mlx5Context=Ctx, Mlx5DVContextAttr=lambda flags: flags, PD=PD, Mlx5DvObj=DvObj,
                      Mlx5UMEM=UMEM, Mlx5UAR=UAR, Mlx5DevxObj=DevxObj, MR=MR, DM=DM,
                      AllocDmAttr=lambda n: n, DMMR=DMMR, PyverbsError=FakeRDMAError, c=CONSTANTS,
-                     map_dm=map_dm, resolve_mac=resolve_mac, reg_dmabuf_mr=reg_dmabuf_mr)
+                     map_dm=map_dm, resolve_mac=resolve_mac, reg_dmabuf_mr=reg_dmabuf_mr,
+                     io_memory=False)
 
 
 class FakeNic:

@@ -13,6 +13,7 @@ from fakeverbs import FakeRDMAError, World
 from gpuwrite.backends.testbed import api, devx, prm
 from gpuwrite.backends.testbed import qp_attrs as qa
 from gpuwrite.backends.testbed import selftest as st
+from gpuwrite.cudaenv import SIMULATOR
 
 PAGE = mmap.PAGESIZE
 
@@ -167,15 +168,17 @@ def test_dm_window_registers_the_mapping_from_its_page_start_and_adds_the_offset
 def test_staging_in_unaligned_device_memory_and_the_printed_host_fallback(capsys, monkeypatch):
     registered = []
 
-    def recording(address, length, real=devx.map_io_into_gpu):
-        registered.append((address, length))
-        return real(address, length)
+    def recording(address, length, io_memory=True, real=devx.map_io_into_gpu):
+        registered.append((address, length, io_memory))
+        return real(address, length, io_memory)
     monkeypatch.setattr(devx, "map_io_into_gpu", recording)
     world = World(dm_offset=0x40)
     nic, qs = queue_set(world)
     with nic, qs:
-        address, length = registered[-1]       # the staging registration: the mapping exactly
+        address, length, io_memory = registered[-1]   # the staging registration: the mapping exactly
         assert address % PAGE == 0 and length == PAGE
+        # The fake's pages are ordinary host memory: CUDA refuses IOMEMORY for them.
+        assert [r[2] for r in registered] == [False, False]
         stage_address = qs.stage.__cuda_array_interface__["data"][0] if hasattr(
             qs.stage, "__cuda_array_interface__") else qs.stage._ary.ctypes.data
         assert qs.stage_mapping.host_base % PAGE == 0 and qs.stage_mapping.length == PAGE
@@ -308,8 +311,11 @@ def test_selftest_passes_every_cpu_step_against_a_fake_nic():
     assert not nic.errors
     status = {s.step: s.status for s in report.steps}
     assert status["post a NOP from the CPU"] == status["RDMA write from the CPU"] == "passed"
-    assert status["RDMA write from the GPU"] == "skipped"          # CUDA simulator
-    assert "cannot reach the NIC's doorbell" in report.steps[-2].detail
+    if SIMULATOR:   # a simulated kernel cannot reach a NIC's doorbell; a GPU reaches the fake's
+        assert status["RDMA write from the GPU"] == "skipped"
+        assert "cannot reach the NIC's doorbell" in report.steps[-2].detail
+    else:
+        assert status["RDMA write from the GPU"] == "passed"
     assert report.ok and not world.live and report.to_dict()["bug_report"] is None
 
 

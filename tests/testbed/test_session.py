@@ -15,8 +15,15 @@ from fakeverbs import CONSTANTS, FakeNic, FakeRDMAError, World
 from gpuwrite.backends.testbed import Availability, devx, prm
 from gpuwrite.backends.testbed import api as tb_api
 from gpuwrite.backends.testbed import session as tb_session
+from gpuwrite.cudaenv import SIMULATOR
 from gpuwrite.device import api
 from gpuwrite.host.memory import describe
+
+# The fake NIC is a CPU thread: it reads what a WQE names as host memory. GPU memory is
+# host memory only under the CUDA simulator; on a real GPU a pull from it would read a
+# device address as a host pointer.
+reads_gpu_memory = pytest.mark.skipif(
+    not SIMULATOR, reason="the fake NIC (a CPU thread) reads GPU memory only on the CUDA simulator")
 
 SMALL = dict(sq_bbs=64, stage_slots=16, stage_slot_bytes=256, chunk_bytes=1024,
              bounce_bytes=4096, timeout_s=10.0, thresholds=api.Thresholds.fixed("gpu_push"))
@@ -152,6 +159,7 @@ class FakeGpu:
         self.freed.append(address)
 
 
+@reads_gpu_memory
 def test_nic_pull_from_a_dmabuf_source_carries_the_gpu_address_and_its_lkey(world):
     """The pipeline app's kernels, unchanged, pull their tiles from a dma-buf MR: the WQE
     names the array's GPU address with the MR's lkey, which the fake NIC accepts only if
@@ -172,6 +180,7 @@ def test_nic_pull_from_a_dmabuf_source_carries_the_gpu_address_and_its_lkey(worl
     assert released == made[::-1]
 
 
+@reads_gpu_memory
 def test_alltoall_runs_unchanged_on_testbed_through_the_fake_nic(world):
     """Every path of the all-to-all app: its kernel and Session calls as in emulated mode,
     the WQEs executed by the fake NIC (keys and ranges checked), every byte and signal

@@ -90,6 +90,10 @@ class Verbs:
     map_dm: object
     resolve_mac: object
     reg_dmabuf_mr: object       # dmabuf_mr.reg_dmabuf_mr: a dma-buf MR addressed from an iova
+    # Whether UAR pages and device memory are a device's I/O memory (a real NIC's: they are
+    # registered with CUDA as IOMEMORY). A fake NIC hands out ordinary host pages, which
+    # the driver registers only without that flag (tests/testbed/fakeverbs.py).
+    io_memory: bool = True
 
 
 def load() -> Verbs:

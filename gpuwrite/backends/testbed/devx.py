@@ -533,7 +533,8 @@ class TestbedQueueSet:
 
     def map_doorbell(self) -> str:
         self.uar_mapping: GpuMapping = self._stack.push(
-            "UAR GPU mapping", map_io_into_gpu(self.qp_uar.base_addr, PAGE_BYTES))
+            "UAR GPU mapping", map_io_into_gpu(self.qp_uar.base_addr, PAGE_BYTES,
+                                             self.verbs.io_memory))
         self.uar = doorbell_view(self.uar_mapping.device_address(self.qp_uar.reg_addr), self.n_qps)
         return f"doorbell register 0x{self.qp_uar.reg_addr:x} -> GPU 0x{self.uar_mapping.device_address(self.qp_uar.reg_addr):x}"
 
@@ -560,7 +561,8 @@ class TestbedQueueSet:
                 dm_map = self._stack.push("device-memory mapping", v.map_dm(self.nic.ctx.cmd_fd, self.dm.handle))
                 window = dm_gpu_window(dm_map.address, dm_map.length, total)
                 self.stage_mapping = self._stack.push(
-                    "device-memory GPU mapping", map_io_into_gpu(window.base, window.span_bytes))
+                    "device-memory GPU mapping", map_io_into_gpu(window.base, window.span_bytes,
+                                                                 v.io_memory))
                 stage_device = self.stage_mapping.device_base + window.offset
                 self.stage_addresses = np.arange(self.n_qps) * stage_bytes    # zero-based MR
                 self.stage_memory = f"device memory ({total} bytes at offset {window.offset} of its page)"

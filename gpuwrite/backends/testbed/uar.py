@@ -73,17 +73,21 @@ def page_span(address: int, length: int, page_bytes: int = PAGE_BYTES) -> tuple[
     return base, end - base
 
 
-def map_io_into_gpu(host_address: int, length: int) -> GpuMapping:
-    """Registers NIC I/O memory mapped at ``host_address`` with CUDA for GPU access."""
+def map_io_into_gpu(host_address: int, length: int, io_memory: bool = True) -> GpuMapping:
+    """Registers NIC I/O memory mapped at ``host_address`` with CUDA for GPU access.
+    ``io_memory=False`` registers ordinary host pages instead (a fake NIC's, ``Verbs.io_memory``):
+    the driver refuses IOMEMORY for them with CUDA_ERROR_INVALID_VALUE."""
     base, span = page_span(host_address, length)
     if SIMULATOR:
         return GpuMapping(base, span, base)
     from cuda.bindings import driver
 
-    flags = driver.CU_MEMHOSTREGISTER_IOMEMORY | driver.CU_MEMHOSTREGISTER_DEVICEMAP
+    flags = driver.CU_MEMHOSTREGISTER_DEVICEMAP
+    if io_memory:
+        flags |= driver.CU_MEMHOSTREGISTER_IOMEMORY
     _check(driver.cuMemHostRegister(base, span, flags),
-           f"cuMemHostRegister(0x{base:x}, {span}, IOMEMORY|DEVICEMAP) of NIC memory "
-           "(does the driver allow it? see `gpuwrite doctor`: PeerMappingOverride)")
+           f"cuMemHostRegister(0x{base:x}, {span}, {'IOMEMORY|' if io_memory else ''}DEVICEMAP) of "
+           "NIC memory (does the driver allow it? see `gpuwrite doctor`: PeerMappingOverride)")
     try:
         device = _check(driver.cuMemHostGetDevicePointer(base, 0), "cuMemHostGetDevicePointer")
     except GpuMappingError:
