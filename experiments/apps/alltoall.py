@@ -126,7 +126,9 @@ class AllToAll:
             self.status)
 
     def check(self) -> dict:
-        """Every byte of every slot, the canary after each run, every signal."""
+        """Every byte of every slot, the canary after each run, every signal. Waits for the
+        launched kernel first: on a GPU a launch returns at once."""
+        common.sync()
         r = self.routing
         send_bytes = r.send.view(np.uint8)
         canary = np.full(r.slot_words, CANARY, dtype=np.uint32).view(np.uint8)

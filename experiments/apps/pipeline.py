@@ -138,6 +138,7 @@ def run(tiles: int = 6, tile_bytes: int = 1000, producers: int = 2, consumers: i
                 c_args = (recv.kernel, sig.kernel, tile_words, timeout_ns, sums, t_seen, c_status)
                 p_args = (session.Q, session.cfg, src, d_prm, api.PATH_IDS[path], t_start,
                           p_status)
+                common.compile_for(produce, *p_args)   # before its consumer waits for it
                 if SIMULATOR:
                     produce[producers, threads](*p_args)
                     consume[consumers, threads](*c_args)

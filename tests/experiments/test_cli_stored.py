@@ -114,7 +114,10 @@ def test_installed_copy_without_csrc_gets_the_same_keys(tmp_path):
     shutil.copytree(Path(spec_module.__file__).resolve().parents[1], site / "gpuwrite",
                     ignore=shutil.ignore_patterns("__pycache__", "*.c", "*.o"))
     code = "from gpuwrite.experiments.spec import code_fingerprint as f; print(f('emulated'), f('model'))"
-    env = {**os.environ, "PYTHONPATH": str(site), "NUMBA_ENABLE_CUDASIM": "1"}
+    # The copy comes first; the rest of the path stays (a machine may bring its own numpy
+    # or numba that way).
+    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "NUMBA_ENABLE_CUDASIM": "1"}
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
                          check=True).stdout.split()
     assert out == [spec_module.code_fingerprint("emulated"), spec_module.code_fingerprint("model")]
