@@ -79,14 +79,6 @@ def sync(*streams) -> None:
         stream.synchronize()
 
 
-def compile_for(kernel, *args) -> None:
-    """Compiles ``kernel`` for ``args`` now (on a GPU; the simulator compiles nothing). A
-    kernel launched first and waiting for one launched after it must not wait through the
-    second one's compilation: seconds, longer than a wait's timeout on a busy machine."""
-    if not SIMULATOR:
-        kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
-
-
 def bulk_store_gbytes() -> tuple[float, str]:
     """The push ceiling, GB/s, and where it came from: measured now on a GPU (full-grid
     stores into mapped host memory, as ``gpuwrite bench`` does), or on the simulator

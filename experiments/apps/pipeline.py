@@ -29,7 +29,7 @@ import numpy as np
 from numba import int64, uint64
 
 from experiments.apps import common
-from gpuwrite.cudaenv import SIMULATOR, cuda
+from gpuwrite.cudaenv import SIMULATOR, cuda, preload
 from gpuwrite.device import api
 from gpuwrite.device.intrinsics import globaltimer_ns
 
@@ -138,7 +138,10 @@ def run(tiles: int = 6, tile_bytes: int = 1000, producers: int = 2, consumers: i
                 c_args = (recv.kernel, sig.kernel, tile_words, timeout_ns, sums, t_seen, c_status)
                 p_args = (session.Q, session.cfg, src, d_prm, api.PATH_IDS[path], t_start,
                           p_status)
-                common.compile_for(produce, *p_args)   # before its consumer waits for it
+                # Compiled and loaded before its consumer starts waiting for its signals:
+                # a first launch's compilation takes seconds, more than the wait allows on
+                # a busy machine (a GPU test run with eight processes, session 12).
+                preload(produce, *p_args)
                 if SIMULATOR:
                     produce[producers, threads](*p_args)
                     consume[consumers, threads](*c_args)
