@@ -29,7 +29,7 @@ import numpy as np
 from numba import int64
 
 from experiments.apps import common
-from gpuwrite.cudaenv import SIMULATOR, cuda
+from gpuwrite.cudaenv import SIMULATOR, cuda, preload
 from gpuwrite.device import api
 
 WARPS = 2                       # QPs per block: one per warp
@@ -119,11 +119,18 @@ class AllToAll:
         for buf, _ in self.sig:
             buf.host[:] = 0
 
+    def _args(self, path: str) -> tuple:
+        return (self.session.Q, self.session.cfg, self.send, self.plan, api.PATH_IDS[path],
+                self.status)
+
+    def preload(self) -> None:
+        """Compiles and loads the kernel now (``cudaenv.preload``): loading waits for the
+        context's running kernels, a GPU pull agent among them."""
+        preload(dispatch, *self._args("gpu_push"))
+
     def launch(self, path: str) -> None:
         pairs = self.routing.ranks ** 2
-        dispatch[(pairs + WARPS - 1) // WARPS, 32 * WARPS](
-            self.session.Q, self.session.cfg, self.send, self.plan, api.PATH_IDS[path],
-            self.status)
+        dispatch[(pairs + WARPS - 1) // WARPS, 32 * WARPS](*self._args(path))
 
     def check(self) -> dict:
         """Every byte of every slot, the canary after each run, every signal. Waits for the
@@ -158,12 +165,12 @@ def _auto_choices(thresholds: api.Thresholds, routing: Routing) -> dict:
 
 def run(ranks: int = 4, tokens: int = 16, token_bytes: int = 64, paths=common.PATH_CHOICES,
         repeats: int | None = None, world_name: str = "emulated", seed: int = 5,
-        session_kwargs: dict | None = None) -> dict:
+        session_kwargs: dict | None = None, pull_agent: str | None = None) -> dict:
     """Runs the all-to-all once per path (after a warm-up), checking every byte each
-    time; returns the table the CLI prints."""
+    time; returns the table the CLI prints. ``pull_agent``: see ``common.pull_agent_for``."""
     r = route(ranks, tokens, token_bytes, seed)
     repeats = common.default_repeats(repeats)
-    kwargs = dict(session_kwargs or {})
+    kwargs = common.session_options(world_name, pull_agent, session_kwargs)
     session = api.Session(ranks * ranks, world=world_name, **kwargs)
     out = {"world": common.header(), "ranks": ranks, "tokens_per_rank": tokens,
            "token_bytes": token_bytes, "bytes_moved": int(r.run_bytes.sum()),
@@ -175,8 +182,9 @@ def run(ranks: int = 4, tokens: int = 16, token_bytes: int = 64, paths=common.PA
     out["bulk_store_gbytes"], out["bulk_store_source"] = gbytes, source
     ideal_s = out["bytes_moved"] / (gbytes * 1e9) if gbytes == gbytes else float("nan")
     with session:
-        session.start()
         a2a = AllToAll(session, r)
+        a2a.preload()           # before start: a GPU pull agent may run from then on
+        session.start()
         out["world"] = common.header(session)
         for path in paths:
             if path == "gpu_push_inline" and r.run_bytes.max() > api._MAX_INLINE:
@@ -215,7 +223,7 @@ def main(argv=None) -> int:
     parser.add_argument("--tokens", type=common.positive, default=4 if SIMULATOR else 1024,
                         help="tokens per rank")
     parser.add_argument("--token-bytes", type=common.positive, default=62 if SIMULATOR else 4096)
-    args = parser.parse_args(argv)
+    args = common.parse_args(parser, argv)
     if args.ranks < 2 or args.ranks > 64:
         parser.error(f"--ranks {args.ranks}: allowed 2 to 64")
 
@@ -232,7 +240,8 @@ def main(argv=None) -> int:
                   f"verified={row['verified']}" + (f"  errors={row['errors']}" if row["errors"] else ""))
 
     return common.emit(lambda: run(args.ranks, args.tokens, args.token_bytes, args.paths,
-                                   args.repeats, args.world), args.json, table)
+                                   args.repeats, args.world, pull_agent=args.pull_agent),
+                       args.json, table)
 
 
 if __name__ == "__main__":

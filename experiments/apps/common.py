@@ -10,6 +10,7 @@ import numpy as np
 
 from gpuwrite.cudaenv import SIMULATOR, cuda, world
 from gpuwrite.device import api
+from gpuwrite.paths.pull_agent import PULL_AGENTS
 
 # Exit status when the chosen world cannot run here (as `gpuwrite testbed` uses).
 EXIT_UNAVAILABLE = 3
@@ -44,7 +45,41 @@ def base_parser(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--repeats", type=positive, default=None,
                         help="timed runs per path (default: 3 on a GPU, 1 on the simulator)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--pull-agent", choices=PULL_AGENTS, default=None,
+                        help="what answers nic_pull's reads in emulated mode: gpu (a persistent "
+                             "GPU block; the default on a GPU) or copy_engine (a driver call per "
+                             "pull; the only one on the simulator)")
     return parser
+
+
+def parse_args(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
+    """``parser.parse_args`` and the checks across options (exit 2 with the reason)."""
+    args = parser.parse_args(argv)
+    if args.pull_agent is not None and args.world != "emulated":
+        parser.error(f"--pull-agent {args.pull_agent}: an option of --world emulated (a real "
+                     "NIC reads GPU memory itself)")
+    if args.pull_agent == "gpu" and SIMULATOR:
+        parser.error("--pull-agent gpu: the CUDA simulator runs one kernel at a time, so the "
+                      "agent cannot run beside the kernels; allowed here: copy_engine")
+    return args
+
+
+def pull_agent_for(world_name: str, pull_agent: str | None) -> str | None:
+    """The Session's ``pull_agent``: as asked, else the GPU agent on a GPU in emulated mode
+    (a pull then crosses PCIe as a NIC's read does; the copy engine's driver call per pull
+    costs more than the read it stands for). None where the world has no such option."""
+    if world_name != "emulated":
+        return None
+    return pull_agent or ("copy_engine" if SIMULATOR else "gpu")
+
+
+def session_options(world_name: str, pull_agent: str | None, session_kwargs: dict | None) -> dict:
+    """A run's Session keywords: the caller's, with the pull agent chosen."""
+    kwargs = dict(session_kwargs or {})
+    agent = pull_agent_for(world_name, pull_agent)
+    if agent is not None:
+        kwargs.setdefault("pull_agent", agent)
+    return kwargs
 
 
 class Timer:

@@ -86,9 +86,11 @@ def consume(recv, sig, tile_words, timeout_ns, sums, t_seen, status):
 
 def run(tiles: int = 6, tile_bytes: int = 1000, producers: int = 2, consumers: int = 2,
         threads: int | None = None, paths=common.PATH_CHOICES, repeats: int | None = None,
-        world_name: str = "emulated", seed: int = 9, session_kwargs: dict | None = None) -> dict:
+        world_name: str = "emulated", seed: int = 9, session_kwargs: dict | None = None,
+        pull_agent: str | None = None) -> dict:
     """Runs the pipeline once per path (after a warm-up on a GPU), checking everything
-    each time; returns the table the CLI prints."""
+    each time; returns the table the CLI prints. ``pull_agent``: see
+    ``common.pull_agent_for``."""
     if tiles < 1 or tile_bytes < 1 or producers < 1 or consumers < 1:
         raise ValueError(f"tiles={tiles}, tile_bytes={tile_bytes}, producers={producers}, "
                          f"consumers={consumers}: each at least 1")
@@ -97,7 +99,8 @@ def run(tiles: int = 6, tile_bytes: int = 1000, producers: int = 2, consumers: i
     tile_words = (tile_bytes + 3) // 4
     payload = np.random.default_rng(seed).integers(0, 2**32, size=tiles * tile_words,
                                                    dtype=np.uint32)
-    session = api.Session(producers, world=world_name, **(session_kwargs or {}))
+    session = api.Session(producers, world=world_name,
+                          **common.session_options(world_name, pull_agent, session_kwargs))
     want = payload.reshape(tiles, tile_words).copy()
     if tile_bytes % 4:   # the bytes after a tile's end keep the canary
         keep = np.full(tile_words, CANARY, dtype=np.uint32).view(np.uint8)
@@ -110,17 +113,31 @@ def run(tiles: int = 6, tile_bytes: int = 1000, producers: int = 2, consumers: i
                           "source": session.thresholds.source},
            "concurrent": not SIMULATOR, "paths": {}}
     with session:
-        session.start()
         src, src_mr = session.source(payload)
         recv, recv_mr = session.receive(tiles * tile_words, fill=CANARY)
         sig, sig_mr = session.receive(2 * tiles)
-        out["world"] = common.header(session)
         prm = np.zeros(7, dtype=np.int64)
         prm[[R_DST_ADDR, R_RKEY, R_LKEY, R_SIG_ADDR, R_SIG_RKEY, R_TILE_BYTES, R_TILES]] = (
             recv_mr.address, recv_mr.rkey, src_mr.lkey, sig_mr.address, sig_mr.rkey,
             tile_bytes, tiles)
         d_prm = cuda.to_device(prm)
         timeout_ns = int(session.cfg_host[api.C_TIMEOUT_NS])
+
+        def outputs():
+            """Fresh per run: sums, t_seen, t_start, producer and consumer status."""
+            return tuple(cuda.to_device(np.zeros(n, dtype=dt)) for n, dt in (
+                (tiles, np.uint64), (tiles, np.int64), (1, np.int64), (producers, np.int64),
+                (consumers, np.int64)))
+
+        # Both kernels are compiled and loaded before start, where a GPU pull agent begins
+        # to run, and before the consumer waits for the producer's signals (loading a
+        # module waits for the context's running kernels, and a first launch's
+        # compilation takes seconds: more than a signal wait allows on a busy machine).
+        sums, t_seen, t_start, p_status, c_status = outputs()
+        preload(consume, recv.kernel, sig.kernel, tile_words, timeout_ns, sums, t_seen, c_status)
+        preload(produce, session.Q, session.cfg, src, d_prm, 0, t_start, p_status)
+        session.start()
+        out["world"] = common.header(session)
         for path in paths:
             if path == "gpu_push_inline" and tile_bytes > api._MAX_INLINE:
                 out["paths"][path] = {"skipped": f"tiles of {tile_bytes} bytes; an inline WQE "
@@ -130,18 +147,10 @@ def run(tiles: int = 6, tile_bytes: int = 1000, producers: int = 2, consumers: i
             for k in range(repeats + (0 if SIMULATOR else 1)):    # a GPU warms up first
                 recv.host[:] = np.uint32(CANARY)
                 sig.host[:] = 0
-                sums = cuda.to_device(np.zeros(tiles, dtype=np.uint64))
-                t_seen = cuda.to_device(np.zeros(tiles, dtype=np.int64))
-                t_start = cuda.to_device(np.zeros(1, dtype=np.int64))
-                p_status = cuda.to_device(np.zeros(producers, dtype=np.int64))
-                c_status = cuda.to_device(np.zeros(consumers, dtype=np.int64))
+                sums, t_seen, t_start, p_status, c_status = outputs()
                 c_args = (recv.kernel, sig.kernel, tile_words, timeout_ns, sums, t_seen, c_status)
                 p_args = (session.Q, session.cfg, src, d_prm, api.PATH_IDS[path], t_start,
                           p_status)
-                # Compiled and loaded before its consumer starts waiting for its signals:
-                # a first launch's compilation takes seconds, more than the wait allows on
-                # a busy machine (a GPU test run with eight processes, session 12).
-                preload(produce, *p_args)
                 if SIMULATOR:
                     produce[producers, threads](*p_args)
                     consume[consumers, threads](*c_args)
@@ -185,7 +194,7 @@ def main(argv=None) -> int:
                         help="producer blocks (one QP each)")
     parser.add_argument("--consumers", type=common.positive, default=2 if SIMULATOR else 8,
                         help="consumer blocks")
-    args = parser.parse_args(argv)
+    args = common.parse_args(parser, argv)
 
     def table(out):
         print(f"{args.tiles} tiles of {args.tile_bytes} B, {args.producers} producer and "
@@ -201,7 +210,8 @@ def main(argv=None) -> int:
 
     return common.emit(lambda: run(args.tiles, args.tile_bytes, args.producers, args.consumers,
                                    paths=args.paths, repeats=args.repeats,
-                                   world_name=args.world), args.json, table)
+                                   world_name=args.world, pull_agent=args.pull_agent),
+                       args.json, table)
 
 
 if __name__ == "__main__":

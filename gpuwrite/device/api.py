@@ -766,6 +766,7 @@ class TestbedNotReady(RuntimeError):
 
 
 WORLDS = ("emulated", "testbed")
+AGENT_IDLE_S = 3600.0   # a Session's GPU pull agent leaves by itself only after this long idle
 
 
 class Session:
@@ -785,12 +786,21 @@ class Session:
     bring-up step that fails on the NIC raises ``TestbedError`` naming the step.
     ``describe()`` says what stands in for what.
 
-    nic_pull is served by the copy-engine stand-in: the engine's thread calls the CUDA
-    driver for each pull. Wait for a kernel that puts (``cuda.synchronize()``, or its
-    stream's) before copying anything to the host: a synchronous copy into pageable memory
-    issued while the kernel runs holds the driver until the kernel ends, the pulls the
-    kernel waits for cannot start, and its waits end in ``E_TIMEOUT_CQE`` (seen on an
-    H100, BENCHMARKS.md, session 7).
+    nic_pull's reads of GPU memory are answered by ``pull_agent``:
+
+    * ``"copy_engine"`` (the default): the engine's thread calls the CUDA driver for each
+      pull, about 9 us of host-side cost whatever the size, more than the read it stands
+      for. Wait for a kernel that puts (``cuda.synchronize()``, or its stream's) before
+      copying anything to the host: a synchronous copy into pageable memory issued while
+      the kernel runs holds the driver until the kernel ends, the pulls the kernel waits
+      for cannot start, and its waits end in ``E_TIMEOUT_CQE`` (seen on an H100,
+      BENCHMARKS.md, session 7).
+    * ``"gpu"``: the GPU pull agent (:mod:`gpuwrite.paths.pull_agent`), a persistent block
+      that ``start`` launches on a stream of its own and ``close`` stops; a pull then
+      crosses PCIe as a NIC's read does. Two rules while it runs: load every kernel you
+      will launch before ``start`` (``gpuwrite.cudaenv.preload``: loading a module waits
+      for the context's running kernels, the agent among them), and wait for streams, not
+      the device (``cuda.synchronize()`` would wait for the agent). A real GPU only.
     """
 
     __test__ = False
@@ -801,16 +811,30 @@ class Session:
                  ring_each_bytes: int = 65536, sq_bbs: int = 256,
                  stage_slots: int | None = None, stage_slot_bytes: int = 256,
                  bounce_bytes: int | None = None, stage_credits: str = "status",
-                 poll_delay_ns: int = 0, context=None, testbed: dict | None = None):
+                 poll_delay_ns: int = 0, context=None, testbed: dict | None = None,
+                 pull_agent: str = "copy_engine"):
         from gpuwrite.host.verbs import Context
+        from gpuwrite.paths.pull_agent import PULL_AGENTS
 
         if world not in WORLDS:
             raise ValueError(f"world={world!r}: allowed {', '.join(WORLDS)}")
+        if pull_agent not in PULL_AGENTS:
+            raise ValueError(f"pull_agent={pull_agent!r}: allowed {', '.join(PULL_AGENTS)}")
+        if pull_agent == "gpu" and workers != 1:
+            raise ValueError(f"pull_agent='gpu' with workers={workers}: the agent serves one "
+                             "engine worker; allowed: workers=1, or pull_agent='copy_engine'")
+        if pull_agent == "gpu" and SIMULATOR:
+            raise ValueError("pull_agent='gpu': the CUDA simulator runs one kernel at a time, so "
+                             "the agent cannot run beside a kernel that puts; allowed here: "
+                             "'copy_engine'")
         self._testbed = None
+        self.pull_agent = pull_agent
+        self._agent = None
         if world == "testbed":
             emulated_only = [f"{name}={value!r}" for name, value, default in (
                 ("policy", policy, "hold"), ("link", link, None), ("workers", workers, 1),
-                ("poll_delay_ns", poll_delay_ns, 0), ("context", context, None)) if value != default]
+                ("poll_delay_ns", poll_delay_ns, 0), ("context", context, None),
+                ("pull_agent", pull_agent, "copy_engine")) if value != default]
             if emulated_only:
                 raise ValueError(f"{', '.join(emulated_only)}: options of the emulated NIC; "
                                  "world='testbed' runs on a real one")
@@ -858,6 +882,7 @@ class Session:
             self.thresholds.to_cfg(cfg)
             self.cfg_host = cfg
             self.cfg = cuda.to_device(cfg)
+            self.timeout_s = timeout_s
         except BaseException:
             self.close()     # a testbed session's NIC objects too
             raise
@@ -892,17 +917,32 @@ class Session:
         return buf, mr
 
     def start(self) -> "Session":
-        """Starts the emulated NIC's threads (a real NIC runs already)."""
+        """Starts the emulated NIC's threads (a real NIC runs already), and the GPU pull
+        agent where ``pull_agent="gpu"``."""
         if self._testbed is None and not self.context.running:
             self.context.start()
+        if self.pull_agent == "gpu" and self._agent is None:
+            from gpuwrite.paths.pull_agent import PullAgent
+
+            # A pull the agent leaves unanswered fails (reason pull_failed) before a
+            # kernel's own wait gives up, so the kernel sees the reason. The agent stays
+            # for the session's life: it leaves on its own only after an hour idle.
+            self._agent = PullAgent(self.context, pull_timeout_s=min(1.0, self.timeout_s / 2),
+                                    idle_timeout_s=AGENT_IDLE_S).start()
         return self
 
     def describe(self) -> str:
         """What stands in for what, in one line."""
         if self._testbed is not None:
             return self._testbed.describe()
+        pull = ("pulled by the GPU agent (a persistent block answers the engine's reads)"
+                if self.pull_agent == "gpu" else "pulled by the copy engine (a driver call per pull)")
         return ("emulated: a software NIC (a C thread) stands in for the NIC; gpu_push stages "
-                "in host memory; nic_pull is pulled by the copy engine")
+                f"in host memory; nic_pull is {pull}")
+
+    def agent_report(self) -> dict | None:
+        """The pulls the GPU agent answered and the engine failed so far (None without one)."""
+        return self._agent.engine_pulls() if self._agent is not None else None
 
     def qp_errors(self, status) -> dict:
         """Named errors of the QPs whose status (as a kernel stored it, indexed by QP)
@@ -929,6 +969,14 @@ class Session:
             testbed, self._testbed = self._testbed, None
             testbed.close()
             return
+        agent, self._agent = getattr(self, "_agent", None), None
+        try:
+            if agent is not None:
+                agent.stop()     # before the regions and the engine it reads them through
+        finally:
+            self._close_emulated()
+
+    def _close_emulated(self) -> None:
         if getattr(self, "pd", None) is not None:
             self.pd.close()
             self.pd = None

@@ -183,12 +183,15 @@ class PullAgent:
             raise RuntimeError("the engine's workers did not let go of the pull agent's ring "
                                "within 10 s; its memory is kept")
         self.ctx._eng.pins.pop(_PIN, None)
-        failed = ffi.new("uint64_t *")
-        answered = lib.gw_engine_agent_pulls(self.ctx._engine, failed)
         out = self.outcome.copy_to_host()
         return {"exit": EXIT_NAMES.get(int(out[A_EXIT]), str(out[A_EXIT])),
-                "pulls": int(out[A_PULLS]), "bytes": int(out[A_BYTES]),
-                "engine_answered": int(answered), "engine_failed": int(failed[0])}
+                "pulls": int(out[A_PULLS]), "bytes": int(out[A_BYTES]), **self.engine_pulls()}
+
+    def engine_pulls(self) -> dict:
+        """The engine's count of pulls the agent answered and of pulls it failed."""
+        failed = ffi.new("uint64_t *")
+        answered = lib.gw_engine_agent_pulls(self.ctx._engine, failed)
+        return {"engine_answered": int(answered), "engine_failed": int(failed[0])}
 
     def engine_gone(self) -> None:
         """Called by the engine's teardown while this agent is still attached (the context

@@ -70,6 +70,26 @@ def test_apps_skip_testbed_with_a_reason_and_refuse_bad_arguments(capsys):
     assert "allowed a comma-separated list" in capsys.readouterr().err
 
 
+def test_apps_choose_the_pull_agent_and_refuse_what_cannot_run(capsys):
+    from experiments.apps import common
+    from gpuwrite.cudaenv import SIMULATOR
+
+    assert common.pull_agent_for("emulated", None) == ("copy_engine" if SIMULATOR else "gpu")
+    assert common.pull_agent_for("emulated", "copy_engine") == "copy_engine"
+    assert common.pull_agent_for("testbed", None) is None
+    assert common.session_options("testbed", None, {"timeout_s": 2.0}) == {"timeout_s": 2.0}
+    for app in (alltoall, pipeline):
+        with pytest.raises(SystemExit) as exc:
+            app.main(["--world", "testbed", "--pull-agent", "gpu"])
+        assert exc.value.code == 2
+        assert "--pull-agent gpu: an option of --world emulated" in capsys.readouterr().err
+        if SIMULATOR:
+            with pytest.raises(SystemExit) as exc:
+                app.main(["--pull-agent", "gpu"])
+            assert exc.value.code == 2
+            assert "allowed here: copy_engine" in capsys.readouterr().err
+
+
 def test_bench_runs_end_to_end_at_toy_sizes(tmp_path):
     out = bench.run(quick=True, toy=True)
     for key in ("latency_64B", "bandwidth_1MiB", "rate_64B"):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from numba import int64
 
-from gpuwrite.cudaenv import cuda
+from gpuwrite.cudaenv import SIMULATOR, cuda, preload
 from gpuwrite.device import api
 from gpuwrite.device import verbs as dv
 from gpuwrite.device.intrinsics import ld_acquire_sys_u32
@@ -105,22 +105,26 @@ class Layout:
 
 
 def _run(kernel, grid, threads, path, sizes, thresholds=None, chunk_bytes=256, link=None,
-         n_qps=2, sq_bbs=256):
+         n_qps=2, sq_bbs=256, pull_agent="copy_engine"):
     layout = Layout(n_qps, sizes)
     with api.Session(n_qps, thresholds=thresholds or api.Thresholds.fixed("gpu_push"),
-                     chunk_bytes=chunk_bytes, link=link, timeout_s=20, sq_bbs=sq_bbs) as s:
+                     chunk_bytes=chunk_bytes, link=link, timeout_s=20, sq_bbs=sq_bbs,
+                     pull_agent=pull_agent) as s:
         src, smr = s.source(layout.payload)
         dst, dmr = s.receive(layout.words, fill=CANARY)
         plan = layout.plan.copy()
         plan[:, :, M_DST] = dmr.address + plan[:, :, M_DST] * 4
         keys = cuda.to_device(np.array([dmr.rkey, smr.lkey], dtype=np.int64))
         status = cuda.to_device(np.full(n_qps, 99, dtype=np.int64))
+        args = (s.Q, s.cfg, src, cuda.to_device(plan), keys, api.PATH_IDS[path], status)
+        preload(kernel, *args)      # before the GPU pull agent, where there is one, starts
         s.start()
-        kernel[grid, threads](s.Q, s.cfg, src, cuda.to_device(plan), keys, api.PATH_IDS[path],
-                              status)
-        cuda.synchronize()
+        kernel[grid, threads](*args)
+        # The legacy stream, not the device: a GPU pull agent runs until close.
+        cuda.default_stream().synchronize()
         st = status.copy_to_host()
-        return layout, dst.host.view(np.uint8).copy(), st, s.context.counters(), s.qp_errors(st)
+        counters = {**s.context.counters(), "agent": s.agent_report()}
+        return layout, dst.host.view(np.uint8).copy(), st, counters, s.qp_errors(st)
 
 
 @pytest.mark.parametrize("scope", list(SCOPES))
@@ -241,6 +245,30 @@ def test_put_signal_never_shows_the_signal_before_the_data(path, words):
     assert list(out[:2]) == [api.OK, api.OK], [api.error_name(x) for x in out[:2]]
     assert out[2] == 1, "the NIC had delivered every signal before the consumer began"
     assert out[3] == 0, f"{out[3]} words read after their signal were not the data"
+
+
+@pytest.mark.skipif(SIMULATOR, reason="the GPU pull agent runs beside the kernel: a real GPU only")
+@pytest.mark.parametrize("scope", ["warp", "block"])
+def test_nic_pull_answered_by_the_gpu_agent_delivers_exact_bytes(scope):
+    kernel, grid, threads = SCOPES[scope]
+    layout, got, st, counters, errors = _run(kernel, grid, threads, "nic_pull",
+                                             (4, 62, 256, 1000, 4096), pull_agent="gpu")
+    assert list(st) == [api.OK, api.OK], errors
+    assert np.array_equal(got, layout.want())
+    plan_msgs = layout.plan.shape[0] * layout.plan.shape[1]
+    assert counters["agent"] == {"engine_answered": plan_msgs, "engine_failed": 0}
+
+
+def test_pull_agent_choices_are_checked():
+    with pytest.raises(ValueError, match=r"pull_agent='agent': allowed gpu, copy_engine"):
+        api.Session(1, pull_agent="agent")
+    with pytest.raises(ValueError, match=r"pull_agent='gpu' with workers=2"):
+        api.Session(1, pull_agent="gpu", workers=2)
+    if SIMULATOR:
+        with pytest.raises(ValueError, match="the CUDA simulator runs one kernel at a time"):
+            api.Session(1, pull_agent="gpu")
+    with api.Session(1) as s:
+        assert "nic_pull is pulled by the copy engine" in s.describe() and s.agent_report() is None
 
 
 @cuda.jit
