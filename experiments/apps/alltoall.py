@@ -183,7 +183,7 @@ def run(ranks: int = 4, tokens: int = 16, token_bytes: int = 64, paths=common.PA
     ideal_s = out["bytes_moved"] / (gbytes * 1e9) if gbytes == gbytes else float("nan")
     with session:
         a2a = AllToAll(session, r)
-        a2a.preload()           # before start: a GPU pull agent may run from then on
+        a2a.preload()           # before any GPU pull agent runs (Session.agent_running)
         session.start()
         out["world"] = common.header(session)
         for path in paths:
@@ -194,13 +194,14 @@ def run(ranks: int = 4, tokens: int = 16, token_bytes: int = 64, paths=common.PA
             checks = []
             if not SIMULATOR:
                 a2a.reset()
-                a2a.launch(path)     # warm-up: compiles the kernel; checked too
-                common.sync()
+                with session.agent_running():
+                    a2a.launch(path)     # warm-up; checked too
+                    common.sync()
                 checks.append(a2a.check())
             times = []
             for _ in range(repeats):
                 a2a.reset()
-                with common.Timer() as t:
+                with session.agent_running(), common.Timer() as t:
                     a2a.launch(path)
                 times.append(t.seconds)
                 checks.append(a2a.check())

@@ -129,9 +129,9 @@ def run(tiles: int = 6, tile_bytes: int = 1000, producers: int = 2, consumers: i
                 (tiles, np.uint64), (tiles, np.int64), (1, np.int64), (producers, np.int64),
                 (consumers, np.int64)))
 
-        # Both kernels are compiled and loaded before start, where a GPU pull agent begins
-        # to run, and before the consumer waits for the producer's signals (loading a
-        # module waits for the context's running kernels, and a first launch's
+        # Both kernels are compiled and loaded before any GPU pull agent runs
+        # (Session.agent_running) and before the consumer waits for the producer's signals
+        # (loading a module waits for the context's running kernels, and a first launch's
         # compilation takes seconds: more than a signal wait allows on a busy machine).
         sums, t_seen, t_start, p_status, c_status = outputs()
         preload(consume, recv.kernel, sig.kernel, tile_words, timeout_ns, sums, t_seen, c_status)
@@ -156,9 +156,10 @@ def run(tiles: int = 6, tile_bytes: int = 1000, producers: int = 2, consumers: i
                     consume[consumers, threads](*c_args)
                 else:
                     s_consumer, s_producer = cuda.stream(), cuda.stream()
-                    consume[consumers, threads, s_consumer](*c_args)
-                    produce[producers, threads, s_producer](*p_args)
-                    common.sync(s_consumer, s_producer)
+                    with session.agent_running():
+                        consume[consumers, threads, s_consumer](*c_args)
+                        produce[producers, threads, s_producer](*p_args)
+                        common.sync(s_consumer, s_producer)
                 ps, cs = p_status.copy_to_host(), c_status.copy_to_host()
                 got = recv.host.reshape(tiles, tile_words)
                 sig_ok = np.array_equal(sig.host.view(np.uint64), np.arange(1, tiles + 1))

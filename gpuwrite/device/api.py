@@ -51,6 +51,7 @@ and receive buffers).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 
@@ -766,7 +767,6 @@ class TestbedNotReady(RuntimeError):
 
 
 WORLDS = ("emulated", "testbed")
-AGENT_IDLE_S = 3600.0   # a Session's GPU pull agent leaves by itself only after this long idle
 
 
 class Session:
@@ -796,11 +796,9 @@ class Session:
       for cannot start, and its waits end in ``E_TIMEOUT_CQE`` (seen on an H100,
       BENCHMARKS.md, session 7).
     * ``"gpu"``: the GPU pull agent (:mod:`gpuwrite.paths.pull_agent`), a persistent block
-      that ``start`` launches on a stream of its own and ``close`` stops; a pull then
-      crosses PCIe as a NIC's read does. Two rules while it runs: load every kernel you
-      will launch before ``start`` (``gpuwrite.cudaenv.preload``: loading a module waits
-      for the context's running kernels, the agent among them), and wait for streams, not
-      the device (``cuda.synchronize()`` would wait for the agent). A real GPU only.
+      on a stream of its own, running for a ``with session.agent_running():`` block; a
+      pull then crosses PCIe as a NIC's read does. A real GPU only; see
+      ``agent_running`` for what must not happen inside the block.
     """
 
     __test__ = False
@@ -830,6 +828,7 @@ class Session:
         self._testbed = None
         self.pull_agent = pull_agent
         self._agent = None
+        self._agent_pulls = None
         if world == "testbed":
             emulated_only = [f"{name}={value!r}" for name, value, default in (
                 ("policy", policy, "hold"), ("link", link, None), ("workers", workers, 1),
@@ -917,19 +916,38 @@ class Session:
         return buf, mr
 
     def start(self) -> "Session":
-        """Starts the emulated NIC's threads (a real NIC runs already), and the GPU pull
-        agent where ``pull_agent="gpu"``."""
+        """Starts the emulated NIC's threads (a real NIC runs already)."""
         if self._testbed is None and not self.context.running:
             self.context.start()
-        if self.pull_agent == "gpu" and self._agent is None:
-            from gpuwrite.paths.pull_agent import PullAgent
-
-            # A pull the agent leaves unanswered fails (reason pull_failed) before a
-            # kernel's own wait gives up, so the kernel sees the reason. The agent stays
-            # for the session's life: it leaves on its own only after an hour idle.
-            self._agent = PullAgent(self.context, pull_timeout_s=min(1.0, self.timeout_s / 2),
-                                    idle_timeout_s=AGENT_IDLE_S).start()
         return self
+
+    @contextlib.contextmanager
+    def agent_running(self):
+        """Where ``pull_agent="gpu"``: the GPU pull agent runs for the ``with`` block (launch
+        your kernels and wait for their streams inside it); elsewhere it does nothing.
+
+        Inside the block a persistent kernel runs, so nothing may wait for the whole device:
+        not ``cuda.synchronize()``, not a module's first load (load kernels before, with
+        ``gpuwrite.cudaenv.preload``), not a free of device memory (Numba's are deferred
+        here, ``cuda.defer_cleanup``). A kernel loaded late waits for the agent to leave
+        after ``2 * timeout_s`` idle, and its pulls then fail (reason ``pull_failed``)."""
+        if self.pull_agent != "gpu" or self._agent is not None:
+            yield self
+            return
+        from gpuwrite.paths.pull_agent import PullAgent
+
+        if not self.context.running:
+            self.context.start()
+        with cuda.defer_cleanup():
+            # A pull the agent leaves unanswered fails (reason pull_failed) before a kernel's
+            # own wait gives up, so the kernel sees the reason.
+            self._agent = PullAgent(self.context, pull_timeout_s=min(1.0, self.timeout_s / 2),
+                                    idle_timeout_s=max(10.0, 2 * self.timeout_s)).start()
+            try:
+                yield self
+            finally:
+                agent, self._agent = self._agent, None
+                self._agent_pulls = agent.stop()
 
     def describe(self) -> str:
         """What stands in for what, in one line."""
@@ -941,8 +959,9 @@ class Session:
                 f"in host memory; nic_pull is {pull}")
 
     def agent_report(self) -> dict | None:
-        """The pulls the GPU agent answered and the engine failed so far (None without one)."""
-        return self._agent.engine_pulls() if self._agent is not None else None
+        """What the GPU pull agent did in the last ``agent_running`` block (its pulls and
+        bytes, and the engine's answered and failed pulls); None before one."""
+        return self._agent_pulls
 
     def qp_errors(self, status) -> dict:
         """Named errors of the QPs whose status (as a kernel stored it, indexed by QP)
@@ -969,14 +988,6 @@ class Session:
             testbed, self._testbed = self._testbed, None
             testbed.close()
             return
-        agent, self._agent = getattr(self, "_agent", None), None
-        try:
-            if agent is not None:
-                agent.stop()     # before the regions and the engine it reads them through
-        finally:
-            self._close_emulated()
-
-    def _close_emulated(self) -> None:
         if getattr(self, "pd", None) is not None:
             self.pd.close()
             self.pd = None

@@ -119,9 +119,10 @@ def _run(kernel, grid, threads, path, sizes, thresholds=None, chunk_bytes=256, l
         args = (s.Q, s.cfg, src, cuda.to_device(plan), keys, api.PATH_IDS[path], status)
         preload(kernel, *args)      # before the GPU pull agent, where there is one, starts
         s.start()
-        kernel[grid, threads](*args)
-        # The legacy stream, not the device: a GPU pull agent runs until close.
-        cuda.default_stream().synchronize()
+        with s.agent_running():
+            kernel[grid, threads](*args)
+            # The legacy stream, not the device: a GPU pull agent runs beside the kernel.
+            cuda.default_stream().synchronize()
         st = status.copy_to_host()
         counters = {**s.context.counters(), "agent": s.agent_report()}
         return layout, dst.host.view(np.uint8).copy(), st, counters, s.qp_errors(st)
@@ -256,7 +257,8 @@ def test_nic_pull_answered_by_the_gpu_agent_delivers_exact_bytes(scope):
     assert list(st) == [api.OK, api.OK], errors
     assert np.array_equal(got, layout.want())
     plan_msgs = layout.plan.shape[0] * layout.plan.shape[1]
-    assert counters["agent"] == {"engine_answered": plan_msgs, "engine_failed": 0}
+    agent = counters["agent"]
+    assert agent["engine_answered"] == agent["pulls"] == plan_msgs and agent["engine_failed"] == 0
 
 
 def test_pull_agent_choices_are_checked():
