@@ -177,9 +177,10 @@ def default_repeats(repeats: int | None) -> int:
 
 
 def header(session: api.Session | None = None) -> str:
-    """The world line: where kernels run, and in testbed mode what stands in for what
-    (``Session.describe``: NIC loopback for the network and the second host)."""
-    if session is not None and session.world == "testbed":
+    """The world line: where kernels run, and what stands in for what (``Session.describe``:
+    the software NIC and what answers nic_pull; in testbed mode the NIC's loopback for the
+    network and the second host)."""
+    if session is not None:
         return f"world: {session.describe()}; kernels: {world()}"
     return f"world: {world()}"
 
