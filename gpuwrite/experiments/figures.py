@@ -534,7 +534,7 @@ def validation_table(df: pd.DataFrame):
     shown.set_gid("validation")
     style.caveat(fig, validation.summary(frame) + ". Sources: pcie-bench/data (Neugebauer et al., SIGCOMM 2018) "
                  "NFP6000 on a Xeon E5-2630v4, one parameter set (gpuwrite/model/validation_data/"
-                 "nfp6000_e5-2630v4.toml, three constants fitted on the marked rows); this project's calibrate "
+                 "nfp6000_e5-2630v4.toml, four constants fitted on the marked rows); this project's calibrate "
                  "files (experiments/calibration/). 'fitted' rows define a parameter and are not tests.")
     return fig
 

@@ -118,6 +118,13 @@ class NicParams:
     # bw_dma_sz_sweep.csv, NFP6000 on E5-2630v4: 64 B reads peak at 62.3 M/s = 16 ns each;
     # a ConnectX-class engine is assumed 4x faster.
     read_request_overhead_ns: float = 4.0
+    # The engine's time per read request that grows with its bytes: fixed + bytes x
+    # per byte, the bytes not overlapping the next request's (time per request =
+    # max(read_request_overhead_ns, this)). 0 and 0: no such cost (a ConnectX-class engine
+    # is assumed to move a request's bytes at link rate). pcie-bench's NFP6000 sets both
+    # (gpuwrite/model/validation_data/nfp6000_e5-2630v4.toml, fitted at 129 and 192 B).
+    read_engine_fixed_ns: float = 0.0
+    read_engine_per_byte_ns: float = 0.0
     # How fast one read's completions enter the NIC's memory (its DMA engine's data path
     # for a single transfer); 0: as fast as the link. Several reads overlap, so this
     # bounds one read's latency, not the engine's bandwidth.
@@ -136,6 +143,8 @@ class NicParams:
         check_choice("nic.push_wqe_delivery", self.push_wqe_delivery, WQE_DELIVERIES)
         _check_int("nic.read_outstanding", self.read_outstanding, 1)
         check_positive("nic.read_request_overhead_ns", self.read_request_overhead_ns, zero_ok=True)
+        check_positive("nic.read_engine_fixed_ns", self.read_engine_fixed_ns, zero_ok=True)
+        check_positive("nic.read_engine_per_byte_ns", self.read_engine_per_byte_ns, zero_ok=True)
         check_positive("nic.read_stream_gbps", self.read_stream_gbps, zero_ok=True)
         _check_int("nic.fifo_bytes", self.fifo_bytes, 0)
 
@@ -259,6 +268,10 @@ SOURCES = {
     "nic.push_wqe_delivery": "model choice: BlueFlame (WQE with the doorbell) or fetch",
     "nic.read_outstanding": "assumption: 64 outstanding read requests (8-bit PCIe tags allow 256)",
     "nic.read_request_overhead_ns": "pcie-bench/data bw_dma_sz_sweep.csv: NFP6000 16 ns per 64 B DMA; assumed 4x faster",
+    "nic.read_engine_fixed_ns": "assumption: 0, a ConnectX-class engine's time per request is its issue cost "
+                                "alone; pcie-bench's NFP6000: 12.2 ns (validation_data/nfp6000_e5-2630v4.toml)",
+    "nic.read_engine_per_byte_ns": "assumption: 0, a ConnectX-class engine moves a request's bytes at link rate; "
+                                   "pcie-bench's NFP6000: 0.117 ns a byte (validation_data/nfp6000_e5-2630v4.toml)",
     "nic.read_stream_gbps": "assumption: a ConnectX-class engine streams one read at link rate (0); "
                             "pcie-bench's NFP6000 does not (gpuwrite/model/validation_data)",
     "nic.fifo_bytes": "assumption: 16 KiB cut-through FIFO of the naive (drop) NIC",

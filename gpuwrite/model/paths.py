@@ -16,9 +16,10 @@ serialisation that does not overlap its PCIe ingress. Serialisation over the PCI
 counted once, at the narrowest link (cut-through switches).
 
 Reads (nic_pull's payload, host_staged's bounce buffer) go through the NIC's read engine:
-at most ``nic.read_outstanding`` requests of up to MRRS bytes in flight, each costing
-``nic.read_request_overhead_ns`` to issue, so its bandwidth is
-min(link, outstanding bytes / read round trip, request bytes / overhead), and the
+at most ``nic.read_outstanding`` requests of up to MRRS bytes in flight, each occupying the
+engine for ``read_request_ns`` (its issue cost, or a fixed part plus a part per byte where
+the machine has one), so its bandwidth is
+min(link, outstanding bytes / read round trip, request bytes / time per request), and the
 platform's optional P2P read cap (``platform.p2p_read_cap_gbps``).
 """
 from __future__ import annotations
@@ -113,12 +114,20 @@ def _read_round_trip_ns(route: topo.Route, target: topo.Node) -> float:
     return 2.0 * route.one_way_latency_ns + target.latency_ns
 
 
+def read_request_ns(nic: nicmod.NicParams, request_bytes: float) -> float:
+    """The read engine's time per request of ``request_bytes``, requests back to back:
+    max(issue cost, fixed + bytes x per byte); 0 where the engine has neither cost."""
+    per_bytes = nic.read_engine_fixed_ns + request_bytes * nic.read_engine_per_byte_ns
+    return max(nic.read_request_overhead_ns, per_bytes)
+
+
 def read_engine_gbps(route: topo.Route, target: topo.Node, size_bytes: int, params: Params) -> float:
     """Bandwidth of the NIC's read engine for reads of ``size_bytes`` over ``route``.
 
     Little's law on the outstanding requests: bytes in flight / read round trip, capped
     by the narrowest link (completions and requests, pcie.effective_rate_gbps), by the
-    engine's per-request issue cost, and by the platform's P2P read cap if one is set.
+    engine's time per request (``read_request_ns``), and by the platform's P2P read cap if
+    one is set.
     """
     if size_bytes <= 0:
         return float("inf")
@@ -129,9 +138,9 @@ def read_engine_gbps(route: topo.Route, target: topo.Node, size_bytes: int, para
     # size fill the window: outstanding x request size in flight per round trip
     in_flight_bytes = params.nic.read_outstanding * request_bytes
     rate = min(link_rate, in_flight_bytes * 8.0 / _read_round_trip_ns(route, target))
-    overhead = params.nic.read_request_overhead_ns
-    if overhead > 0:
-        rate = min(rate, request_bytes * 8.0 / overhead)
+    per_request_ns = read_request_ns(params.nic, request_bytes)
+    if per_request_ns > 0:
+        rate = min(rate, request_bytes * 8.0 / per_request_ns)
     return rate
 
 

@@ -54,19 +54,22 @@ def _row(source, machine, quantity, size_bytes, measured, model, unit, kind="pre
             "within_goal": bool(counts and abs(error) <= GOAL_PCT) if counts else None, "note": note}
 
 
-# What the read engine's model is, and what it lacks against these data: the NFP's time
-# per read is 16 ns at 64 B, 23 ns at 128 B and 43 ns at 256 B (measured rates). Neither
-# the link (54 Gb/s at 256 B) nor the window (32 x 256 B per 528 ns round trip) binds at
-# 256 B. pcie-bench's own size sweep (bw_dma_sz_sweep.csv, sizes 129 to 511 B, not in the
-# CSV here) has the time per DMA grow 0.123 ns a byte from 27.3 ns at 129 B to 74.4 ns at
-# 511 B: as if the engine's cost per DMA and the DMA's bytes did not overlap, until the
-# link binds at 512 B. Its firmware (github.com/pcie-bench/pciebench-nfp, me/pcie_dma.c)
-# runs worker threads that each enqueue one DMA and wait for it; no description of the
-# NFP6000 DMA engine's internals was found to name the mechanism, so it is not modelled.
-NFP_BANDWIDTH_NOTE = ("min(link, outstanding reads x size / round trip, size / per-request cost); "
-                      "lacks the NFP engine's time per DMA above 128 B, which pcie-bench's size sweep shows "
-                      "growing 0.123 ns a byte (27.3 ns at 129 B, 43.0 at 256, 74.4 at 511) until the link binds; "
-                      "no source names that mechanism")
+# The NFP's read engine. Its time per DMA (measured rates) is 16 ns at 64 B, 23.4 at 128 B,
+# 27.3 at 129 B, 34.6 at 192 B and 43.0 at 256 B, where neither the link (38.1 ns at 256 B)
+# nor the window (32 x 256 B per 528 ns round trip) binds; from 257 B on it follows the
+# link. Modelled as a time per request that grows with its bytes, fixed + bytes x per byte
+# (paths.read_request_ns), fitted through the local 129 B and 192 B points: 12.17 ns +
+# 0.117 ns a byte. The mechanism is inferred from pcie-bench's size sweep: no description of
+# the NFP6000 DMA engine's internals was found. pcie-bench's firmware
+# (github.com/pcie-bench/pciebench-nfp, me/pcie_dma.c) runs worker threads that each enqueue
+# one DMA from host memory into the NFP's CTM and wait for it; its paper and data do not say
+# where the time per DMA goes. Below 129 B the line misses both ways (64 B DMAs are faster,
+# 63, 65 and 127 B slower), which no size-independent cost captures.
+FITTED_BANDWIDTH_BYTES = (129, 192)     # local socket: define nic.read_engine_fixed_ns / _per_byte_ns
+NFP_BANDWIDTH_NOTE = ("min(link, outstanding reads x size / round trip, size / time per DMA), time per DMA "
+                      "= 12.17 ns + 0.117 ns a byte (fitted at 129 and 192 B, inferred from the size sweep: no "
+                      "source describes the NFP engine's internals); below 129 B the measured times scatter "
+                      "around that line (64 B faster, 63, 65 and 127 B slower)")
 
 
 def pcie_bench_rows(data: Path = PCIE_BENCH_DATA, params_file: Path = PCIE_BENCH_PARAMS) -> list[dict]:
@@ -93,9 +96,12 @@ def pcie_bench_rows(data: Path = PCIE_BENCH_DATA, params_file: Path = PCIE_BENCH
                                 "ns", kind))
             else:
                 model = paths.read_engine_gbps(route, target, size, params)
-                kind = "fitted" if size == 64 and record["topology"] == "s0-s0-s0" else "prediction"
+                local = record["topology"] == "s0-s0-s0"
+                kind = "fitted" if size in FITTED_BANDWIDTH_BYTES and local else "prediction"
+                note = ("defines nic.read_engine_fixed_ns and nic.read_engine_per_byte_ns; " if kind == "fitted"
+                        else "") + NFP_BANDWIDTH_NOTE
                 out.append(_row(source, f"NFP6000, {where}", "DMA read bandwidth", size, measured, model, "Gb/s",
-                                kind, NFP_BANDWIDTH_NOTE))
+                                kind, note))
     return out
 
 
