@@ -67,17 +67,21 @@ static void *copy_stream(struct gw_engine *e, struct worker *w)
  * engine's buffer with 16-byte vectors and publishes completion with a release store.
  * No CUDA driver call per pull (about 9 us of host-side cost for the copy engine's). */
 
-static int agent_enabled(const struct gw_engine *e)
+/* The agent's ring, or NULL where none is attached. A pull loads it once and posts into
+ * what it loaded: a detach (gw_engine_set_pull_agent) may clear it between a worker's
+ * check and its post, and a second load would then give NULL. The old ring stays valid
+ * until every worker has finished the pass that saw it (quiesce). */
+static struct gw_pull_req *agent_ring(const struct gw_engine *e)
 {
-    return e->cfg.pull_ring != NULL;
+    return (struct gw_pull_req *)__atomic_load_n(&e->cfg.pull_ring, __ATOMIC_ACQUIRE);
 }
 
-static int agent_usable(const struct gw_engine *e, void *dst, uint64_t src)
+/* Whether the agent can copy this pull: 4-byte words (other alignments, and addresses
+ * the tag would overwrite, go to the copy engine). */
+static int agent_copies(void *dst, uint64_t src)
 {
-    /* The agent copies 4-byte words; other alignments, and addresses the tag would
-     * overwrite, go to the copy engine. */
     uint64_t d = (uint64_t)(uintptr_t)dst;
-    return agent_enabled(e) && ((d | src) & 3) == 0 && ((d | src) >> GW_PULL_ADDR_BITS) == 0;
+    return ((d | src) & 3) == 0 && ((d | src) >> GW_PULL_ADDR_BITS) == 0;
 }
 
 static volatile uint32_t *agent_done_word(struct gw_engine *e, uint64_t t)
@@ -174,13 +178,14 @@ static void late_forget(struct gw_engine *e)
 
 /* Claims a ticket and writes its request. The slot's previous ticket (pull_slots before)
  * must have been answered; returns UINT64_MAX if it was not within the timeout. */
-static uint64_t agent_post(struct gw_engine *e, uint64_t dst, uint64_t src, uint32_t len)
+static uint64_t agent_post(struct gw_engine *e, struct gw_pull_req *ring, uint64_t dst,
+                           uint64_t src, uint32_t len)
 {
     uint64_t t = atomic_fetch_add(&e->agent_next, 1);
     uint32_t slots = e->cfg.pull_slots;
     if (t >= slots && agent_wait(e, t - slots) != 0)
         return UINT64_MAX;
-    struct gw_pull_req *r = (struct gw_pull_req *)e->cfg.pull_ring + (t & (slots - 1));
+    struct gw_pull_req *r = ring + (t & (slots - 1));
     uint64_t tag = ((t / slots + 1) & 0xFFFF) << GW_PULL_ADDR_BITS;
     /* Each word is whole and tagged (gw_engine.h), so the agent may read them in any
      * order; the ticket word is released last, and the agent's acquire of it orders its
@@ -221,9 +226,10 @@ int gw_engine_set_pull_agent(struct gw_engine *e, void *ring, void *done, uint32
 
 int gw_engine_stop_pull_agent(struct gw_engine *e)
 {
-    if (!agent_enabled(e))
+    struct gw_pull_req *ring = agent_ring(e);
+    if (!ring)
         return 0;
-    uint64_t t = agent_post(e, 0, 0, GW_PULL_STOP_BYTES);
+    uint64_t t = agent_post(e, ring, 0, 0, GW_PULL_STOP_BYTES);
     return t == UINT64_MAX || agent_wait(e, t) != 0 ? -1 : 0;
 }
 
@@ -236,52 +242,70 @@ uint64_t gw_engine_agent_pulls(struct gw_engine *e, uint64_t *failed)
 
 /* ---- a pull: to the agent, else on the copy engine ---------------------------------- */
 
+enum { PULL_BY_AGENT = 0, PULL_BY_COPY_ENGINE = 1 };
+
 /* Queues a copy of GPU memory to the destination, to the agent or on the worker's copy
- * stream; the bytes are there after pull_wait. */
+ * stream (the bytes are there after pull_wait); returns which, or -1. */
 static int pull_start(struct gw_engine *e, struct worker *w, void *dst, uint64_t src,
                       uint32_t len)
 {
-    if (agent_usable(e, dst, src) && w->agent_pending < 64) {
-        uint64_t t = agent_post(e, (uint64_t)(uintptr_t)dst, src, len);
+    struct gw_pull_req *ring = agent_ring(e);
+    if (ring && agent_copies(dst, src) && w->agent_pending < 64) {
+        uint64_t t = agent_post(e, ring, (uint64_t)(uintptr_t)dst, src, len);
         if (t == UINT64_MAX) {
             atomic_fetch_add(&e->agent_failed, 1);
             return -1;
         }
         w->agent_tickets[w->agent_pending++] = (struct agent_ticket){t, (uint64_t)(uintptr_t)dst, len};
-        return 0;
+        return PULL_BY_AGENT;
     }
     if (!e->have_cuda) {
         /* CUDA simulator: "GPU memory" is host memory. */
         memcpy(dst, (const void *)(uintptr_t)src, len);
-        return 0;
+        return PULL_BY_COPY_ENGINE;
     }
     if (e->cuda.ctx_set_current(e->cfg.cuda_context) != 0 || !copy_stream(e, w))
         return -1;
-    return e->cuda.memcpy_dtoh_async(dst, src, len, w->stream) != 0 ? -1 : 0;
+    return e->cuda.memcpy_dtoh_async(dst, src, len, w->stream) != 0 ? -1 : PULL_BY_COPY_ENGINE;
 }
 
-static int pull_wait(struct gw_engine *e, struct worker *w)
+/* Waits for every queued pull. answered[k] says whether the agent answered the k-th
+ * ticket queued since the last wait (a pull it leaves unanswered is remembered as late);
+ * returns 0 if the copy engine's pulls arrived, -1 if its stream failed (it has no
+ * outcome per pull). */
+static int pull_wait_each(struct gw_engine *e, struct worker *w, uint8_t *answered)
 {
-    int rc = 0;
     for (uint32_t k = 0; k < w->agent_pending; k++) {
-        if (agent_wait(e, w->agent_tickets[k].ticket) != 0) {
+        answered[k] = agent_wait(e, w->agent_tickets[k].ticket) == 0;
+        if (!answered[k]) {
             late_add(e, &w->agent_tickets[k]);
             atomic_fetch_add(&e->agent_failed, 1);
-            rc = -1;
         } else {
             atomic_fetch_add(&e->agent_pulls, 1);
         }
     }
     w->agent_pending = 0;
     if (!e->have_cuda || !w->stream)
-        return rc;
-    return e->cuda.stream_sync(w->stream) != 0 ? -1 : rc;
+        return 0;
+    return e->cuda.stream_sync(w->stream) != 0 ? -1 : 0;
+}
+
+/* Waits for every queued pull: 0 if all arrived, else -1. */
+static int pull_wait(struct gw_engine *e, struct worker *w)
+{
+    uint8_t answered[64];
+    uint32_t n = w->agent_pending;
+    int rc = pull_wait_each(e, w, answered);
+    for (uint32_t k = 0; k < n; k++)
+        if (!answered[k])
+            rc = -1;
+    return rc;
 }
 
 int pull_device(struct gw_engine *e, struct worker *w, void *dst, uint64_t src,
                        uint32_t len)
 {
-    if (pull_start(e, w, dst, src, len) != 0)
+    if (pull_start(e, w, dst, src, len) < 0)
         return -1;
     return pull_wait(e, w);
 }
@@ -309,7 +333,14 @@ enum { PULL_AHEAD = 64 };
 
 void pull_ahead(struct gw_engine *e, struct worker *w, struct qp *q)
 {
-    struct desc *queued[PULL_AHEAD];
+    /* Each queued message, with its agent tickets [first, end) among the worker's and
+     * whether it used the copy engine: a message fails alone, as a NIC's reads complete
+     * one by one (a message whose bytes arrived is not failed with a later one's). */
+    struct queued_pull {
+        struct desc *d;
+        uint32_t first, end;
+        int copy_engine;
+    } queued[PULL_AHEAD];
     uint32_t n = 0;
     int failed = 0;
     /* Descriptors before pull_next have been looked at: pulled, or nothing to pull. */
@@ -319,27 +350,33 @@ void pull_ahead(struct gw_engine *e, struct worker *w, struct qp *q)
         struct desc *d = &q->descs[q->pull_next % q->sq_bbs];
         if (d->status != DESC_OK || d->pulled || d->bytes_dropped)
             continue;
-        uint32_t off = 0;
-        int device = 0;
+        uint32_t off = 0, first = w->agent_pending;
+        int device = 0, copy_engine = 0;
         for (uint32_t i = 0; i < d->nsge && !failed; i++) {
             if (d->sge[i].kind == GW_MEM_DEVICE) {
                 device = 1;
-                failed = pull_start(e, w, d->dst + off, d->sge[i].addr, d->sge[i].length) != 0;
+                int by = pull_start(e, w, d->dst + off, d->sge[i].addr, d->sge[i].length);
+                failed = by < 0;
+                copy_engine |= by == PULL_BY_COPY_ENGINE;
             }
             off += d->sge[i].length;
         }
         if (failed)
             desc_fail(d, GW_SYND_LOCAL_PROT_ERR, GW_REASON_PULL_FAILED);
         else if (device)
-            queued[n++] = d;
+            queued[n++] = (struct queued_pull){d, first, w->agent_pending, copy_engine};
     }
-    if (n == 0)
+    if (w->agent_pending == 0 && n == 0)
         return;
-    int ok = pull_wait(e, w) == 0;
+    uint8_t answered[64];
+    int copies_ok = pull_wait_each(e, w, answered) == 0;
     for (uint32_t k = 0; k < n; k++) {
+        int ok = copies_ok || !queued[k].copy_engine;
+        for (uint32_t t = queued[k].first; t < queued[k].end; t++)
+            ok &= answered[t];
         if (ok)
-            queued[k]->pulled = 1;
+            queued[k].d->pulled = 1;
         else
-            desc_fail(queued[k], GW_SYND_LOCAL_PROT_ERR, GW_REASON_PULL_FAILED);
+            desc_fail(queued[k].d, GW_SYND_LOCAL_PROT_ERR, GW_REASON_PULL_FAILED);
     }
 }

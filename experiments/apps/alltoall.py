@@ -165,12 +165,14 @@ def _auto_choices(thresholds: api.Thresholds, routing: Routing) -> dict:
 
 def run(ranks: int = 4, tokens: int = 16, token_bytes: int = 64, paths=common.PATH_CHOICES,
         repeats: int | None = None, world_name: str = "emulated", seed: int = 5,
-        session_kwargs: dict | None = None, pull_agent: str | None = None) -> dict:
+        session_kwargs: dict | None = None, pull_agent: str | None = None,
+        workers: int | None = None) -> dict:
     """Runs the all-to-all once per path (after a warm-up), checking every byte each
-    time; returns the table the CLI prints. ``pull_agent``: see ``common.pull_agent_for``."""
+    time; returns the table the CLI prints. ``pull_agent``: see ``common.pull_agent_for``;
+    ``workers``: the emulated NIC's threads (``common.default_workers``)."""
     r = route(ranks, tokens, token_bytes, seed)
     repeats = common.default_repeats(repeats)
-    kwargs = common.session_options(world_name, pull_agent, session_kwargs)
+    kwargs = common.session_options(world_name, pull_agent, session_kwargs, workers)
     session = api.Session(ranks * ranks, world=world_name, **kwargs)
     out = {"world": common.header(), "ranks": ranks, "tokens_per_rank": tokens,
            "token_bytes": token_bytes, "bytes_moved": int(r.run_bytes.sum()),
@@ -241,7 +243,8 @@ def main(argv=None) -> int:
                   f"verified={row['verified']}" + (f"  errors={row['errors']}" if row["errors"] else ""))
 
     return common.emit(lambda: run(args.ranks, args.tokens, args.token_bytes, args.paths,
-                                   args.repeats, args.world, pull_agent=args.pull_agent),
+                                   args.repeats, args.world, pull_agent=args.pull_agent,
+                                   workers=args.workers),
                        args.json, table)
 
 

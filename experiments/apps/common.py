@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
@@ -49,6 +50,9 @@ def base_parser(description: str) -> argparse.ArgumentParser:
                         help="what answers nic_pull's reads in emulated mode: gpu (a persistent "
                              "GPU block; the default on a GPU) or copy_engine (a driver call per "
                              "pull; the only one on the simulator)")
+    parser.add_argument("--workers", type=positive, default=None,
+                        help="the emulated NIC's engine threads (default: 1 on the simulator; "
+                             "on a GPU a quarter of the CPUs, at most 4)")
     return parser
 
 
@@ -58,6 +62,11 @@ def parse_args(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace
     if args.pull_agent is not None and args.world != "emulated":
         parser.error(f"--pull-agent {args.pull_agent}: an option of --world emulated (a real "
                      "NIC reads GPU memory itself)")
+    if args.workers is not None and args.world != "emulated":
+        parser.error(f"--workers {args.workers}: an option of --world emulated (the software "
+                     "NIC's threads)")
+    if args.workers is not None and args.workers > 64:
+        parser.error(f"--workers {args.workers}: allowed 1 to 64")
     if args.pull_agent == "gpu" and SIMULATOR:
         parser.error("--pull-agent gpu: the CUDA simulator runs one kernel at a time, so the "
                       "agent cannot run beside the kernels; allowed here: copy_engine")
@@ -73,12 +82,26 @@ def pull_agent_for(world_name: str, pull_agent: str | None) -> str | None:
     return pull_agent or ("copy_engine" if SIMULATOR else "gpu")
 
 
-def session_options(world_name: str, pull_agent: str | None, session_kwargs: dict | None) -> dict:
-    """A run's Session keywords: the caller's, with the pull agent chosen."""
+def default_workers() -> int:
+    """The emulated NIC's engine threads when none are asked for: one on the simulator; on
+    a GPU a quarter of the CPUs, at most 4. Each worker copies pushed data from staging to
+    its destination at about 9 GB/s (one CPU thread, H100 host); with one worker, the
+    all-to-all's gpu_push measured the engine (2.35 to 2.83 ms for 32 MiB), with four it
+    took 1.29 to 1.44 ms, below nic_pull's 1.50 (BENCHMARKS.md, session 13)."""
+    if SIMULATOR:
+        return 1
+    return max(1, min(4, (os.cpu_count() or 4) // 4))
+
+
+def session_options(world_name: str, pull_agent: str | None, session_kwargs: dict | None,
+                    workers: int | None = None) -> dict:
+    """A run's Session keywords: the caller's, with the pull agent and the engine's
+    workers chosen (emulated mode)."""
     kwargs = dict(session_kwargs or {})
     agent = pull_agent_for(world_name, pull_agent)
     if agent is not None:
         kwargs.setdefault("pull_agent", agent)
+        kwargs.setdefault("workers", workers or default_workers())
     return kwargs
 
 

@@ -87,10 +87,11 @@ def consume(recv, sig, tile_words, timeout_ns, sums, t_seen, status):
 def run(tiles: int = 6, tile_bytes: int = 1000, producers: int = 2, consumers: int = 2,
         threads: int | None = None, paths=common.PATH_CHOICES, repeats: int | None = None,
         world_name: str = "emulated", seed: int = 9, session_kwargs: dict | None = None,
-        pull_agent: str | None = None) -> dict:
+        pull_agent: str | None = None, workers: int | None = None) -> dict:
     """Runs the pipeline once per path (after a warm-up on a GPU), checking everything
     each time; returns the table the CLI prints. ``pull_agent``: see
-    ``common.pull_agent_for``."""
+    ``common.pull_agent_for``; ``workers``: the emulated NIC's threads
+    (``common.default_workers``)."""
     if tiles < 1 or tile_bytes < 1 or producers < 1 or consumers < 1:
         raise ValueError(f"tiles={tiles}, tile_bytes={tile_bytes}, producers={producers}, "
                          f"consumers={consumers}: each at least 1")
@@ -100,7 +101,7 @@ def run(tiles: int = 6, tile_bytes: int = 1000, producers: int = 2, consumers: i
     payload = np.random.default_rng(seed).integers(0, 2**32, size=tiles * tile_words,
                                                    dtype=np.uint32)
     session = api.Session(producers, world=world_name,
-                          **common.session_options(world_name, pull_agent, session_kwargs))
+                          **common.session_options(world_name, pull_agent, session_kwargs, workers))
     want = payload.reshape(tiles, tile_words).copy()
     if tile_bytes % 4:   # the bytes after a tile's end keep the canary
         keep = np.full(tile_words, CANARY, dtype=np.uint32).view(np.uint8)
@@ -211,7 +212,8 @@ def main(argv=None) -> int:
 
     return common.emit(lambda: run(args.tiles, args.tile_bytes, args.producers, args.consumers,
                                    paths=args.paths, repeats=args.repeats,
-                                   world_name=args.world, pull_agent=args.pull_agent),
+                                   world_name=args.world, pull_agent=args.pull_agent,
+                                   workers=args.workers),
                        args.json, table)
 
 

@@ -818,9 +818,6 @@ class Session:
             raise ValueError(f"world={world!r}: allowed {', '.join(WORLDS)}")
         if pull_agent not in PULL_AGENTS:
             raise ValueError(f"pull_agent={pull_agent!r}: allowed {', '.join(PULL_AGENTS)}")
-        if pull_agent == "gpu" and workers != 1:
-            raise ValueError(f"pull_agent='gpu' with workers={workers}: the agent serves one "
-                             "engine worker; allowed: workers=1, or pull_agent='copy_engine'")
         if pull_agent == "gpu" and SIMULATOR:
             raise ValueError("pull_agent='gpu': the CUDA simulator runs one kernel at a time, so "
                              "the agent cannot run beside a kernel that puts; allowed here: "
@@ -936,8 +933,7 @@ class Session:
             return
         from gpuwrite.paths.pull_agent import PullAgent
 
-        if not self.context.running:
-            self.context.start()
+        self.start()
         with cuda.defer_cleanup():
             # A pull the agent leaves unanswered fails (reason pull_failed) before a kernel's
             # own wait gives up, so the kernel sees the reason.
@@ -955,8 +951,9 @@ class Session:
             return self._testbed.describe()
         pull = ("pulled by the GPU agent (a persistent block answers the engine's reads)"
                 if self.pull_agent == "gpu" else "pulled by the copy engine (a driver call per pull)")
-        return ("emulated: a software NIC (a C thread) stands in for the NIC; gpu_push stages "
-                f"in host memory; nic_pull is {pull}")
+        n = self.context.workers
+        return (f"emulated: a software NIC ({n} C thread{'s' if n > 1 else ''}) stands in for "
+                f"the NIC; gpu_push stages in host memory; nic_pull is {pull}")
 
     def agent_report(self) -> dict | None:
         """What the GPU pull agent did in the last ``agent_running`` block (its pulls and

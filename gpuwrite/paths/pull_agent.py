@@ -6,14 +6,18 @@ a PCIe read of GPU memory. The copy-engine stand-in (``pull_agent="copy_engine"`
 CUDA driver call and a stream wait per pull, about 9 us of host-side cost on an H100,
 whatever the size, more than the read it stands for. This agent makes the same trip a
 read does: the engine writes a request into mapped host memory (``struct gw_pull_req``,
-csrc/gw_engine.h), one GPU block polls it (a PCIe read per poll), copies the bytes into the
-engine's buffer with ``copy_bytes`` (16-byte posted writes) and publishes completion with
-a release store. On an H100 a probe of this shape answered in about the floor plus the
-copy time (``/work/shared/probes/pull_agent_probe.py``).
+csrc/gw_engine.h), one GPU block polls the ring (a PCIe read per poll, which sees up to
+``AGENT_BATCH`` requests), copies the bytes of every whole request it found, in ticket
+order, into the engine's buffer with ``copy_bytes`` (16-byte posted writes) and answers
+them with one fence and a done word each, as a NIC keeps several reads in flight. On an
+H100 a probe of this shape answered in about the floor plus the copy time
+(``/work/shared/probes/pull_agent_probe.py``). Every engine worker posts to the one ring
+(tickets are claimed atomically).
 
 The CUDA simulator runs one kernel at a time, so there the agent cannot run beside the
 sender: nic_pull on the simulator copies with memcpy (``pull_agent="copy_engine"``; the
-engine has no CUDA there), and only an agent that is gone can be tested.
+engine has no CUDA there). There the agent kernel is tested alone, fed by the test, and
+an agent that is gone is tested with the engine.
 
 Every wait has an end: the engine fails a pull the agent does not answer within
 ``pull_timeout_s`` (an error completion with reason ``pull_failed``), and the agent leaves
@@ -29,8 +33,8 @@ from numba import int64
 from gpuwrite._gw_cffi import ffi, lib
 from gpuwrite.cudaenv import SIMULATOR, cuda
 from gpuwrite.device.copy import copy_bytes
-from gpuwrite.device.intrinsics import (globaltimer_ns, ld_acquire_sys_u64,
-                                        st_release_sys_u32, words_at)
+from gpuwrite.device.intrinsics import (fence_sys, globaltimer_ns, ld_acquire_sys_u64,
+                                        st_relaxed_sys_u32, warp_sync, words_at)
 from gpuwrite.host.memory import mapped
 
 PULL_AGENTS = ("gpu", "copy_engine")
@@ -43,60 +47,104 @@ EXIT_NAMES = {EXIT_RUNNING: "running", EXIT_STOPPED: "stopped",
               EXIT_IDLE: "left after its idle timeout"}
 
 
+# Requests one poll reads: the first warp's 32 lanes, four words of a request each. A
+# NIC keeps many reads in flight; an agent that answered one request per poll paid a PCIe
+# round trip and a system-scope release per pull, about 3.5 us, so 64-byte pulls of 32 QPs
+# moved 19 MB/s on an H100 (BENCHMARKS.md, session 13).
+AGENT_BATCH = 8
+
+
+@cuda.jit(device=True)
+def _ready(words, j, t, slot_bits):
+    """Whether request j of a poll (ticket t + j) is whole: its ticket word names the
+    ticket and both address words carry the ticket's lap (gw_pull_req)."""
+    tj = t + j
+    tag = ((tj >> slot_bits) + 1) & 0xFFFF
+    return ((words[j, 0] >> 32) & 0xFFFFFFFF) == ((tj + 1) & 0xFFFFFFFF) and \
+        ((words[j, 1] >> 48) & 0xFFFF) == tag and ((words[j, 2] >> 48) & 0xFFFF) == tag
+
+
 @cuda.jit
 def _agent(ring, done, idle_timeout_ns, outcome):
-    # sh: thread 0's answer for the block: bytes (or -1: idle), source, destination.
-    sh = cuda.shared.array(3, dtype=int64)
+    # words: what the first warp's poll read, request by request. sh[j]: request j of the
+    # batch (bytes, source, destination); shk[0]: the batch's size (-1: the idle timeout
+    # passed), shk[1]: lane 0's verdict on the idle timeout, for the whole warp.
+    # Shared memory rather than shuffles: the CUDA simulator has no shuffles, and there
+    # the agent's batching is tested (alone, fed by the test).
+    words = cuda.shared.array((AGENT_BATCH, 4), dtype=int64)
+    sh = cuda.shared.array((AGENT_BATCH, 3), dtype=int64)
+    shk = cuda.shared.array(2, dtype=int64)
     tid = cuda.threadIdx.x
     slots = done.shape[0]
     slot_bits = 0
     while (1 << slot_bits) < slots:
         slot_bits += 1
+    batch = min(AGENT_BATCH, slots)
     t = 0
     while True:
         if tid < 32:
-            slot = t & (slots - 1)
-            req = ring[slot]
-            tag = ((t >> slot_bits) + 1) & 0xFFFF     # the lap, from 1 (gw_pull_req)
+            # Lane l reads word l & 3 of ticket t + l // 4: one warp-wide load, one PCIe
+            # round trip per poll, every word acquired (gw_pull_req).
+            g = tid >> 2
+            req = ring[(t + g) & (slots - 1)]
             start = globaltimer_ns()
             while True:
-                # Lane k reads word k & 3 of the request: one warp-wide load, one PCIe
-                # round trip per poll, every word acquired (gw_pull_req).
-                v = int64(ld_acquire_sys_u64(req, tid & 3))
-                c = cuda.shfl_sync(0xFFFFFFFF, v, 0)
-                a = cuda.shfl_sync(0xFFFFFFFF, v, 1)
-                b = cuda.shfl_sync(0xFFFFFFFF, v, 2)
-                if ((c >> 32) & 0xFFFFFFFF) == ((t + 1) & 0xFFFFFFFF) and \
-                        ((a >> 48) & 0xFFFF) == tag and ((b >> 48) & 0xFFFF) == tag:
+                words[g, tid & 3] = int64(ld_acquire_sys_u64(req, tid & 3))
+                if tid == 0:
+                    shk[1] = 1 if globaltimer_ns() - start > idle_timeout_ns else 0
+                warp_sync(32)
+                # Tickets are answered in order: the batch is the run of whole requests
+                # from ticket t. Every lane reads the same words: one decision for the warp.
+                k = 0
+                while k < batch and _ready(words, k, t, slot_bits):
+                    k += 1
+                if k > 0:
+                    if tid < k:
+                        sh[tid, 0] = words[tid, 0] & 0xFFFFFFFF
+                        sh[tid, 1] = words[tid, 1] & _ADDR_MASK
+                        sh[tid, 2] = words[tid, 2] & _ADDR_MASK
                     if tid == 0:
-                        sh[0] = c & 0xFFFFFFFF
-                        sh[1] = a & _ADDR_MASK
-                        sh[2] = b & _ADDR_MASK
+                        shk[0] = k
                     break
-                # Lane 0's clock decides for the warp: every lane leaves the loop together.
-                late = cuda.shfl_sync(0xFFFFFFFF, globaltimer_ns() - start, 0)
-                if late > idle_timeout_ns:
+                if shk[1] != 0:
                     if tid == 0:
-                        sh[0] = -1
+                        shk[0] = -1
                     break
+                warp_sync(32)   # every lane has read words before the next poll writes them
         cuda.syncthreads()
-        n = sh[0]
-        if n < 0 or n == STOP_BYTES:
+        k = shk[0]
+        if k < 0:
             if tid == 0:
-                outcome[A_EXIT] = EXIT_IDLE if n < 0 else EXIT_STOPPED
-                if n == STOP_BYTES:
-                    st_release_sys_u32(done, t & (slots - 1), t + 1)
+                outcome[A_EXIT] = EXIT_IDLE
             return
-        words = (n + 3) >> 2
-        copy_bytes(words_at(sh[2], words), 0, words_at(sh[1], words), 0, n, tid,
-                   cuda.blockDim.x)
-        # Every thread's stores precede the barrier; thread 0's release then publishes them.
+        # The batch's pulls, one after another, each by the whole block; a stop request
+        # ends the batch (tickets after it are never answered).
+        m = 0
+        nbytes = 0
+        while m < k and sh[m, 0] != STOP_BYTES:
+            n = sh[m, 0]
+            nwords = (n + 3) >> 2
+            copy_bytes(words_at(sh[m, 2], nwords), 0, words_at(sh[m, 1], nwords), 0, n, tid,
+                       cuda.blockDim.x)
+            nbytes += n
+            m += 1
+        stopped = m < k
+        answered = m + 1 if stopped else m
+        # Every thread's stores precede the barrier. Then lane j answers ticket t + j with
+        # a release pattern (a fence, then its done word): one fence and one coalesced
+        # store for the batch, where a release store per pull cost 0.64 us each.
         cuda.syncthreads()
+        if tid < answered:
+            fence_sys()
+            st_relaxed_sys_u32(done, (t + tid) & (slots - 1), t + tid + 1)
         if tid == 0:
-            st_release_sys_u32(done, t & (slots - 1), t + 1)
-            outcome[A_PULLS] += 1
-            outcome[A_BYTES] += n
-        t += 1
+            outcome[A_PULLS] += m
+            outcome[A_BYTES] += nbytes
+            if stopped:
+                outcome[A_EXIT] = EXIT_STOPPED
+        if stopped:
+            return
+        t += m
 
 
 def _nonblocking_stream():

@@ -78,7 +78,20 @@ def test_apps_choose_the_pull_agent_and_refuse_what_cannot_run(capsys):
     assert common.pull_agent_for("emulated", "copy_engine") == "copy_engine"
     assert common.pull_agent_for("testbed", None) is None
     assert common.session_options("testbed", None, {"timeout_s": 2.0}) == {"timeout_s": 2.0}
+    opts = common.session_options("emulated", None, None)
+    assert opts["workers"] == common.default_workers() == (1 if SIMULATOR else opts["workers"])
+    assert 1 <= opts["workers"] <= 4
+    assert common.session_options("emulated", None, {"workers": 3}, workers=2)["workers"] == 3
+    assert common.session_options("emulated", None, None, workers=2)["workers"] == 2
     for app in (alltoall, pipeline):
+        for argv, says in ((["--world", "testbed", "--workers", "2"],
+                            "--workers 2: an option of --world emulated"),
+                           (["--workers", "65"], "--workers 65: allowed 1 to 64"),
+                           (["--workers", "0"], "0: must be at least 1")):
+            with pytest.raises(SystemExit) as exc:
+                app.main(argv)
+            assert exc.value.code == 2
+            assert says in capsys.readouterr().err, argv
         with pytest.raises(SystemExit) as exc:
             app.main(["--world", "testbed", "--pull-agent", "gpu"])
         assert exc.value.code == 2

@@ -199,3 +199,130 @@ def test_context_closed_under_a_running_agent_keeps_its_ring():
     ctx.close()                          # no stop(): the kernel polls its ring for 2 s more
     assert len(pa._KEPT) == kept + 1 and pa._KEPT[-1] is agent
     agent._stream.synchronize()
+
+
+# -- the agent kernel alone, fed by the test: batches in ticket order ----------------------
+# It runs on the simulator too (the sender is not beside it), so CI checks its batching.
+
+def _feed(ring, slots, t, nbytes, src, dst, lap=None):
+    """Writes request ``t`` into its slot as the engine does (struct gw_pull_req)."""
+    lap = (t // slots + 1) & 0xFFFF if lap is None else lap
+    ring.host[t % slots] = [(t + 1) << 32 | nbytes, lap << 48 | src, lap << 48 | dst, 0]
+
+
+def _run_agent(ring, done, idle_s=0.05):
+    from gpuwrite.cudaenv import cuda
+    from gpuwrite.paths import pull_agent as pa
+
+    outcome = cuda.to_device(np.zeros(3, dtype=np.int64))
+    pa._agent[1, 32](ring.kernel, done.kernel, int(idle_s * 1e9), outcome)
+    cuda.synchronize()
+    out = outcome.copy_to_host()
+    return pa.EXIT_NAMES[int(out[pa.A_EXIT])], int(out[pa.A_PULLS]), int(out[pa.A_BYTES])
+
+
+def _buffers(sizes):
+    from gpuwrite.host.memory import mapped
+
+    src = mapped((4096,), np.uint32)
+    src.host[:] = np.arange(1, 4097, dtype=np.uint32)
+    dst = mapped((4096,), np.uint32)
+    dst.host[:] = 0xDEADBEEF
+    offsets = np.cumsum([0] + [-(-n // 16) * 16 for n in sizes])     # 16-byte apart
+    return src, dst, offsets
+
+
+def test_agent_answers_whole_requests_in_ticket_order_and_stops_at_the_stop():
+    from gpuwrite.host.memory import mapped
+    from gpuwrite.paths import pull_agent as pa
+
+    slots = 16
+    sizes = [4, 7, 64, 100, 300, 1, 16, 48, 256, 12, 200]    # 11: a full batch, then 3
+    ring, done = mapped((slots, 4), np.uint64), mapped((slots,), np.uint32)
+    src, dst, off = _buffers(sizes + [64])
+    for t, n in enumerate(sizes):
+        _feed(ring, slots, t, n, src.address + int(off[t]), dst.address + int(off[t]))
+    stop = len(sizes)
+    _feed(ring, slots, stop, pa.STOP_BYTES, 0, 0)
+    # A whole request after the stop, inside the same poll's window: never answered.
+    _feed(ring, slots, stop + 1, 64, src.address + int(off[stop]), dst.address + int(off[stop]))
+    exit_, pulls, nbytes = _run_agent(ring, done)
+    assert (exit_, pulls, nbytes) == ("stopped", len(sizes), sum(sizes))
+    assert list(done.host[:stop + 1]) == list(range(1, stop + 2))
+    assert not done.host[stop + 1:].any()
+    got, want = dst.host.view(np.uint8), src.host.view(np.uint8)
+    canary = np.full(4096, 0xDEADBEEF, dtype=np.uint32).view(np.uint8)
+    for t, n in enumerate(sizes):
+        a, b = int(off[t]), int(off[t + 1])
+        assert np.array_equal(got[a:a + n], want[a:a + n]), t
+        assert np.array_equal(got[a + n:b], canary[a + n:b]), t     # not a byte more
+    a = int(off[stop])
+    assert np.array_equal(got[a:], canary[a:])                       # after the stop
+
+
+def test_agent_takes_no_request_past_one_not_yet_whole():
+    """Ticket 2's source word still carries another lap (the engine has not written it
+    yet): the agent answers 0 and 1 only, although 3 and 4 are whole, then leaves idle."""
+    from gpuwrite.host.memory import mapped
+
+    slots = 8
+    sizes = [64] * 5
+    ring, done = mapped((slots, 4), np.uint64), mapped((slots,), np.uint32)
+    src, dst, off = _buffers(sizes)
+    for t, n in enumerate(sizes):
+        _feed(ring, slots, t, n, src.address + int(off[t]), dst.address + int(off[t]),
+              lap=2 if t == 2 else None)
+    exit_, pulls, nbytes = _run_agent(ring, done)
+    assert (exit_, pulls, nbytes) == ("left after its idle timeout", 2, 128)
+    assert list(done.host[:5]) == [1, 2, 0, 0, 0]
+    assert (dst.host[int(off[2]) // 4:] == 0xDEADBEEF).all()
+    assert np.array_equal(dst.host[:int(off[2]) // 4], src.host[:int(off[2]) // 4])
+
+
+def test_detach_while_a_worker_waits_to_post_lets_it_finish_into_the_old_ring():
+    """A worker posting its second pull waits for the one slot's first ticket; the owner
+    detaches the agent meanwhile (the ring pointer goes NULL, the detach waits for the
+    worker's pass). When the first ticket is answered the worker must finish its post
+    into the ring it started with, still alive, not into NULL."""
+    import threading
+    from gwtest import ACCESS_RW
+    from gpuwrite._gw_cffi import ffi
+    from gpuwrite.host.wqe import HostPoster, rdma_write
+
+    with Context() as ctx:
+        agent = PullAgent(ctx, pull_timeout_s=1.0, slots=1).start(launch=False)
+        pd = ctx.alloc_pd()
+        src = np.arange(128, dtype=np.uint8) + 1
+        dst = np.zeros(128, dtype=np.uint8)
+        smr = pd.reg_mr(src, access=L.ACCESS_LOCAL_WRITE, kind=L.MEM_DEVICE)
+        dmr = pd.reg_mr(dst, access=ACCESS_RW)
+        qs = pd.create_queues(1, sq_bbs=16, ncqe=16)
+        poster = HostPoster(qs)
+        for k in range(2):
+            poster.write(rdma_write(k, qs.qpns[0], smr.address + 64 * k, smr.lkey, 64,
+                                    dmr.address + 64 * k, dmr.rkey))
+        ctx.start()
+        poster.ring()
+        deadline = time.monotonic() + 5
+        while agent.ring.host[0, 0] >> 32 != 1:      # ticket 0 posted; ticket 1 waits for it
+            assert time.monotonic() < deadline, "the engine never posted its first pull"
+            time.sleep(0.001)
+        detached = []
+        detach = threading.Thread(target=lambda: detached.append(
+            lib.gw_engine_set_pull_agent(ctx._engine, ffi.NULL, ffi.NULL, 0, 0)))
+        detach.start()
+        time.sleep(0.05)                              # the ring pointer is NULL now
+        dst[:64] = src[:64]                           # play the agent for ticket 0
+        agent.done.host[0] = 1
+        detach.join(10)
+        assert detached == [0]
+        assert agent.ring.host[0, 0] >> 32 == 2       # ticket 1 went into the old ring
+        cqes = []
+        while len(cqes) < 2 and time.monotonic() < deadline:
+            c = poster.poll()
+            if c is not None:
+                cqes.append(c)
+        assert [L.reason_name(c.reason) if c.syndrome else "ok" for c in cqes] == \
+            ["ok", "pull_failed"], cqes
+        assert np.array_equal(dst[:64], src[:64]) and not dst[64:].any()
+        ctx._eng.pins.pop(("pull_agent",), None)

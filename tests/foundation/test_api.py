@@ -105,11 +105,11 @@ class Layout:
 
 
 def _run(kernel, grid, threads, path, sizes, thresholds=None, chunk_bytes=256, link=None,
-         n_qps=2, sq_bbs=256, pull_agent="copy_engine"):
+         n_qps=2, sq_bbs=256, pull_agent="copy_engine", workers=1):
     layout = Layout(n_qps, sizes)
     with api.Session(n_qps, thresholds=thresholds or api.Thresholds.fixed("gpu_push"),
                      chunk_bytes=chunk_bytes, link=link, timeout_s=20, sq_bbs=sq_bbs,
-                     pull_agent=pull_agent) as s:
+                     pull_agent=pull_agent, workers=workers) as s:
         src, smr = s.source(layout.payload)
         dst, dmr = s.receive(layout.words, fill=CANARY)
         plan = layout.plan.copy()
@@ -249,11 +249,13 @@ def test_put_signal_never_shows_the_signal_before_the_data(path, words):
 
 
 @pytest.mark.skipif(SIMULATOR, reason="the GPU pull agent runs beside the kernel: a real GPU only")
-@pytest.mark.parametrize("scope", ["warp", "block"])
-def test_nic_pull_answered_by_the_gpu_agent_delivers_exact_bytes(scope):
+@pytest.mark.parametrize("scope,workers", [("warp", 1), ("block", 1), ("block", 2)])
+def test_nic_pull_answered_by_the_gpu_agent_delivers_exact_bytes(scope, workers):
+    # workers=2: the QPs spread over two engine workers, both posting to the one ring.
     kernel, grid, threads = SCOPES[scope]
     layout, got, st, counters, errors = _run(kernel, grid, threads, "nic_pull",
-                                             (4, 62, 256, 1000, 4096), pull_agent="gpu")
+                                             (4, 62, 256, 1000, 4096), pull_agent="gpu",
+                                             workers=workers)
     assert list(st) == [api.OK, api.OK], errors
     assert np.array_equal(got, layout.want())
     plan_msgs = layout.plan.shape[0] * layout.plan.shape[1]
@@ -264,8 +266,6 @@ def test_nic_pull_answered_by_the_gpu_agent_delivers_exact_bytes(scope):
 def test_pull_agent_choices_are_checked():
     with pytest.raises(ValueError, match=r"pull_agent='agent': allowed gpu, copy_engine"):
         api.Session(1, pull_agent="agent")
-    with pytest.raises(ValueError, match=r"pull_agent='gpu' with workers=2"):
-        api.Session(1, pull_agent="gpu", workers=2)
     if SIMULATOR:
         with pytest.raises(ValueError, match="the CUDA simulator runs one kernel at a time"):
             api.Session(1, pull_agent="gpu")
