@@ -139,12 +139,14 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
     ``bounce_bytes`` per QP (default: four of the largest WQE's payload, at least 64 KiB).
     nic_pull's reads of GPU memory are answered by ``pull_agent``: ``"gpu"`` (a persistent
     GPU block, :mod:`gpuwrite.paths.pull_agent`; a pull it leaves unanswered for
-    ``pull_timeout_s`` fails with reason ``pull_failed``; the default on a GPU with one
-    engine worker) or ``"copy_engine"`` (the default on the simulator, where it is a
-    memcpy, and with several engine workers, as Fig. 4's sweep has always run).
+    ``pull_timeout_s`` fails with reason ``pull_failed``; the default on a GPU, whatever
+    the engine's workers) or ``"copy_engine"`` (the default on the simulator, where it is
+    a memcpy). With 32 QPs the agent moved 4 KiB pulls at 22 to 27 Gb/s and 64 KiB pulls at
+    154 to 205 Gb/s against the copy engine's 10 to 14 and 93 to 134, with one engine
+    worker or eight (H100, BENCHMARKS.md, session 13).
     """
     if pull_agent is None:
-        pull_agent = "copy_engine" if SIMULATOR or workers > 1 else "gpu"
+        pull_agent = "copy_engine" if SIMULATOR else "gpu"
     if pull_agent not in PULL_AGENTS:
         raise ValueError(f"pull_agent={pull_agent!r}: allowed {', '.join(PULL_AGENTS)}")
     wl = workload.build(path, sizes_bytes, n_qps, seed)
