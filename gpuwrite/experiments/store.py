@@ -112,12 +112,28 @@ def write_table(frame: pd.DataFrame, path: Path, csv: bool = False) -> list[Path
         return [path]
     buffer = io.BytesIO()
     frame.to_parquet(buffer, index=False)
-    _write_if_changed(path, buffer.getvalue())
+    if not _same_table(path, frame):
+        _write_if_changed(path, buffer.getvalue())
     written = [path]
     if csv:
         _write_if_changed(path.with_suffix(".csv"), frame.to_csv(index=False).encode())
         written.append(path.with_suffix(".csv"))
     return written
+
+
+def _same_table(path: Path, frame: pd.DataFrame) -> bool:
+    """Whether the Parquet file at ``path`` holds exactly ``frame`` (values, dtypes, column
+    order). Another pyarrow or pandas writes other bytes for the same table (its version is
+    in the file's metadata), so a GPU image rewrote every table it merged into, unchanged
+    (session 13); comparing the tables keeps a rerun from touching a tracked file there."""
+    if not path.is_file():
+        return False
+    try:
+        stored = tidy(pd.read_parquet(path))
+    except Exception:    # unreadable or not Parquet: write it anew
+        return False
+    return list(stored.columns) == list(frame.columns) and \
+        list(stored.dtypes) == list(frame.dtypes) and stored.equals(frame)
 
 
 def _write_if_changed(path: Path, data: bytes) -> None:

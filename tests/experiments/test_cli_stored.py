@@ -136,3 +136,19 @@ def test_figures_on_the_stored_results_change_no_table(tmp_path, capsys):
     assert [m["figure"] for m in made if m["computed"]] == []
     after = {p.relative_to(results): p.read_bytes() for p in results.rglob("*.parquet")}
     assert after == before
+
+
+def test_a_table_written_with_other_bytes_but_the_same_rows_is_left_alone(tmp_path):
+    """Another pyarrow writes other bytes for the same rows (a GPU image's did, session
+    13): the stored file is kept as it is; a table whose rows changed is written."""
+    path = tmp_path / "t.parquet"
+    frame = store.tidy(pd.DataFrame({"sweep": ["a", "b"], "size_bytes": [64, 4096],
+                                     "latency_us": [1.5, float("nan")]}))
+    frame.to_parquet(path, index=False, compression="gzip")   # other bytes, same rows
+    kept = path.read_bytes()
+    store.write_table(frame, path)
+    assert path.read_bytes() == kept
+    changed = frame.assign(latency_us=[1.5, 2.0])
+    store.write_table(changed, path)
+    assert path.read_bytes() != kept
+    assert pd.read_parquet(path)["latency_us"].tolist() == [1.5, 2.0]
