@@ -324,6 +324,11 @@ def _merge(old: pd.DataFrame | None, new: pd.DataFrame, spec: ExperimentSpec) ->
     return merged.sort_values("sweep", key=lambda s: s.map(order), kind="stable").reset_index(drop=True)
 
 
+def _measured_on_gpu(frame: pd.DataFrame) -> pd.Series:
+    """Rows an emulated run measured on a real GPU (they go to ``results/gpu/``)."""
+    return (frame["backend"] == "emulated") & (frame["device"] != backends.SIMULATOR_DEVICE)
+
+
 def run_spec(spec: ExperimentSpec, results_dir: str | Path = store.DEFAULT_RESULTS, *,
              only: list[str] | None = None, fresh: bool = False, pool: Pool | None = None,
              progress=None, csv: bool = False, out: str | Path | None = None) -> dict:
@@ -356,9 +361,14 @@ def run_spec(spec: ExperimentSpec, results_dir: str | Path = store.DEFAULT_RESUL
     if out is not None:
         written += store.write_table(new, Path(out), csv=csv)
     else:
-        on_gpu = (new["backend"] == "emulated") & (new["device"] != backends.SIMULATOR_DEVICE)
-        for gpu, part in ((False, new[~on_gpu]), (True, new[on_gpu])):
-            if len(part):  # a table this run has no rows for stays as it is, byte for byte
+        for gpu in (False, True):
+            # Each table is made of its own sweeps' frames: concatenated with the model's,
+            # a GPU table's integer columns came out float and it gained the model's
+            # columns, so `figures` on a GPU machine rewrote it unchanged (session 13).
+            pieces = [f[_measured_on_gpu(f) == gpu] for f in frames if len(f)]
+            pieces = [p for p in pieces if len(p)]
+            if pieces:  # a table this run has no rows for stays as it is, byte for byte
+                part = pd.concat(pieces, ignore_index=True)
                 path = store.table_path(results_dir, spec.name, gpu=gpu)
                 written += store.write_table(_merge(store.read_table(path), part, spec), path, csv=csv)
         folder = store.cache_dir(results_dir, spec.name)

@@ -124,9 +124,15 @@ def test_installed_copy_without_csrc_gets_the_same_keys(tmp_path):
 
 
 @pytest.mark.slow
-def test_figures_on_the_stored_results_change_no_table(tmp_path, capsys):
+@pytest.mark.parametrize("device", [None, "NVIDIA H100 80GB HBM3"])
+def test_figures_on_the_stored_results_change_no_table(tmp_path, capsys, monkeypatch, device):
     """As on a fresh clone: `gpuwrite figures` on a copy of the committed tables computes
-    nothing and leaves every table byte for byte as committed (about 30 s: it draws)."""
+    nothing and leaves every table byte for byte as committed (about 30 s: it draws). Also
+    as on the GPU the stored rows were measured on (``device``): there the GPU table is
+    merged into, and must come out the same (session 13: it gained float columns)."""
+    if device is not None:
+        from gpuwrite.experiments import backends
+        monkeypatch.setattr(backends, "device_name", lambda: device)
     results = tmp_path / "results"
     shutil.copytree(EXPERIMENTS / "results", results, ignore=shutil.ignore_patterns("cache"))
     before = {p.relative_to(results): p.read_bytes() for p in results.rglob("*.parquet")}
