@@ -82,21 +82,30 @@ def _late_pull(ctx, agent):
     """One RDMA write from "GPU memory" (host memory registered as device memory: the
     engine sends it to the agent) that no agent answers in time; returns the destination
     buffer, its region and the completion."""
+    src, dst, dmr, poster, keep = _device_writes(ctx, 1)
+    poster.ring()
+    ctx.poll(4)          # the pull waits PULL_TIMEOUT_S for the agent, then fails
+    return src, dst, dmr, poster.poll(), keep
+
+
+def _device_writes(ctx, n):
+    """``n`` 64-byte RDMA writes from "GPU memory" (host memory registered as device
+    memory: the engine sends their pulls to the agent), written but not rung; returns the
+    source, the destination, its region, the poster and what must stay alive."""
     from gwtest import ACCESS_RW
-    from gpuwrite import layouts as L
     from gpuwrite.host.wqe import HostPoster, rdma_write
 
     pd = ctx.alloc_pd()
-    src = np.arange(64, dtype=np.uint8) + 1
-    dst = np.zeros(64, dtype=np.uint8)
+    src = np.arange(64 * n, dtype=np.uint8) + 1
+    dst = np.zeros(64 * n, dtype=np.uint8)
     smr = pd.reg_mr(src, access=L.ACCESS_LOCAL_WRITE, kind=L.MEM_DEVICE)
     dmr = pd.reg_mr(dst, access=ACCESS_RW)
     qs = pd.create_queues(1, sq_bbs=16, ncqe=16)
     poster = HostPoster(qs)
-    poster.write(rdma_write(0, qs.qpns[0], smr.address, smr.lkey, 64, dmr.address, dmr.rkey))
-    poster.ring()
-    ctx.poll(4)          # the pull waits PULL_TIMEOUT_S for the agent, then fails
-    return src, dst, dmr, poster.poll(), (pd, smr, qs)
+    for k in range(n):
+        poster.write(rdma_write(k, qs.qpns[0], smr.address + 64 * k, smr.lkey, 64,
+                                dmr.address + 64 * k, dmr.rkey))
+    return src, dst, dmr, poster, (pd, smr, qs)
 
 
 def _answer_late(agent, src, dst):
@@ -285,22 +294,11 @@ def test_detach_while_a_worker_waits_to_post_lets_it_finish_into_the_old_ring():
     worker's pass). When the first ticket is answered the worker must finish its post
     into the ring it started with, still alive, not into NULL."""
     import threading
-    from gwtest import ACCESS_RW
     from gpuwrite._gw_cffi import ffi
-    from gpuwrite.host.wqe import HostPoster, rdma_write
 
     with Context() as ctx:
         agent = PullAgent(ctx, pull_timeout_s=1.0, slots=1).start(launch=False)
-        pd = ctx.alloc_pd()
-        src = np.arange(128, dtype=np.uint8) + 1
-        dst = np.zeros(128, dtype=np.uint8)
-        smr = pd.reg_mr(src, access=L.ACCESS_LOCAL_WRITE, kind=L.MEM_DEVICE)
-        dmr = pd.reg_mr(dst, access=ACCESS_RW)
-        qs = pd.create_queues(1, sq_bbs=16, ncqe=16)
-        poster = HostPoster(qs)
-        for k in range(2):
-            poster.write(rdma_write(k, qs.qpns[0], smr.address + 64 * k, smr.lkey, 64,
-                                    dmr.address + 64 * k, dmr.rkey))
+        src, dst, _dmr, poster, _keep = _device_writes(ctx, 2)
         ctx.start()
         poster.ring()
         deadline = time.monotonic() + 5
