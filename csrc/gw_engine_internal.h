@@ -190,6 +190,10 @@ struct link {
 /* Late pulls the engine remembers one by one; beyond these it remembers only the last. */
 enum { LATE_PULLS_MAX = 256 };
 
+/* Pulls one worker keeps posted to the agent before it waits for them (gw_pull.c): a
+ * pull beyond them goes to the copy engine. */
+enum { AGENT_TICKETS_MAX = 64 };
+
 struct worker {
     struct gw_engine *engine;
     uint32_t index;
@@ -201,7 +205,7 @@ struct worker {
     struct agent_ticket {         /* pulls this worker posted to the agent, not yet seen done */
         uint64_t ticket, dst;
         uint32_t len;
-    } agent_tickets[64];
+    } agent_tickets[AGENT_TICKETS_MAX];
     uint32_t agent_pending;
     uint64_t gen_seen;            /* engine generation this worker last revalidated against */
     _Atomic uint64_t gen_done;    /* generation of the last pass it finished */

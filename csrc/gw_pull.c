@@ -250,7 +250,7 @@ static int pull_start(struct gw_engine *e, struct worker *w, void *dst, uint64_t
                       uint32_t len)
 {
     struct gw_pull_req *ring = agent_ring(e);
-    if (ring && agent_copies(dst, src) && w->agent_pending < 64) {
+    if (ring && agent_copies(dst, src) && w->agent_pending < AGENT_TICKETS_MAX) {
         uint64_t t = agent_post(e, ring, (uint64_t)(uintptr_t)dst, src, len);
         if (t == UINT64_MAX) {
             atomic_fetch_add(&e->agent_failed, 1);
@@ -293,7 +293,7 @@ static int pull_wait_each(struct gw_engine *e, struct worker *w, uint8_t *answer
 /* Waits for every queued pull: 0 if all arrived, else -1. */
 static int pull_wait(struct gw_engine *e, struct worker *w)
 {
-    uint8_t answered[64];
+    uint8_t answered[AGENT_TICKETS_MAX];
     uint32_t n = w->agent_pending;
     int rc = pull_wait_each(e, w, answered);
     for (uint32_t k = 0; k < n; k++)
@@ -368,7 +368,7 @@ void pull_ahead(struct gw_engine *e, struct worker *w, struct qp *q)
     }
     if (w->agent_pending == 0 && n == 0)
         return;
-    uint8_t answered[64];
+    uint8_t answered[AGENT_TICKETS_MAX];
     int copies_ok = pull_wait_each(e, w, answered) == 0;
     for (uint32_t k = 0; k < n; k++) {
         int ok = copies_ok || !queued[k].copy_engine;

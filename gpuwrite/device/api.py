@@ -795,8 +795,8 @@ class Session:
       the kernel runs holds the driver until the kernel ends, the pulls the kernel waits
       for cannot start, and its waits end in ``E_TIMEOUT_CQE`` (seen on an H100,
       BENCHMARKS.md, session 7).
-    * ``"gpu"``: the GPU pull agent (:mod:`gpuwrite.paths.pull_agent`), a persistent block
-      on a stream of its own, running for a ``with session.agent_running():`` block; a
+    * ``"gpu"``: the GPU pull agent (:mod:`gpuwrite.paths.pull_agent`), persistent blocks
+      on a stream of their own, running for a ``with session.agent_running():`` block; a
       pull then crosses PCIe as a NIC's read does. A real GPU only; see
       ``agent_running`` for what must not happen inside the block.
     """
@@ -949,7 +949,7 @@ class Session:
         """What stands in for what, in one line."""
         if self._testbed is not None:
             return self._testbed.describe()
-        pull = ("pulled by the GPU agent (a persistent block answers the engine's reads)"
+        pull = ("pulled by the GPU agent (persistent blocks answer the engine's reads)"
                 if self.pull_agent == "gpu" else "pulled by the copy engine (a driver call per pull)")
         n = self.context.workers
         return (f"emulated: a software NIC ({n} C thread{'s' if n > 1 else ''}) stands in for "

@@ -21,7 +21,7 @@ from gpuwrite.cudaenv import SIMULATOR, cuda
 __all__ = [
     "ld_acquire_sys_u32", "st_release_sys_u32", "st_relaxed_sys_u32", "st_relaxed_sys_u64", "fence_sys",
     "globaltimer_ns", "backoff", "ld_v4_u32", "st_v4_u32", "st_u8", "address_of", "bswap32",
-    "warp_sync", "ld_acquire_sys_u64", "words_at",
+    "warp_sync", "ld_acquire_sys_u64", "ld_acquire_gpu_u64", "words_at",
 ]
 
 if SIMULATOR:
@@ -37,6 +37,10 @@ if SIMULATOR:
 
     def ld_acquire_sys_u64(arr, index):
         """64-bit load of arr[index] with system-scope acquire."""
+        return int(arr[index])
+
+    def ld_acquire_gpu_u64(arr, index):
+        """64-bit load of arr[index] with GPU-scope acquire (a word other blocks write)."""
         return int(arr[index])
 
     def words_at(address, nwords):
@@ -145,6 +149,9 @@ else:
 
     ld_acquire_sys_u64 = _load_u64_intrinsic(
         "ld.acquire.sys.global.u64 $0, [$1];", "64-bit load of arr[index] with system-scope acquire.")
+    ld_acquire_gpu_u64 = _load_u64_intrinsic(
+        "ld.acquire.gpu.global.u64 $0, [$1];",
+        "64-bit load of arr[index] with GPU-scope acquire (a word other blocks write).")
 
     @intrinsic
     def words_at(typingctx, address, nwords):

@@ -137,8 +137,8 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
     ``poll_delay_ns`` is the pause before a completion wait's first poll
     (``gpuwrite.device.verbs.I_POLL_DELAY_NS``). host_staged's bounce ring holds
     ``bounce_bytes`` per QP (default: four of the largest WQE's payload, at least 64 KiB).
-    nic_pull's reads of GPU memory are answered by ``pull_agent``: ``"gpu"`` (a persistent
-    GPU block, :mod:`gpuwrite.paths.pull_agent`; a pull it leaves unanswered for
+    nic_pull's reads of GPU memory are answered by ``pull_agent``: ``"gpu"`` (persistent
+    GPU blocks, :mod:`gpuwrite.paths.pull_agent`; a pull it leaves unanswered for
     ``pull_timeout_s`` fails with reason ``pull_failed``; the default on a GPU, whatever
     the engine's workers) or ``"copy_engine"`` (the default on the simulator, where it is
     a memcpy). With 32 QPs the agent moved 4 KiB pulls at 22 to 27 Gb/s and 64 KiB pulls at

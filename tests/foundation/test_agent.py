@@ -7,9 +7,10 @@ import pytest
 
 from gpuwrite import layouts as L
 from gpuwrite._gw_cffi import lib
-from gpuwrite.cudaenv import SIMULATOR
+from gpuwrite.cudaenv import SIMULATOR, cuda
 from gpuwrite.host.verbs import Context
 from gpuwrite.paths import runner
+from gpuwrite.paths import pull_agent as pa
 from gpuwrite.paths.pull_agent import PullAgent
 
 gpu = pytest.mark.skipif(SIMULATOR, reason="the simulator runs one kernel at a time: the "
@@ -200,7 +201,6 @@ def test_detached_agent_is_no_longer_held():
 
 @gpu
 def test_context_closed_under_a_running_agent_keeps_its_ring():
-    from gpuwrite.paths import pull_agent as pa
 
     ctx = Context()
     agent = PullAgent(ctx, idle_timeout_s=2.0).start()
@@ -219,12 +219,14 @@ def _feed(ring, slots, t, nbytes, src, dst, lap=None):
     ring.host[t % slots] = [(t + 1) << 32 | nbytes, lap << 48 | src, lap << 48 | dst, 0]
 
 
-def _run_agent(ring, done, idle_s=0.05):
+def _run_agent(ring, done, idle_s=0.05, blocks=1, split_bytes=1 << 40, min_chunk=16):
     from gpuwrite.cudaenv import cuda
-    from gpuwrite.paths import pull_agent as pa
 
-    outcome = cuda.to_device(np.zeros(3, dtype=np.int64))
-    pa._agent[1, 32](ring.kernel, done.kernel, int(idle_s * 1e9), outcome)
+    outcome = cuda.to_device(np.zeros(4, dtype=np.int64))
+    ctl = cuda.to_device(np.zeros(4, dtype=np.int64))
+    desc = cuda.to_device(np.zeros((pa.AGENT_BATCH + 1, 4), dtype=np.int64))
+    pa._agent[blocks, 32](ring.kernel, done.kernel, int(idle_s * 1e9), split_bytes, min_chunk,
+                          ctl, desc, outcome)
     cuda.synchronize()
     out = outcome.copy_to_host()
     return pa.EXIT_NAMES[int(out[pa.A_EXIT])], int(out[pa.A_PULLS]), int(out[pa.A_BYTES])
@@ -243,7 +245,6 @@ def _buffers(sizes):
 
 def test_agent_answers_whole_requests_in_ticket_order_and_stops_at_the_stop():
     from gpuwrite.host.memory import mapped
-    from gpuwrite.paths import pull_agent as pa
 
     slots = 16
     sizes = [4, 7, 64, 100, 300, 1, 16, 48, 256, 12, 200]    # 11: a full batch, then 3
@@ -259,14 +260,76 @@ def test_agent_answers_whole_requests_in_ticket_order_and_stops_at_the_stop():
     assert (exit_, pulls, nbytes) == ("stopped", len(sizes), sum(sizes))
     assert list(done.host[:stop + 1]) == list(range(1, stop + 2))
     assert not done.host[stop + 1:].any()
+    _check_copies(dst, src, off, sizes)
+    got, canary = dst.host.view(np.uint8), np.full(4096, 0xDEADBEEF, np.uint32).view(np.uint8)
+    a = int(off[stop])
+    assert np.array_equal(got[a:], canary[a:])                       # after the stop
+
+
+def _check_copies(dst, src, off, sizes):
     got, want = dst.host.view(np.uint8), src.host.view(np.uint8)
     canary = np.full(4096, 0xDEADBEEF, dtype=np.uint32).view(np.uint8)
     for t, n in enumerate(sizes):
         a, b = int(off[t]), int(off[t + 1])
         assert np.array_equal(got[a:a + n], want[a:a + n]), t
         assert np.array_equal(got[a + n:b], canary[a + n:b]), t     # not a byte more
-    a = int(off[stop])
-    assert np.array_equal(got[a:], canary[a:])                       # after the stop
+
+
+def test_agent_split_batches_deliver_every_chunk_and_answer_in_order():
+    """Batches of at least split_bytes are cut into chunks (here of 224 B: 3501 bytes
+    over 8 blocks, two chunks each) that the blocks claim. The simulator runs the blocks
+    one after another, so the leader claims every chunk itself, as it does on a GPU for
+    chunks no helper took; the helpers then find the leader gone and leave."""
+    from gpuwrite.host.memory import mapped
+
+    slots = 16
+    sizes = [100, 4, 1000, 333, 64, 2000]       # 1, 1, 5, 2, 1 and 9 chunks
+    ring, done = mapped((slots, 4), np.uint64), mapped((slots,), np.uint32)
+    src, dst, off = _buffers(sizes)
+    for t, n in enumerate(sizes):
+        _feed(ring, slots, t, n, src.address + int(off[t]), dst.address + int(off[t]))
+    _feed(ring, slots, len(sizes), pa.STOP_BYTES, 0, 0)
+    exit_, pulls, nbytes = _run_agent(ring, done, blocks=8, split_bytes=64)
+    assert (exit_, pulls, nbytes) == ("stopped", len(sizes), sum(sizes))
+    assert list(done.host[:len(sizes) + 1]) == list(range(1, len(sizes) + 2))
+    _check_copies(dst, src, off, sizes)
+
+
+_S_WORDS = pa.S_WORDS      # a global int: numba takes it as a constant, a module attribute not
+
+
+@cuda.jit
+def _claim(desc, ctl, seq, copied):
+    """One block claims and copies the chunks of split batch ``seq`` (pull_agent)."""
+    shc = cuda.shared.array(_S_WORDS, dtype=np.int64)
+    n = pa._copy_chunks(desc, ctl, seq, shc)
+    if cuda.threadIdx.x == 0:
+        copied[0] = n
+
+
+def test_chunks_of_another_batch_are_never_claimed():
+    """A block late for split batch 4 finds CLAIM naming batch 5: it claims nothing (a
+    chunk it took would be copied by the wrong rows, and batch 5 would wait for it
+    forever). Batch 5's own claims take every chunk, last first, and copy it."""
+    from gpuwrite.host.memory import mapped
+
+    sizes = [40, 72]                 # chunks of 32 B: 2 and 3
+    src, dst, off = _buffers(sizes)
+    rows = np.zeros((pa.AGENT_BATCH + 1, 4), dtype=np.int64)
+    rows[0] = [40, src.address + int(off[0]), dst.address + int(off[0]), 0]
+    rows[1] = [72, src.address + int(off[1]), dst.address + int(off[1]), 2]
+    rows[2, pa.D_FIRST] = 5
+    rows[pa.AGENT_BATCH, pa.D_BYTES] = 32
+    desc = cuda.to_device(rows)
+
+    ctl = cuda.to_device(np.array([5 << 32 | 5, 0, 0, 0], dtype=np.int64))
+    copied = cuda.to_device(np.zeros(1, dtype=np.int64))
+    _claim[1, 32](desc, ctl, 4, copied)
+    assert copied.copy_to_host()[0] == 0 and ctl.copy_to_host()[pa.C_CLAIM] == 5 << 32 | 5
+    assert (dst.host == 0xDEADBEEF).all()
+    _claim[1, 32](desc, ctl, 5, copied)
+    assert copied.copy_to_host()[0] == 5 and ctl.copy_to_host()[pa.C_CLAIM] == 5 << 32
+    _check_copies(dst, src, off, sizes)
 
 
 def test_agent_takes_no_request_past_one_not_yet_whole():
