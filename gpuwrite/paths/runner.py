@@ -28,8 +28,8 @@ EMULATION_NOTES = {
                 "NIC memory",
     "gpu_push_inline": "WQE ring in pinned host memory; the payload travels inside the WQE",
     "nic_pull": "GPU-resident pull agent standing in for a NIC DMA read: the engine posts a "
-                "read request into mapped host memory, a persistent GPU block polls it and "
-                "writes the bytes back with 16-byte stores (a CPU thread cannot issue a PCIe "
+                "read request into mapped host memory, persistent GPU blocks poll it and "
+                "write the bytes back with 16-byte stores (a CPU thread cannot issue a PCIe "
                 "read of GPU memory)",
     "host_staged": "GPU copies to a pinned host bounce ring; the engine reads host memory",
 }
