@@ -5,12 +5,13 @@
 Workload: gpu_push with the ``hold`` policy, network credits that run out (a 64 KiB VL
 buffer), a receiver that stalls 25 % of the time, 16 QPs with 8 messages outstanding
 each, sizes drawn from 64 B to 16 KiB. The process is pinned to one CPU core. The fast
-core is timed on N messages (best of 3, after compilation) and on the reference's small
-workload; the SimPy reference runs the small workload once; both must agree message by
-message. The same is done with the round_robin scheduler (its own event-loop core).
+core is timed on N messages (after compilation and one untimed run, whose time is
+reported: the first touch of its arrays) and on the reference's small workload; the
+SimPy reference runs the small workload; both must agree message by message. The same is done with the round_robin scheduler (its own event-loop core).
 Messages are cut into packets (16 KiB messages are four), each with its own credits.
 Every timing is repeated (``--repeats``) and reported as min / median / max, because the
-machine may be shared. Targets (issue 13): >= 5 million messages/s, >= 200x the reference.
+machine may be shared. Targets (issue 13), judged on the slowest repeat: >= 5 million
+messages/s, >= 200x the reference.
 """
 from __future__ import annotations
 
@@ -78,6 +79,11 @@ def run(messages: int = 2_000_000, reference_messages: int = 20_000, seed: int =
     sim.run_fast(small)  # compile (or load the cache)
 
     big = sim.prepare(params, bench_workload(messages), seed)
+    # The first run of a workload this large in a process pays the OS's first touch of its
+    # output arrays (page faults, in CPU time too): 0.47 to 0.62 s for 2 M messages on the
+    # 2-core development machine against 0.12 to 0.14 s for every later run, also on fresh
+    # inputs (session 14). It is reported, and the repeats time the steady state.
+    first_run_s = _times(1, lambda: sim.run_fast(big))[0]
     fast_times = _times(repeats, lambda: sim.run_fast(big))
     fast_s = float(np.median(fast_times))
     fast_cpu_times = _times(repeats, lambda: sim.run_fast(big), time.process_time)
@@ -121,6 +127,7 @@ def run(messages: int = 2_000_000, reference_messages: int = 20_000, seed: int =
         "speedup_spread": {"min": reference_messages / max(fast_small_times) / (reference_messages / min(simpy_times)),
                            "median": fast_small_s and simpy_s / fast_small_s,
                            "max": reference_messages / min(fast_small_times) / (reference_messages / max(simpy_times))},
+        "fast_first_run_s": first_run_s,
         "fast_core_s": fast_s,
         "fast_messages_per_s": fast_rate,
         "fast_end_to_end_s": end_to_end_s,
@@ -136,8 +143,10 @@ def run(messages: int = 2_000_000, reference_messages: int = 20_000, seed: int =
         "round_robin_agree": bool(fair_agree),
         "target_messages_per_s": TARGET_MESSAGES_PER_S,
         "target_speedup": TARGET_SPEEDUP,
-        "meets_rate": fast_rate >= TARGET_MESSAGES_PER_S,
-        "meets_speedup": fast_small_rate / simpy_rate >= TARGET_SPEEDUP,
+        # Every repeat is judged, not the median: the slowest against the target.
+        "meets_rate": messages / max(fast_times) >= TARGET_MESSAGES_PER_S,
+        "meets_speedup": reference_messages / max(fast_small_times) / (reference_messages / min(simpy_times))
+        >= TARGET_SPEEDUP,
         "sim_throughput_gbps": float(summary["throughput_gbps"]),
         "sim_latency_p99_ns": float(summary["latency_p99_ns"]),
         "sim_staging_peak_bytes": int(summary["staging_peak_bytes"]),

@@ -71,6 +71,25 @@ def test_agent_delivers_every_byte(threads):
 
 
 @gpu
+def test_agent_split_batches_deliver_every_byte_with_its_helpers():
+    """Pulls of up to 300 KB with odd lengths, one WQE each, batches split from 64 KiB on:
+    the four blocks share the chunks (the helpers copied some) and every byte arrives."""
+    sizes = [300000, 70001, 65536, 131075, 3, 262144, 99999, 4096] * 6
+    with Context(workers=2) as ctx:
+        agent = PullAgent(ctx, blocks=4, split_bytes=65536, pull_timeout_s=1.0).start()
+        try:
+            r = runner.run("nic_pull", sizes, n_qps=4, context=ctx,
+                           pull_agent="copy_engine", chunk_bytes=1 << 20, block_threads=256)
+        finally:
+            report = agent.stop()
+    assert r.qp_errors == {} and r.delivered == r.messages == len(sizes)
+    assert report["exit"] == "stopped" and report["engine_failed"] == 0
+    assert report["pulls"] == report["engine_answered"] == len(sizes)
+    assert report["bytes"] == sum(sizes)
+    assert report["helped_chunks"] > 0, report
+
+
+@gpu
 def test_copy_engine_stand_in_still_delivers():
     r = runner.run("nic_pull", SIZES, n_qps=2, pull_agent="copy_engine")
     assert r.delivered == r.messages and "copy-engine" in r.emulation
