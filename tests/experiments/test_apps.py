@@ -131,7 +131,8 @@ kernels = [(alltoall.dispatch, (Q, i64, u32, i64_2d, int64, i64)),
            (pipeline.produce, (Q, i64, u32, i64, int64, i64, i64)),
            (pipeline.consume, (u32, u32, int64, int64, uint64[::1], i64, i64)),
            (bench.put_stream, (Q, i64, u32, i64, int64, types.boolean, i64, i64, i64)),
-           (bench.put_latency, (Q, i64, u32, i64, int64, i64, i64))]
+           (bench.put_latency, (Q, i64, u32, i64, int64, i64, i64)),
+           (bench.put_latency_kernel(0), (Q, i64, u32, i64, i64, i64))]
 # A load or store whose instruction names no state space (ld.u64, st.v4.u32, ...) is
 # generic: the address is translated at run time.
 generic = re.compile(r"^\s*(?:@!?%p\d+\s+)?(?:ld|st)(?![\w.]*\.(?:shared|global|param|local|const)\b)"
@@ -162,7 +163,8 @@ def test_app_kernels_compile_for_a_gpu():
               if line.strip()}
     assert counts["dispatch"][0] > 0          # warp scope: warp barriers
     assert counts["produce"][1] > 0           # block scope: block barriers
-    assert set(counts) == {"dispatch", "produce", "consume", "put_stream", "put_latency"}
+    assert set(counts) == {"dispatch", "produce", "consume", "put_stream", "put_latency",
+                           "put_latency_constant"}
     # Every handle's shared rows keep the shared state space: a generic access is a
     # run-time address translation, and it is reloaded around each memory-clobbering
     # intrinsic (put_latency had 441 of them before the rows kept Numba's C layout).

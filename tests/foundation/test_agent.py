@@ -77,14 +77,16 @@ def test_agent_split_batches_deliver_every_byte_with_its_helpers():
     sizes = [300000, 70001, 65536, 131075, 3, 262144, 99999, 4096] * 6
     kwargs = dict(n_qps=4, pull_agent="copy_engine", chunk_bytes=1 << 20, block_threads=256)
     with Context(workers=2) as ctx:
-        # The sender's kernel is loaded before the agent runs: a module's first load waits
-        # for every running kernel (runner.run preloads it where it starts the agent).
+        # The sender's kernel is loaded before the agent runs, and frees of device memory
+        # wait until it has stopped: a module's first load and a cuMemFree wait for every
+        # running kernel (runner.run preloads the sender where it starts the agent itself).
         runner.run("nic_pull", sizes[:4], context=ctx, **kwargs)
-        agent = PullAgent(ctx, blocks=4, split_bytes=65536, pull_timeout_s=1.0).start()
-        try:
-            r = runner.run("nic_pull", sizes, context=ctx, **kwargs)
-        finally:
-            report = agent.stop()
+        with cuda.defer_cleanup():
+            agent = PullAgent(ctx, blocks=4, split_bytes=65536, pull_timeout_s=1.0).start()
+            try:
+                r = runner.run("nic_pull", sizes, context=ctx, **kwargs)
+            finally:
+                report = agent.stop()
     assert r.qp_errors == {} and r.delivered == r.messages == len(sizes)
     assert report["exit"] == "stopped" and report["engine_failed"] == 0
     assert report["pulls"] == report["engine_answered"] == len(sizes)
