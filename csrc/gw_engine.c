@@ -688,8 +688,8 @@ struct gw_engine *gw_engine_create(const struct gw_engine_config *config, char *
         set_err(err, errlen, "policy %u is not one of hold (0) or drop (1)", config->policy);
         return NULL;
     }
-    if (config->workers < 1 || config->workers > 64) {
-        set_err(err, errlen, "workers=%u: allowed 1 to 64", config->workers);
+    if (config->workers < 1 || config->workers > GW_MAX_WORKERS) {
+        set_err(err, errlen, "workers=%u: allowed 1 to %d", config->workers, GW_MAX_WORKERS);
         return NULL;
     }
     if (config->link.rate_gbps > 0 && config->workers != 1) {

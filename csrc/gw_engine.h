@@ -120,6 +120,7 @@ enum {
     GW_RATE_MAX_GBPS = 100000,        /* ... to 100000 Gb/s, finite */
     GW_MAX_CREDIT_LATENCY_NS = 1000000000,
     GW_MAX_QPS = 65536,
+    GW_MAX_WORKERS = 64,              /* gw_engine_config.workers */
     GW_MAX_COPY_THREADS = 32,     /* gw_engine_config.copy_threads */
     GW_MAX_MRS = 16777216,            /* a key is index << 8 | 8 random bits, 32 bits in all */
     GW_ACCESS_ALL = 7,                /* every GW_ACCESS_* bit */

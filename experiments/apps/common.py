@@ -11,6 +11,7 @@ import numpy as np
 
 from gpuwrite.cudaenv import SIMULATOR, cuda, world
 from gpuwrite.device import api
+from gpuwrite.host.verbs import MAX_WORKERS
 from gpuwrite.paths.pull_agent import PULL_AGENTS
 
 # Exit status when the chosen world cannot run here (as `gpuwrite testbed` uses).
@@ -65,8 +66,8 @@ def parse_args(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace
     if args.workers is not None and args.world != "emulated":
         parser.error(f"--workers {args.workers}: an option of --world emulated (the software "
                      "NIC's threads)")
-    if args.workers is not None and args.workers > 64:
-        parser.error(f"--workers {args.workers}: allowed 1 to 64")
+    if args.workers is not None and args.workers > MAX_WORKERS:
+        parser.error(f"--workers {args.workers}: allowed 1 to {MAX_WORKERS}")
     if args.pull_agent == "gpu" and SIMULATOR:
         parser.error("--pull-agent gpu: the CUDA simulator runs one kernel at a time, so the "
                       "agent cannot run beside the kernels; allowed here: copy_engine")

@@ -211,6 +211,10 @@ def default_copy_threads(workers: int) -> int:
     return max(0, min(6, cpus - workers - 2))
 
 
+# Engine threads one context may run (the engine's own limit).
+MAX_WORKERS = lib.GW_MAX_WORKERS
+
+
 class Context:
     """An opened NIC: the software engine of emulated mode.
 
@@ -231,7 +235,7 @@ class Context:
             raise ValueError(f"policy={policy!r}: allowed {sorted(POLICIES)}")
         if link is not None and not isinstance(link, LinkConfig):
             raise TypeError(f"link={link!r}: give a LinkConfig")
-        workers = _int_in("workers", workers, 1, 64, " engine threads")
+        workers = _int_in("workers", workers, 1, MAX_WORKERS, " engine threads")
         max_qps = _int_in("max_qps", max_qps, 1, lib.GW_MAX_QPS)
         max_mrs = _int_in("max_mrs", max_mrs, 2, lib.GW_MAX_MRS,
                           " (key index 0 is never used)")

@@ -126,7 +126,7 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
         link: LinkConfig | None = None, batch: int = 1, wait_each: bool = False,
         chunk_bytes: int = 65536, sq_bbs: int = 256, stage_slots: int | None = None,
         stage_slot_bytes: int = 256, block_threads: int | None = None, timeout_s: float = 5.0,
-        workers: int = 1, seed: int = 7, stall_receiver_s: float = 0.0,
+        workers: int | None = None, seed: int = 7, stall_receiver_s: float = 0.0,
         stage_credits: str = "status", poll_delay_ns: int = 0,
         bounce_bytes: int | None = None, context: Context | None = None,
         pull_agent: str | None = None, pull_timeout_s: float = 1.0) -> PathResult:
@@ -134,7 +134,9 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
 
     ``stage_credits="completions"`` makes gpu_push count its staging credits from
     completions, as it must on a real NIC (``gpuwrite.host.verbs.STAGE_CREDITS``);
-    ``poll_delay_ns`` is the pause before a completion wait's first poll
+    ``workers`` engine threads run the context this makes (default 1); a ``context``
+    given runs its own, and another ``workers`` is an error. ``poll_delay_ns`` is the pause
+    before a completion wait's first poll
     (``gpuwrite.device.verbs.I_POLL_DELAY_NS``). host_staged's bounce ring holds
     ``bounce_bytes`` per QP (default: four of the largest WQE's payload, at least 64 KiB).
     nic_pull's reads of GPU memory are answered by ``pull_agent``: ``"gpu"`` (persistent
@@ -160,7 +162,10 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
         stage_slots = max(64, 4 * L.stage_slots_needed(max_chunk, stage_slot_bytes))
     threads = block_threads or (4 if SIMULATOR else 128)
     own_ctx = context is None
-    ctx = context or Context(policy=policy, link=link, workers=workers)
+    if context is not None and workers is not None and workers != context.workers:
+        raise ValueError(f"workers={workers}: the context given runs {context.workers} engine "
+                         "thread(s), set when it was made (Context(workers=...))")
+    ctx = context or Context(policy=policy, link=link, workers=1 if workers is None else workers)
     agent = None
     try:
         pd = ctx.alloc_pd()

@@ -155,3 +155,15 @@ def test_small_inline_writes_wrap_the_send_queue_exactly():
     sizes = [16] + [64, 48, 32, 64] * 10 + [20, 64] * 3
     r = runner.run("gpu_push_inline", sizes, n_qps=1, sq_bbs=64, wait_each=False, batch=3)
     assert r.delivered == len(sizes) and not r.qp_errors, (r.delivered, r.qp_errors)
+
+
+def test_workers_for_a_context_given_is_refused_not_ignored():
+    """The engine threads of a context are set when it is made: a run handed a context
+    with another ``workers`` names both, where it once ran with the context's silently."""
+    with Context(workers=1) as ctx:
+        with pytest.raises(ValueError, match=r"workers=2: the context given runs 1 engine"):
+            runner.run("gpu_push", [64], n_qps=1, context=ctx, workers=2)
+        r = runner.run("gpu_push", [64], n_qps=1, context=ctx, workers=1)
+        assert r.delivered == 1
+    with pytest.raises(ValueError, match="workers"):
+        runner.run("gpu_push", [64], n_qps=1, workers=0)
