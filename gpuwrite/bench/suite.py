@@ -18,8 +18,9 @@ run, and each judged on every run, not only on the median:
 Every repeated figure is reported as min, median and max. Where a run misses a target,
 ``lost_in`` names the step that took the time: the engine (doorbell seen to CQE written,
 its mean turnaround) or the GPU side (the rest of the round trip), whichever exceeds its
-share of the bound more (the engine's share: its least turnaround for that path; for the
-64-byte latency, the floor of the same repeat is the GPU side's share, and the push
+share of the bound more (the engine's share: its least turnaround for that path; for
+nic_pull, gpu_push's, and the rest of its turnaround is its read, ``pull``, which the
+bound has no share for: ``sweep_steps``; for the 64-byte latency, the floor of the same repeat is the GPU side's share, and the push
 breakdown of that repeat is kept beside it); for bandwidth and rate, against the
 median run.
 """
@@ -201,6 +202,32 @@ def _sweep_target(path, size):
     return None
 
 
+def sweep_engine_fixed(splits: dict) -> dict:
+    """The engine's fixed cost per message, per (path, threads): its least median
+    turnaround over the sizes swept (``splits``: (path, size, threads) -> the runs'
+    ``engine_split_us``)."""
+    fixed: dict = {}
+    for (path, size, th), split in splits.items():
+        e = float(np.median([x["engine"] for x in split]))
+        fixed[(path, th)] = min(fixed.get((path, th), e), e)
+    return fixed
+
+
+def sweep_steps(path: str, threads: int, split: dict, bound_us: float,
+                engine_fixed: dict) -> tuple[dict, dict]:
+    """(a run's steps, the bound's steps) for ``lost_in``: the engine's fixed cost and the
+    GPU side (the bound less that cost). nic_pull's turnaround also holds its read (the
+    pull agent's round trip, or the copy engine's call): measured against gpu_push's
+    turnaround at the same block size, where that was swept, the rest is a step of its
+    own, ``pull``, which the bound leaves no time for (the floor's answer needs no read)."""
+    fixed = engine_fixed[(path, threads)]
+    if path == "nic_pull" and ("gpu_push", threads) in engine_fixed:
+        base = min(fixed, engine_fixed[("gpu_push", threads)])
+        steps = {"engine": base, "pull": split["engine"] - base, "gpu": split["gpu"]}
+        return steps, {"engine": base, "pull": 0.0, "gpu": bound_us - base}
+    return dict(split), {"engine": fixed, "gpu": bound_us - fixed}
+
+
 def latency_sweep(floor_us: float, ceilings: dict, *, sizes=SWEEP_SIZES, paths=SWEEP_PATHS,
                   threads=SWEEP_THREADS, n_qps: int = 1, iters: int = SWEEP_ITERS,
                   repeats: int = SWEEP_REPEATS, step=lambda msg: None) -> list[dict]:
@@ -223,20 +250,13 @@ def latency_sweep(floor_us: float, ceilings: dict, *, sizes=SWEEP_SIZES, paths=S
                            stage_slot_bytes=4096 if size > 65536 else 256)
             runs[(path, size, th)].append(r)
     splits = {pt: [engine_split_us(r) for r in rs] for pt, rs in runs.items()}
-    # The engine's fixed cost per message: its least median turnaround over the sizes of
-    # a path and block size. A miss is charged against the bound split the same way.
-    engine_fixed = {}
-    for (path, size, th), split in splits.items():
-        e = float(np.median([x["engine"] for x in split]))
-        engine_fixed[(path, th)] = min(engine_fixed.get((path, th), e), e)
+    engine_fixed = sweep_engine_fixed(splits)
     out = []
     for (path, size, th), rs in runs.items():
         bound = _sweep_bound_us(path, size, th, floor_us, ceilings)
         target = _sweep_target(path, size)
         p50s = [r.latency_p50_us for r in rs]
         split = splits[(path, size, th)]
-        fixed = engine_fixed[(path, th)]
-        ref = {"engine": fixed, "gpu": bound - fixed}
         judged = []
         for r, sp in zip(rs, split):
             ratio = r.latency_p50_us / bound
@@ -245,7 +265,7 @@ def latency_sweep(floor_us: float, ceilings: dict, *, sizes=SWEEP_SIZES, paths=S
             if target is not None:
                 row["met"] = ratio <= target
                 if not row["met"]:
-                    row["lost_in"] = lost_in(sp, ref)
+                    row["lost_in"] = lost_in(*sweep_steps(path, th, sp, bound, engine_fixed))
             judged.append(row)
         out.append({"path": path, "size_bytes": size, "threads": th, "bound_us": bound,
                     "target_ratio": target, "p50_us": spread(p50s),
