@@ -356,6 +356,49 @@ def test_chunks_of_another_batch_are_never_claimed():
     _check_copies(dst, src, off, sizes)
 
 
+@cuda.jit
+def _help(ctl, desc, idle_timeout_ns, outcome):
+    """A helper block alone (pull_agent._helper), fed a published split batch."""
+    shc = cuda.shared.array(_S_WORDS, dtype=np.int64)
+    pa._helper(ctl, desc, idle_timeout_ns, outcome, shc)
+
+
+def test_a_helper_copies_a_published_batch_counts_it_and_leaves_when_the_leader_stops():
+    """Batch 3 is published with its 5 chunks unclaimed and no leader polls (its beat never
+    moves): the helper claims and copies every chunk, counts them where the leader waits
+    (FINISHED) and in the outcome, then leaves after the idle timeout without a beat."""
+    from gpuwrite.host.memory import mapped
+
+    sizes = [40, 72]                 # chunks of 32 B: 2 and 3
+    src, dst, off = _buffers(sizes)
+    rows = np.zeros((pa.AGENT_BATCH + 1, 4), dtype=np.int64)
+    rows[0] = [40, src.address + int(off[0]), dst.address + int(off[0]), 0]
+    rows[1] = [72, src.address + int(off[1]), dst.address + int(off[1]), 2]
+    rows[2, pa.D_FIRST] = 5
+    rows[pa.AGENT_BATCH, pa.D_BYTES] = 32
+    ctl = cuda.to_device(np.array([3 << 32 | 5, 7, 0, 12345], dtype=np.int64))
+    outcome = cuda.to_device(np.zeros(4, dtype=np.int64))
+    started = time.monotonic()
+    _help[1, 32](ctl, cuda.to_device(rows), int(0.05e9), outcome)
+    cuda.synchronize()
+    assert time.monotonic() - started >= 0.05           # it waited for a beat first
+    c = ctl.copy_to_host()
+    assert c[pa.C_CLAIM] == 3 << 32 and c[pa.C_FINISHED] == 7 + 5
+    assert outcome.copy_to_host()[pa.A_HELPED] == 5
+    _check_copies(dst, src, off, sizes)
+
+
+def test_a_helper_leaves_with_the_leader_without_waiting_for_the_idle_timeout():
+    ctl = cuda.to_device(np.array([3 << 32, 0, 1, 0], dtype=np.int64))     # EXIT set
+    outcome = cuda.to_device(np.zeros(4, dtype=np.int64))
+    started = time.monotonic()
+    _help[1, 32](ctl, cuda.to_device(np.zeros((pa.AGENT_BATCH + 1, 4), dtype=np.int64)),
+                 int(30e9), outcome)
+    cuda.synchronize()
+    assert time.monotonic() - started < 10
+    assert ctl.copy_to_host()[pa.C_FINISHED] == 0 and outcome.copy_to_host()[pa.A_HELPED] == 0
+
+
 def test_agent_takes_no_request_past_one_not_yet_whole():
     """Ticket 2's source word still carries another lap (the engine has not written it
     yet): the agent answers 0 and 1 only, although 3 and 4 are whole, then leaves idle."""
