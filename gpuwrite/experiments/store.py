@@ -112,8 +112,10 @@ def write_table(frame: pd.DataFrame, path: Path, csv: bool = False) -> list[Path
         return [path]
     buffer = io.BytesIO()
     frame.to_parquet(buffer, index=False)
-    if not _same_table(path, frame):
-        _write_if_changed(path, buffer.getvalue())
+    data = buffer.getvalue()
+    # The same bytes need no parse; other bytes may still hold the same table.
+    if not (path.is_file() and path.read_bytes() == data) and not _same_table(path, frame):
+        _write_if_changed(path, data)
     written = [path]
     if csv:
         _write_if_changed(path.with_suffix(".csv"), frame.to_csv(index=False).encode())
