@@ -200,3 +200,98 @@ def test_a_device_wait_reports_the_error_completion_s_syndrome_and_reason():
     assert synd >> 8 == L.SYNDROME["remote_access_err"]
     assert synd & 0xFF == L.REASON["bad_rkey"]
     assert in_error == 1
+
+
+# -- completions read while the kernel runs ahead of the NIC, made deterministic ----------
+# The engine is stopped (the ``nic`` fixture) and advanced by the test with ``ctx.poll``,
+# so the GPU reads the CQ at a chosen point: before the NIC has written the next entry,
+# or while a later WQE is already written. With the engine's own thread these needed a
+# race the engine nearly always wins (TESTING.md, "Kills that once depended on a race").
+
+@cuda.jit
+def _post_n(Q, src_addr, lkey, dst_addr, rkey, first, n):
+    """Writes ``n`` signaled 64-byte RDMA writes (64 B apart from ``first``), one doorbell."""
+    if cuda.threadIdx.x == 0:
+        for k in range(first, first + n):
+            dv.wqe_rdma_write(Q, 0, src_addr + 64 * k, lkey, 64, dst_addr + 64 * k, rkey, True, 0)
+        dv.ring_doorbell(Q, 0)
+
+
+@cuda.jit
+def _poll_n(Q, n, out):
+    """Up to ``n`` polls of QP 0's CQ, then hands the consumed entries back; records what
+    was taken and the QP state after."""
+    if cuda.threadIdx.x == 0:
+        got = 0
+        for _ in range(n):
+            got += dv.poll_cq(Q, 0)
+        dv.cq_publish(Q, 0)
+        out[0] = got
+        out[1] = Q[dv.Q_STATE][0, dv.S_CQ_CI]
+        out[2] = Q[dv.Q_STATE][0, dv.S_DONE]
+        out[3] = Q[dv.Q_STATE][0, dv.S_STAGE_FREED]
+        out[4] = Q[dv.Q_STATE][0, dv.S_LAST_CQE]
+
+
+def _engine_until(ctx, cqes: int):
+    for _ in range(10_000):
+        if ctx.counters()["cqes"] >= cqes:
+            return
+        ctx.poll(1)
+    raise AssertionError(f"the engine wrote {ctx.counters()['cqes']} of {cqes} completions")
+
+
+def _poll(qs, n):
+    out = cuda.to_device(np.zeros(5, dtype=np.int64))
+    _poll_n[1, 1](qs.device_args, n, out)
+    cuda.synchronize()
+    return out.copy_to_host()
+
+
+@pytest.mark.timeout(60)
+def test_an_entry_of_the_last_lap_is_not_a_new_completion(nic):
+    """A full lap of 16 completions is consumed; a 17th WQE is posted but the NIC has not
+    written its completion: entry 0 still holds lap 1's (owner 0, a valid opcode), and
+    poll_cq must not take it for the new one."""
+    src, dst, smr, dmr, qs = _one_qp(nic, 17 * 16, np.arange(17 * 16, dtype=np.uint32) + 1)
+    args = (qs.device_args, smr.address, smr.lkey, dmr.address, dmr.rkey)
+    _post_n[1, 1](*args, 0, 16)
+    cuda.synchronize()
+    _engine_until(nic, 16)
+    got = _poll(qs, 16)
+    assert got[:3].tolist() == [16, 16, 16], got
+    _post_n[1, 1](*args, 16, 1)
+    cuda.synchronize()
+    got = _poll(qs, 1)                       # the NIC has not run since
+    assert got[:3].tolist() == [0, 16, 16], f"took an old entry: {got.tolist()}"
+    _engine_until(nic, 17)
+    got = _poll(qs, 1)
+    assert got[:3].tolist() == [1, 17, 17] and got[4] == 16, got
+    assert np.array_equal(dst.host, src.host)
+
+
+@cuda.jit
+def _post_two(Q, src, src_addr, lkey, dst_addr, rkey, first_aux):
+    """WQE 0: a 64-byte write whose completion frees staging up to ``first_aux``'s cursor,
+    doorbell rung; WQE 1: an inline write of several BBs, written but not yet announced."""
+    if cuda.threadIdx.x == 0:
+        dv.wqe_rdma_write(Q, 0, src_addr, lkey, 64, dst_addr, rkey, True, first_aux)
+        dv.ring_doorbell(Q, 0)
+        dv.wqe_rdma_write_inline(Q, 0, src, 16, 200, dst_addr + 64, rkey, True)
+
+
+@pytest.mark.timeout(60)
+def test_a_completion_read_behind_a_later_wqe_uses_its_own_wqe_bookkeeping(nic):
+    """The NIC has completed WQE 0 while WQE 1 (several BBs, another staging cursor) is
+    already written: WQE 0's completion retires one BB and frees its own cursor, not the
+    last WQE's."""
+    src, dst, smr, dmr, qs = _one_qp(nic, 1024, np.arange(1024, dtype=np.uint32) + 7)
+    aux = dv.AUX_STAGE | 5
+    _post_two[1, 1](qs.device_args, src.kernel, smr.address, smr.lkey, dmr.address, dmr.rkey,
+                    aux)
+    cuda.synchronize()
+    _engine_until(nic, 1)
+    got = _poll(qs, 1)
+    assert got[0] == 1 and got[4] == 0, got
+    assert got[2] == 1, f"S_DONE {got[2]}: WQE 0 is one BB (WQE 1 four)"
+    assert got[3] == 5, f"S_STAGE_FREED {got[3]}: WQE 0's cursor"
