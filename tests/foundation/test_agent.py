@@ -319,6 +319,19 @@ def test_agent_split_batches_deliver_every_chunk_and_answer_in_order():
     _check_copies(dst, src, off, sizes)
 
 
+def _published_batch():
+    """A split batch's rows as the leader publishes them: two requests of 40 and 72 bytes in
+    chunks of 32 B (2 and 3 chunks): (sizes, src, dst, offsets, rows)."""
+    sizes = [40, 72]                 # chunks of 32 B: 2 and 3
+    src, dst, off = _buffers(sizes)
+    rows = np.zeros((pa.AGENT_BATCH + 1, 4), dtype=np.int64)
+    rows[0] = [40, src.address + int(off[0]), dst.address + int(off[0]), 0]
+    rows[1] = [72, src.address + int(off[1]), dst.address + int(off[1]), 2]
+    rows[2, pa.D_FIRST] = 5
+    rows[pa.AGENT_BATCH, pa.D_BYTES] = 32
+    return sizes, src, dst, off, rows
+
+
 _S_WORDS = pa.S_WORDS      # a global int: numba takes it as a constant, a module attribute not
 
 
@@ -335,15 +348,7 @@ def test_chunks_of_another_batch_are_never_claimed():
     """A block late for split batch 4 finds CLAIM naming batch 5: it claims nothing (a
     chunk it took would be copied by the wrong rows, and batch 5 would wait for it
     forever). Batch 5's own claims take every chunk, last first, and copy it."""
-    from gpuwrite.host.memory import mapped
-
-    sizes = [40, 72]                 # chunks of 32 B: 2 and 3
-    src, dst, off = _buffers(sizes)
-    rows = np.zeros((pa.AGENT_BATCH + 1, 4), dtype=np.int64)
-    rows[0] = [40, src.address + int(off[0]), dst.address + int(off[0]), 0]
-    rows[1] = [72, src.address + int(off[1]), dst.address + int(off[1]), 2]
-    rows[2, pa.D_FIRST] = 5
-    rows[pa.AGENT_BATCH, pa.D_BYTES] = 32
+    sizes, src, dst, off, rows = _published_batch()
     desc = cuda.to_device(rows)
 
     ctl = cuda.to_device(np.array([5 << 32 | 5, 0, 0, 0], dtype=np.int64))
@@ -367,15 +372,7 @@ def test_a_helper_copies_a_published_batch_counts_it_and_leaves_when_the_leader_
     """Batch 3 is published with its 5 chunks unclaimed and no leader polls (its beat never
     moves): the helper claims and copies every chunk, counts them where the leader waits
     (FINISHED) and in the outcome, then leaves after the idle timeout without a beat."""
-    from gpuwrite.host.memory import mapped
-
-    sizes = [40, 72]                 # chunks of 32 B: 2 and 3
-    src, dst, off = _buffers(sizes)
-    rows = np.zeros((pa.AGENT_BATCH + 1, 4), dtype=np.int64)
-    rows[0] = [40, src.address + int(off[0]), dst.address + int(off[0]), 0]
-    rows[1] = [72, src.address + int(off[1]), dst.address + int(off[1]), 2]
-    rows[2, pa.D_FIRST] = 5
-    rows[pa.AGENT_BATCH, pa.D_BYTES] = 32
+    sizes, src, dst, off, rows = _published_batch()
     ctl = cuda.to_device(np.array([3 << 32 | 5, 7, 0, 12345], dtype=np.int64))
     outcome = cuda.to_device(np.zeros(4, dtype=np.int64))
     started = time.monotonic()
