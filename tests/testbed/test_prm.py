@@ -176,14 +176,48 @@ def test_modify_commands_carry_the_qp_attributes():
     assert (f["opcode"], f["sw_qpc.mtu"], f["sw_qpc.remote_qpn"], f["sw_qpc.next_rcv_psn"],
             f["sw_qpc.min_rnr_nak"], f["sw_qpc.log_rra_max"], f["sw_qpc.log_msg_max"]) == \
         (prm.MLX5_CMD_OP_INIT2RTR_QP, 5, 0x1A2B3C, 0xABCDEF, 12, 4, 30)
+    # A RoCE path (a MAC given): no rlid and no grh bit (see test_address_path_follows_mlx5_set_path).
     assert (path["rlid"], path["grh"], path["src_addr_index"], path["hop_limit"],
             path["rgid_rip"], path["rmac"]) == \
-        (0x21, 1, 3, 64, 0xFE800000000000000202C9FFFE000001, 0x02C900000001)
+        (0, 0, 3, 64, 0xFE800000000000000202C9FFFE000001, 0x02C900000001)
     rts, _ = qa.rts_attrs(CONN)
     f = prm.MODIFY_QP_IN.unpack(prm.rtr2rts_in(qpn, rts, CONN.port_num))
     assert (f["opcode"], f["sw_qpc.retry_count"], f["sw_qpc.rnr_retry"], f["sw_qpc.next_send_psn"],
             f["sw_qpc.log_sra_max"], f["sw_qpc.primary_address_path.ack_timeout"]) == \
         (prm.MLX5_CMD_OP_RTR2RTS_QP, 7, 7, 0x123456, 2, 14)
+
+
+def _rtr_path(conn, **kwargs) -> dict:
+    rtr, _ = qa.rtr_attrs(conn)
+    f = prm.MODIFY_QP_IN.unpack(prm.init2rtr_in(0x4711, rtr, **kwargs))
+    return {k.split(".", 2)[2]: v for k, v in f.items() if k.startswith("sw_qpc.primary_address_path.")}
+
+
+def test_address_path_follows_mlx5_set_path():
+    """Linux drivers/infiniband/hw/mlx5/qp.c, mlx5_set_path: on RoCE the SL goes to
+    eth_prio (``MLX5_SET(ads, path, eth_prio, sl & 0x7)``), RoCE v2 gets
+    ``dscp = traffic_class >> 2``, and rlid, sl and the grh bit are InfiniBand-only."""
+    gid = "fe80:0000:0000:0000:0202:c9ff:fe00:0001"
+    roce = qa.QpConnection(remote_qpn=0x10, remote_psn=1, local_psn=2, remote_gid=gid, sl=3,
+                           traffic_class=0x68)
+    v2 = _rtr_path(roce, remote_mac="02:c9:00:00:00:01", udp_sport=0xC123)
+    assert (v2["eth_prio"], v2["sl"], v2["dscp"], v2["grh"], v2["rlid"], v2["udp_sport"],
+            v2["tclass"]) == (3, 0, 0x68 >> 2, 0, 0, 0xC123, 0x68)
+    v1 = _rtr_path(roce, remote_mac="02:c9:00:00:00:01")
+    assert (v1["eth_prio"], v1["sl"], v1["dscp"], v1["grh"], v1["udp_sport"]) == (3, 0, 0, 0, 0)
+    ib_global = qa.QpConnection(remote_qpn=0x10, remote_psn=1, local_psn=2, remote_lid=0x21,
+                                remote_gid=gid, sl=3, traffic_class=0x68)
+    ib = _rtr_path(ib_global)
+    assert (ib["sl"], ib["eth_prio"], ib["dscp"], ib["grh"], ib["rlid"], ib["rmac"],
+            ib["rgid_rip"]) == (3, 0, 0, 1, 0x21, 0, prm.gid_to_int(gid))
+    ib_local = _rtr_path(qa.QpConnection(remote_qpn=0x10, remote_psn=1, local_psn=2,
+                                         remote_lid=0x21, sl=5))
+    assert (ib_local["sl"], ib_local["grh"], ib_local["rlid"], ib_local["rgid_rip"]) == (5, 0, 0x21, 0)
+    with pytest.raises(ValueError, match="RoCE path needs a GRH"):
+        _rtr_path(qa.QpConnection(remote_qpn=0x10, remote_psn=1, local_psn=2, remote_lid=0x21),
+                  remote_mac="02:c9:00:00:00:01")
+    with pytest.raises(ValueError, match="RoCE v2 paths only"):
+        _rtr_path(ib_global, udp_sport=0xC123)
 
 
 def test_command_errors_name_status_and_syndrome():

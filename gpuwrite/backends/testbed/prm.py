@@ -319,18 +319,36 @@ def init2rtr_in(qpn: int, attrs: dict, remote_mac: str | None = None, *, udp_spo
                 max_msg_log: int = LOG_MSG_MAX) -> bytes:
     """INIT -> RTR from ``qp_attrs.rtr_attrs``; ``remote_mac`` (next hop) for RoCE;
     ``udp_sport`` for RoCE v2 only (rdma-core tests/mlx5_base.py: "UDP sport must be
-    reserved for roce v1 and v1.5")."""
+    reserved for roce v1 and v1.5"), so a non-zero ``udp_sport`` marks a RoCE v2 path.
+
+    The address path is filled as the Linux kernel's ``mlx5_set_path``
+    (drivers/infiniband/hw/mlx5/qp.c) fills ``struct mlx5_ifc_ads_bits`` for a verbs QP:
+    on InfiniBand ``rlid``, ``sl`` and ``grh`` (set where a GRH is used); on RoCE
+    (``remote_mac`` given) ``rmac``, the SL in ``eth_prio`` (3 bits; ``sl`` and ``grh``
+    stay zero, as does ``rlid``) and, for RoCE v2, ``dscp = traffic_class >> 2``. A RoCE
+    path must carry a GRH (mlx5_set_path returns -EINVAL otherwise). The GRH fields
+    (``src_addr_index``, ``hop_limit``, ``tclass``, ``flow_label``, ``rgid_rip``) are set
+    on both link layers."""
     ah = attrs["ah_attr"]
-    path = {"vhca_port_num": ah["port_num"], "rlid": ah["dlid"], "sl": ah["sl"]}
+    path = {"vhca_port_num": ah["port_num"]}
+    roce = remote_mac is not None
+    if roce:
+        if not ah["is_global"]:
+            raise ValueError("a RoCE path needs a GRH (the peer's GID)")
+        path["rmac"] = mac_to_int(remote_mac)
+        path["eth_prio"] = ah["sl"]
+        if udp_sport:
+            path["udp_sport"] = udp_sport
+            path["dscp"] = ah["grh"]["traffic_class"] >> 2
+    else:
+        if udp_sport:
+            raise ValueError("udp_sport is for RoCE v2 paths only (no remote_mac given)")
+        path.update(rlid=ah["dlid"], sl=ah["sl"], grh=int(bool(ah["is_global"])))
     if ah["is_global"]:
         grh = ah["grh"]
-        path.update(grh=1, rgid_rip=gid_to_int(grh["dgid"]), src_addr_index=grh["sgid_index"],
+        path.update(rgid_rip=gid_to_int(grh["dgid"]), src_addr_index=grh["sgid_index"],
                     hop_limit=grh["hop_limit"], tclass=grh["traffic_class"],
                     flow_label=grh["flow_label"])
-    if remote_mac is not None:
-        path["rmac"] = mac_to_int(remote_mac)
-    if udp_sport:
-        path["udp_sport"] = udp_sport
     return MODIFY_QP_IN.pack(opcode=MLX5_CMD_OP_INIT2RTR_QP, qpn=qpn, sw_qpc={
         "mtu": attrs["path_mtu"], "log_msg_max": max_msg_log, "remote_qpn": attrs["dest_qp_num"],
         "next_rcv_psn": attrs["rq_psn"], "min_rnr_nak": attrs["min_rnr_timer"],
