@@ -20,9 +20,9 @@ Every repeated figure is reported as min, median and max. Where a run misses a t
 its mean turnaround) or the GPU side (the rest of the round trip), whichever exceeds its
 share of the bound more (the engine's share: its least turnaround for that path; for
 nic_pull, gpu_push's, and the rest of its turnaround is its read, ``pull``, which the
-bound has no share for: ``sweep_steps``; for the 64-byte latency, the floor of the same repeat is the GPU side's share, and the push
-breakdown of that repeat is kept beside it); for bandwidth and rate, against the
-median run.
+bound has no share for: ``sweep_steps``; for the 64-byte latency, the floor of the same
+repeat is the GPU side's share, and the push breakdown of that repeat is kept beside it);
+for bandwidth and rate, against the median run.
 """
 from __future__ import annotations
 
