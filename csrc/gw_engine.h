@@ -177,3 +177,10 @@ struct gw_pong *gw_pong_start(void *ping, void *pong);
  * long between doorbell and completion (how the completion poll's phase moves latency). */
 struct gw_pong *gw_pong_start_delayed(void *ping, void *pong, uint64_t answer_delay_ns);
 void gw_pong_stop(struct gw_pong *pong);
+/* The reverse trip: for k = 1..iters, stores k to *ping (release) and waits (acquire
+ * loads) for *pong to hold k, rtt_ns[k - 1] the time from store to answer seen. The least
+ * time in which a host thread playing the NIC hears back from the GPU, as nic_pull's
+ * request to the GPU pull agent must. Returns the round trips answered: fewer than iters
+ * if one took more than timeout_ns. */
+uint32_t gw_ping_run(void *ping, void *pong, uint32_t iters, uint64_t timeout_ns,
+                     uint64_t *rtt_ns);

@@ -1,5 +1,6 @@
 /* gw_pong.c: the floor of every latency, a thread that answers a doorbell and does
- * nothing else (gw_pong_start in gw_engine.h). */
+ * nothing else (gw_pong_start in gw_engine.h), and the reverse trip, the host pinging a
+ * GPU thread (gw_ping_run). */
 #define _GNU_SOURCE
 #include "gw_engine_internal.h"
 
@@ -63,4 +64,22 @@ void gw_pong_stop(struct gw_pong *p)
     atomic_store(&p->running, 0);
     pthread_join(p->thread, NULL);
     free(p);
+}
+
+/* ---- the reverse floor: the host pings, a GPU thread answers ------------------------ */
+
+uint32_t gw_ping_run(void *ping, void *pong, uint32_t iters, uint64_t timeout_ns,
+                     uint64_t *rtt_ns)
+{
+    for (uint32_t k = 0; k < iters; k++) {
+        uint64_t t0 = gw_now_ns();
+        store_rel32(ping, k + 1);
+        while (load_acq32(pong) != k + 1) {
+            if (gw_now_ns() - t0 > timeout_ns)
+                return k;
+            __builtin_ia32_pause();
+        }
+        rtt_ns[k] = gw_now_ns() - t0;
+    }
+    return iters;
 }

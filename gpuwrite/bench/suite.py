@@ -14,7 +14,13 @@ run, and each judged on every run, not only on the median:
     block, every message one WQE, against floor + size / ceiling (the bulk-store ceiling;
     for 32 threads the bandwidth of one warp's vector copy; host_staged's data crosses PCIe
     twice, so its size term is counted twice): gpu_push and host_staged <= 1.25x at every size; nic_pull
-    (the GPU pull agent) <= 2x at 64 B and <= 1.5x at 64 KiB.
+    (the GPU pull agent) <= 2x at 64 B and <= 1.5x at 64 KiB. A nic_pull in emulated mode
+    makes two round trips between GPU and host, the sender's doorbell and completion (the
+    floor) and the engine's request to the agent and its answer (the reverse floor, the
+    host pinging a GPU thread, ``reverse_floor_us``): each nic_pull point also reports
+    ``least_us``, floor + reverse floor + size / ceiling, and whether its target lies below
+    it (``target_below_least``: no stand-in that keeps the host playing the NIC can meet
+    it).
 Every repeated figure is reported as min, median and max. Where a run misses a target,
 ``lost_in`` names the step that took the time: the engine (doorbell seen to CQE written,
 its mean turnaround) or the GPU side (the rest of the round trip), whichever exceeds its
@@ -96,6 +102,24 @@ def _pingpong(ping, pong, iters, out_ns, timeout_ns, poll_delay_ns):
 
 
 @cuda.jit
+def _gpu_pong(ping, pong, iters, timeout_ns, answered):
+    """The GPU side of the reverse floor: one thread answers each new ``ping`` (k + 1) by
+    storing it to ``pong``, as the pull agent answers a request; leaves after ``iters``
+    answers or ``timeout_ns`` without a ping."""
+    if cuda.threadIdx.x != 0 or cuda.blockIdx.x != 0:
+        return
+    t0 = globaltimer_ns()
+    for k in range(iters):
+        while ld_acquire_sys_u32(ping, 0) != k + 1:
+            if globaltimer_ns() - t0 > timeout_ns:
+                answered[0] = k
+                return
+        st_release_sys_u32(pong, 0, k + 1)
+        t0 = globaltimer_ns()
+    answered[0] = iters
+
+
+@cuda.jit
 def _bulk_store(dst, reps):
     start = cuda.grid(1)
     stride = cuda.gridsize(1)
@@ -171,6 +195,28 @@ def floor_pingpong_us(iters: int, poll_delay_ns: int = 0, answer_delay_ns: int =
     return float(np.median(ns[iters // 10:]) / 1e3)
 
 
+def reverse_floor_us(iters: int, timeout_ns: int = 2_000_000_000) -> float:
+    """Median round trip of the reverse ping-pong: a host C thread stores to a mapped host
+    word, a GPU thread polling it answers into another (``_gpu_pong``), the host thread
+    sees the answer. The least time in which the engine, a host thread, can hear back from
+    the GPU pull agent. The first tenth of the round trips (the kernel's start among them)
+    is dropped."""
+    ping = mapped((16,), np.uint32)
+    pong = mapped((16,), np.uint32)
+    answered = cuda.to_device(np.zeros(1, dtype=np.int64))
+    rtt = ffi.new("uint64_t[]", iters)
+    _gpu_pong[1, 32](ping.kernel, pong.kernel, iters, timeout_ns, answered)
+    # The launch returns at once; cffi lets go of the GIL while the host thread pings.
+    done = lib.gw_ping_run(ffi.cast("void *", ping.address), ffi.cast("void *", pong.address),
+                           iters, timeout_ns, rtt)
+    cuda.synchronize()
+    if done < iters:
+        raise RuntimeError(f"the GPU thread answered {done} of {iters} pings; the next took "
+                           f"more than {timeout_ns / 1e9:g} s")
+    ns = np.frombuffer(ffi.buffer(rtt), dtype=np.uint64)
+    return float(np.median(ns[iters // 10:]) / 1e3)
+
+
 def bulk_store_gbytes(nbytes: int) -> float:
     """Full-grid GPU stores into mapped host memory, GB/s (the push ceiling)."""
     dst = mapped((nbytes // 4,), np.uint32)
@@ -228,11 +274,20 @@ def sweep_steps(path: str, threads: int, split: dict, bound_us: float,
     return dict(split), {"engine": fixed, "gpu": bound_us - fixed}
 
 
+def least_pull_us(size, threads, floor_us, reverse_us, ceilings):
+    """The least a nic_pull can take in emulated mode: the sender's round trip to the
+    engine (the floor), the engine's to the pull agent (the reverse floor) and the copy
+    (size / ceiling); every cost beyond the two trips and the copy is left out."""
+    return _sweep_bound_us("nic_pull", size, threads, floor_us, ceilings) + reverse_us
+
+
 def latency_sweep(floor_us: float, ceilings: dict, *, sizes=SWEEP_SIZES, paths=SWEEP_PATHS,
                   threads=SWEEP_THREADS, n_qps: int = 1, iters: int = SWEEP_ITERS,
-                  repeats: int = SWEEP_REPEATS, step=lambda msg: None) -> list[dict]:
+                  repeats: int = SWEEP_REPEATS, step=lambda msg: None,
+                  reverse_us: float | None = None) -> list[dict]:
     """Latency vs size, one message in flight per QP, every point run ``repeats`` times in
-    turn with the others; each run judged against floor + size / ceiling."""
+    turn with the others; each run judged against floor + size / ceiling. With the reverse
+    floor, nic_pull's points also carry their least (``least_pull_us``)."""
     points = [(p, n, t) for t in threads for p in paths for n in sizes
               if not (p == "gpu_push_inline" and n > runner.INLINE_SIZES[-1])]
     runs: dict = {pt: [] for pt in points}
@@ -267,8 +322,14 @@ def latency_sweep(floor_us: float, ceilings: dict, *, sizes=SWEEP_SIZES, paths=S
                 if not row["met"]:
                     row["lost_in"] = lost_in(*sweep_steps(path, th, sp, bound, engine_fixed))
             judged.append(row)
-        out.append({"path": path, "size_bytes": size, "threads": th, "bound_us": bound,
-                    "target_ratio": target, "p50_us": spread(p50s),
+        point = {"path": path, "size_bytes": size, "threads": th, "bound_us": bound,
+                 "target_ratio": target}
+        if path == "nic_pull" and reverse_us is not None:
+            least = least_pull_us(size, th, floor_us, reverse_us, ceilings)
+            point.update(least_us=least, least_ratio=least / bound)
+            if target is not None:
+                point["target_below_least"] = least / bound > target
+        out.append({**point, "p50_us": spread(p50s),
                     "p99_us": spread([r.latency_p99_us for r in rs]),
                     "ratio": spread([j["ratio"] for j in judged]),
                     "engine_us": spread([x["engine"] for x in split]),
@@ -306,16 +367,21 @@ def run_suite(quick: bool = False, progress=None, *, sizes=SWEEP_SIZES, paths=SW
     out["engine_copy_threads"] = default_copy_threads(1)
     floors = [floor_pingpong_us(lat_n) for _ in range(3)]
     out["floor_pingpong_us"] = float(np.median(floors))
+    step("reverse floor: the host pings a GPU thread")
+    out["floor_reverse_us"] = spread([reverse_floor_us(lat_n) for _ in range(3)])
     if not sweep_only:
         _three_targets(out, quick, lat_n, reps, step)
     out["sweep"] = latency_sweep(out["floor_pingpong_us"], ceilings, sizes=sizes, paths=paths,
                                  threads=threads, n_qps=n_qps, iters=iters or SWEEP_ITERS,
-                                 repeats=reps, step=step)
+                                 repeats=reps, step=step,
+                                 reverse_us=out["floor_reverse_us"]["median"])
     out["verdict"] = out.get("verdict", {})
     for pt in out["sweep"]:
         if pt["target_ratio"] is not None:
             key = f"sweep {pt['path']} {pt['size_bytes']} B {pt['threads']} thr"
             out["verdict"][key] = pt["runs_met"] == len(pt["runs"])
+            if pt.get("target_below_least"):
+                out.setdefault("targets_below_least", {})[key] = pt["least_ratio"]
     return out
 
 

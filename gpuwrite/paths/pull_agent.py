@@ -73,6 +73,10 @@ AGENT_BATCH = 8
 SPLIT_BYTES = 1 << 20
 MIN_CHUNK_BYTES = 32 << 10
 BLOCKS = 4
+# A persistent kernel's blocks must all stay resident beside the kernels whose pulls they
+# answer (a helper that never starts costs only speed, but holds an SM's slot that the
+# sender may need): at most MAX_BLOCKS, about half the SMs of an H100.
+MAX_BLOCKS = 64
 # Words the agent's blocks share (int64, GPU memory). CLAIM: the split batch's number
 # (high 32 bits) and its chunks not yet claimed (low 32 bits); FINISHED: chunks copied,
 # all batches; EXIT: the leader has left (the others leave too); BEAT: the leader's clock
@@ -378,8 +382,9 @@ class PullAgent:
         if pull_timeout_s <= 0 or idle_timeout_s <= 0:
             raise ValueError(f"pull_timeout_s={pull_timeout_s}, idle_timeout_s="
                              f"{idle_timeout_s}: both must be positive")
-        if not 1 <= blocks <= 64:
-            raise ValueError(f"blocks={blocks}: from 1 to 64 (the leader and its helpers)")
+        if not 1 <= blocks <= MAX_BLOCKS:
+            raise ValueError(f"blocks={blocks}: from 1 to {MAX_BLOCKS} (the leader and its "
+                             "helpers)")
         if split_bytes < 1:
             raise ValueError(f"split_bytes={split_bytes}: at least 1")
         self.ctx = ctx
@@ -444,15 +449,13 @@ class PullAgent:
                                "within 10 s; its memory is kept")
         self.ctx._eng.pins.pop(_PIN, None)
         out = self.outcome.copy_to_host()
+        failed = ffi.new("uint64_t *")
         return {"exit": EXIT_NAMES.get(int(out[A_EXIT]), str(out[A_EXIT])),
                 "pulls": int(out[A_PULLS]), "bytes": int(out[A_BYTES]),
-                "helped_chunks": int(out[A_HELPED]), **self.engine_pulls()}
-
-    def engine_pulls(self) -> dict:
-        """The engine's count of pulls the agent answered and of pulls it failed."""
-        failed = ffi.new("uint64_t *")
-        answered = lib.gw_engine_agent_pulls(self.ctx._engine, failed)
-        return {"engine_answered": int(answered), "engine_failed": int(failed[0])}
+                "helped_chunks": int(out[A_HELPED]),
+                # the engine's count of pulls the agent answered and of those it failed
+                "engine_answered": int(lib.gw_engine_agent_pulls(self.ctx._engine, failed)),
+                "engine_failed": int(failed[0])}
 
     def engine_gone(self) -> None:
         """Called by the engine's teardown while this agent is still attached (the context

@@ -36,3 +36,91 @@ def test_other_paths_keep_their_own_engine_share():
     steps, ref = suite.sweep_steps("nic_pull", 32, alone[("nic_pull", 64, 32)][0], 3.27,
                                    suite.sweep_engine_fixed(alone))
     assert set(steps) == {"engine", "gpu"} and ref["engine"] == 4.96
+
+
+class _Run:
+    """What ``latency_sweep`` reads of a run."""
+
+    def __init__(self, p50_us, engine_us):
+        self.latency_p50_us = self.latency_p99_us = p50_us
+        self.counters = {"turnaround_ns": engine_us * 1e3, "turnarounds": 1}
+        self.delivered = self.messages = 20
+        self.emulation = "test"
+
+
+def test_a_pull_target_below_the_emulated_least_is_named(monkeypatch):
+    """nic_pull's least in emulated mode is floor + reverse floor + copy. With session 14's
+    H100 figures (floor 3.27 us, bulk stores 51.8 GB/s) and a reverse floor of 3.0 us, the
+    64 B target (2x the bound) lies below it (least 1.92x: met is possible), and the 64 KiB
+    one with 256 threads (1.5x) lies below its least of 1.66x."""
+    p50 = {("nic_pull", 64): 10.1, ("nic_pull", 65536): 11.9, ("gpu_push", 64): 4.5,
+           ("gpu_push", 65536): 10.5}
+    monkeypatch.setattr(suite.runner, "run", lambda path, sizes, **kw: _Run(
+        p50[(path, sizes[0])], 5.0 if path == "nic_pull" else 0.2))
+    ceilings = {"bulk_store_gbytes": 51.8, "warp_copy_gbytes": 9.6}
+    pts = suite.latency_sweep(3.27, ceilings, sizes=(64, 65536), paths=("gpu_push", "nic_pull"),
+                              threads=(256,), repeats=1, reverse_us=3.0)
+    by = {(p["path"], p["size_bytes"]): p for p in pts}
+    small, big = by[("nic_pull", 64)], by[("nic_pull", 65536)]
+    assert abs(small["least_us"] - (3.27 + 64 / 51.8e3 + 3.0)) < 1e-9
+    assert abs(big["least_us"] - (3.27 + 65536 / 51.8e3 + 3.0)) < 1e-9
+    assert small["target_below_least"] is False and big["target_below_least"] is True
+    assert abs(big["least_ratio"] - big["least_us"] / big["bound_us"]) < 1e-12
+    assert "least_us" not in by[("gpu_push", 64)]
+    # without a reverse floor nothing is claimed
+    plain = suite.latency_sweep(3.27, ceilings, sizes=(64,), paths=("nic_pull",),
+                                threads=(256,), repeats=1)
+    assert "least_us" not in plain[0] and "target_below_least" not in plain[0]
+
+
+def test_the_reverse_ping_counts_answers_and_times_out():
+    """gw_ping_run against the floor's host responder (which copies ping to pong): every
+    round trip answered and timed; with nobody answering it stops at the timeout."""
+    import numpy as np
+
+    from gpuwrite._gw_cffi import ffi, lib
+    words = np.zeros(32, dtype=np.uint32)
+    ping = ffi.cast("void *", words.ctypes.data)
+    pong = ffi.cast("void *", words.ctypes.data + 64)
+    rtt = ffi.new("uint64_t[]", 50)
+    responder = lib.gw_pong_start(ping, pong)
+    try:
+        assert lib.gw_ping_run(ping, pong, 50, 2_000_000_000, rtt) == 50
+    finally:
+        lib.gw_pong_stop(responder)
+    assert all(0 < rtt[k] < 2_000_000_000 for k in range(50)) and words[16] == 50
+    words[:] = 0
+    t0 = lib.gw_now_ns()
+    assert lib.gw_ping_run(ping, pong, 5, 2_000_000, rtt) == 0
+    assert lib.gw_now_ns() - t0 >= 2_000_000
+
+
+def test_the_gpu_thread_of_the_reverse_floor_answers_every_ping():
+    """``_gpu_pong`` answers each ping once, in order, and reports how many. On the
+    simulator the kernel blocks its launcher, so the host pings from a thread started
+    first; on a GPU, ``reverse_floor_us`` is the whole measurement."""
+    import threading
+
+    import numpy as np
+
+    from gpuwrite._gw_cffi import ffi, lib
+    from gpuwrite.cudaenv import SIMULATOR, cuda
+    from gpuwrite.host.memory import mapped
+    if not SIMULATOR:
+        assert 0.1 < suite.reverse_floor_us(200) < 100.0
+        return
+    ping, pong = mapped((16,), np.uint32), mapped((16,), np.uint32)
+    answered = cuda.to_device(np.zeros(1, dtype=np.int64))
+    rtt = ffi.new("uint64_t[]", 3)
+    got = []
+    host = threading.Thread(target=lambda: got.append(lib.gw_ping_run(
+        ffi.cast("void *", ping.address), ffi.cast("void *", pong.address), 3,
+        20_000_000_000, rtt)))
+    host.start()
+    suite._gpu_pong[1, 32](ping.kernel, pong.kernel, 3, 20_000_000_000, answered)
+    host.join(30)
+    assert got == [3] and answered.copy_to_host()[0] == 3
+    assert all(rtt[k] > 0 for k in range(3))
+    # nobody pings: the GPU thread leaves at its timeout, having answered none
+    suite._gpu_pong[1, 32](ping.kernel, pong.kernel, 5, 1_000_000, answered)
+    assert answered.copy_to_host()[0] == 0
