@@ -16,11 +16,12 @@ run, and each judged on every run, not only on the median:
     twice, so its size term is counted twice): gpu_push and host_staged <= 1.25x at every size; nic_pull
     (the GPU pull agent) <= 2x at 64 B and <= 1.5x at 64 KiB. A nic_pull in emulated mode
     makes two round trips between GPU and host, the sender's doorbell and completion (the
-    floor) and the engine's request to the agent and its answer (the reverse floor, the
-    host pinging a GPU thread, ``reverse_floor_us``): each nic_pull point also reports
-    ``least_us``, floor + reverse floor + size / ceiling, and whether its target lies below
-    it (``target_below_least``: no stand-in that keeps the host playing the NIC can meet
-    it).
+    floor) and the engine's request to the agent and its answer (the reverse floor: the
+    host pings a GPU warp, ``reverse_floor_us``; ``floor_reverse_64B_us`` with 64 bytes
+    copied and fenced before each answer, as the agent must): each nic_pull point also
+    reports ``least_us``, floor + the 64-byte reverse trip + the rest of its bytes /
+    ceiling, and whether its target lies below it (``target_below_least``: no stand-in
+    that keeps the host playing the NIC can meet it).
 Every repeated figure is reported as min, median and max. Where a run misses a target,
 ``lost_in`` names the step that took the time: the engine (doorbell seen to CQE written,
 its mean turnaround) or the GPU side (the rest of the round trip), whichever exceeds its
@@ -33,10 +34,12 @@ for bandwidth and rate, against the median run.
 from __future__ import annotations
 
 import numpy as np
+from numba import int32
 
 from gpuwrite._gw_cffi import ffi, lib
 from gpuwrite.cudaenv import SIMULATOR, cuda
-from gpuwrite.device.intrinsics import globaltimer_ns, ld_acquire_sys_u32, st_release_sys_u32
+from gpuwrite.device.intrinsics import (fence_sys, globaltimer_ns, ld_acquire_sys_u32,
+                                        st_relaxed_sys_u32, st_release_sys_u32)
 from gpuwrite.bench.breakdown import push_breakdown
 from gpuwrite.device.copy import copy_bytes
 from gpuwrite.host.memory import mapped
@@ -102,21 +105,41 @@ def _pingpong(ping, pong, iters, out_ns, timeout_ns, poll_delay_ns):
 
 
 @cuda.jit
-def _gpu_pong(ping, pong, iters, timeout_ns, answered):
-    """The GPU side of the reverse floor: one thread answers each new ``ping`` (k + 1) by
-    storing it to ``pong``, as the pull agent answers a request; leaves after ``iters``
-    answers or ``timeout_ns`` without a ping."""
-    if cuda.threadIdx.x != 0 or cuda.blockIdx.x != 0:
-        return
+def _gpu_pong(ping, pong, iters, timeout_ns, answered, data, src, nbytes):
+    """The GPU side of the reverse floor, launched as one block of one warp: it answers
+    each new ``ping`` (k + 1) by storing it to ``pong``, as the pull agent answers a
+    request; with ``nbytes`` > 0 it first copies that many bytes from ``src`` (GPU memory)
+    to ``data`` (mapped host memory) and publishes them as the agent does (a barrier, a
+    system-scope fence, the answer). Lane 0 polls and tells the others through shared
+    memory (the simulator has no shuffle); it leaves after ``iters`` answers or
+    ``timeout_ns`` without a ping."""
+    lane = cuda.threadIdx.x
+    seen = cuda.shared.array(1, int32)
     t0 = globaltimer_ns()
     for k in range(iters):
-        while ld_acquire_sys_u32(ping, 0) != k + 1:
-            if globaltimer_ns() - t0 > timeout_ns:
+        if lane == 0:
+            seen[0] = 1
+            while ld_acquire_sys_u32(ping, 0) != k + 1:
+                if globaltimer_ns() - t0 > timeout_ns:
+                    seen[0] = 0
+                    break
+        cuda.syncthreads()
+        if seen[0] == 0:
+            if lane == 0:
                 answered[0] = k
-                return
-        st_release_sys_u32(pong, 0, k + 1)
+            return
+        if nbytes > 0:
+            copy_bytes(data, 0, src, 0, nbytes, lane, cuda.blockDim.x)
+        cuda.syncthreads()      # every lane has read seen[0] and stored its bytes
+        if lane == 0:
+            if nbytes > 0:
+                fence_sys()
+                st_relaxed_sys_u32(pong, 0, k + 1)
+            else:
+                st_release_sys_u32(pong, 0, k + 1)
         t0 = globaltimer_ns()
-    answered[0] = iters
+    if lane == 0:
+        answered[0] = iters
 
 
 @cuda.jit
@@ -195,17 +218,23 @@ def floor_pingpong_us(iters: int, poll_delay_ns: int = 0, answer_delay_ns: int =
     return float(np.median(ns[iters // 10:]) / 1e3)
 
 
-def reverse_floor_us(iters: int, timeout_ns: int = 2_000_000_000) -> float:
+def reverse_floor_us(iters: int, payload_bytes: int = 0,
+                     timeout_ns: int = 2_000_000_000) -> float:
     """Median round trip of the reverse ping-pong: a host C thread stores to a mapped host
-    word, a GPU thread polling it answers into another (``_gpu_pong``), the host thread
-    sees the answer. The least time in which the engine, a host thread, can hear back from
-    the GPU pull agent. The first tenth of the round trips (the kernel's start among them)
-    is dropped."""
+    word, a GPU warp polling it answers into another (``_gpu_pong``), the host thread sees
+    the answer. Bare, the least time in which the engine, a host thread, hears back from
+    the GPU; with ``payload_bytes``, the least in which the pull agent can answer a pull
+    of that many bytes (copied and fenced before the answer, as the agent does). The first
+    tenth of the round trips (the kernel's start among them) is dropped."""
     ping = mapped((16,), np.uint32)
     pong = mapped((16,), np.uint32)
+    words = max(1, -(-payload_bytes // 4))
+    data = mapped((words,), np.uint32)
+    src = cuda.to_device(np.arange(words, dtype=np.uint32))
     answered = cuda.to_device(np.zeros(1, dtype=np.int64))
     rtt = ffi.new("uint64_t[]", iters)
-    _gpu_pong[1, 32](ping.kernel, pong.kernel, iters, timeout_ns, answered)
+    _gpu_pong[1, 32](ping.kernel, pong.kernel, iters, timeout_ns, answered, data.kernel, src,
+                     payload_bytes)
     # The launch returns at once; cffi lets go of the GIL while the host thread pings.
     done = lib.gw_ping_run(ffi.cast("void *", ping.address), ffi.cast("void *", pong.address),
                            iters, timeout_ns, rtt)
@@ -274,11 +303,20 @@ def sweep_steps(path: str, threads: int, split: dict, bound_us: float,
     return dict(split), {"engine": fixed, "gpu": bound_us - fixed}
 
 
+# The smallest pull the sweep makes: the reverse trip that answers it with its bytes is
+# the least answer the pull agent can give (``floor_reverse_64B_us``).
+LEAST_PULL_BYTES = 64
+
+
 def least_pull_us(size, threads, floor_us, reverse_us, ceilings):
-    """The least a nic_pull can take in emulated mode: the sender's round trip to the
-    engine (the floor), the engine's to the pull agent (the reverse floor) and the copy
-    (size / ceiling); every cost beyond the two trips and the copy is left out."""
-    return _sweep_bound_us("nic_pull", size, threads, floor_us, ceilings) + reverse_us
+    """The least a nic_pull of ``size`` bytes can take in emulated mode: the sender's
+    round trip to the engine (the floor), the engine's to the pull agent answering
+    LEAST_PULL_BYTES (``reverse_us``: the reverse trip with that payload copied and fenced)
+    and the copy of the rest (at the bound's ceiling); every cost beyond the two trips
+    and the copy (the engine's bookkeeping, the agent's ring, the polls' phases) is left
+    out."""
+    rest = max(0, size - LEAST_PULL_BYTES)
+    return _sweep_bound_us("nic_pull", rest, threads, floor_us, ceilings) + reverse_us
 
 
 def latency_sweep(floor_us: float, ceilings: dict, *, sizes=SWEEP_SIZES, paths=SWEEP_PATHS,
@@ -367,14 +405,16 @@ def run_suite(quick: bool = False, progress=None, *, sizes=SWEEP_SIZES, paths=SW
     out["engine_copy_threads"] = default_copy_threads(1)
     floors = [floor_pingpong_us(lat_n) for _ in range(3)]
     out["floor_pingpong_us"] = float(np.median(floors))
-    step("reverse floor: the host pings a GPU thread")
+    step("reverse floor: the host pings a GPU warp")
     out["floor_reverse_us"] = spread([reverse_floor_us(lat_n) for _ in range(3)])
+    out["floor_reverse_64B_us"] = spread([reverse_floor_us(lat_n, LEAST_PULL_BYTES)
+                                          for _ in range(3)])
     if not sweep_only:
         _three_targets(out, quick, lat_n, reps, step)
     out["sweep"] = latency_sweep(out["floor_pingpong_us"], ceilings, sizes=sizes, paths=paths,
                                  threads=threads, n_qps=n_qps, iters=iters or SWEEP_ITERS,
                                  repeats=reps, step=step,
-                                 reverse_us=out["floor_reverse_us"]["median"])
+                                 reverse_us=out["floor_reverse_64B_us"]["median"])
     out["verdict"] = out.get("verdict", {})
     for pt in out["sweep"]:
         if pt["target_ratio"] is not None:

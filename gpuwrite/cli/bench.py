@@ -165,8 +165,9 @@ def _print(out: dict) -> None:
                   f"copy: {out['warp_copy_gbytes']:.1f} GB/s;  one 256-thread block's: "
                   f"{out['block256_copy_gbytes']:.1f} GB/s")
     if "floor_reverse_us" in out:
-        console.print(f"reverse floor (the host pings a GPU thread, as the engine asks the pull "
-                      f"agent): {_mmm(out['floor_reverse_us'])} us")
+        console.print(f"reverse floor (the host pings a GPU warp, as the engine asks the pull "
+                      f"agent): {_mmm(out['floor_reverse_us'])} us; answering with 64 bytes "
+                      f"copied and fenced first: {_mmm(out['floor_reverse_64B_us'])} us")
     if "engine_copy_threads" in out:
         console.print(f"emulated NIC: deliveries of 32 KiB or more copied by the worker and "
                       f"{out['engine_copy_threads']} helper threads")
@@ -211,6 +212,6 @@ def _print(out: dict) -> None:
         console.print(f"  {path}: {next(pt['emulation'] for pt in out['sweep'] if pt['path'] == path)}")
     below = out.get("targets_below_least", {})
     for k, ok in out["verdict"].items():
-        why = (f" (below emulation's least: floor + reverse floor + copy = {below[k]:.2f}x the "
-               "bound)") if k in below else ""
+        why = (f" (below emulation's least: floor + the 64-byte reverse trip + the rest's "
+               f"copy = {below[k]:.2f}x the bound)") if k in below else ""
         console.print(f"target {k}: {'[green]met[/green]' if ok else '[red]missed[/red]'}{why}")

@@ -160,7 +160,8 @@ kernels = {
     "push_steps": (B._push_steps, (Q, u32[::1], i64, i64, i64, i64, i64[:, ::1], i64[::1])),
     "pingpong": (S._pingpong, (u32[::1], u32[::1], i64, i64[::1], i64, i64)),
     "bulk_store": (S._bulk_store, (u32[::1], i64)),
-    "gpu_pong": (S._gpu_pong, (u32[::1], u32[::1], i64, i64, i64[::1])),
+    "gpu_pong": (S._gpu_pong, (u32[::1], u32[::1], i64, i64, i64[::1], u32[::1], u32[::1],
+                               i64)),
 }
 for name, (kernel, sig) in kernels.items():
     ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=(9, 0))
