@@ -7,7 +7,6 @@
 #include "gw_copy.h"
 
 #include <emmintrin.h>
-#include <xmmintrin.h>
 #include <linux/futex.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -39,18 +38,6 @@ void gw_copy_one(void *dst, const void *src, size_t n)
     }
     memcpy(d, s, n % 64);
     _mm_sfence();
-}
-
-/* A copy the caller makes alone asks for every source line before it loads the first:
- * the staging lines the GPU just wrote come from memory, and one thread's loads alone
- * keep too few misses in flight. On an H100 host (Xeon, 300 MiB L3; source and
- * destination flushed from cache, BENCHMARKS.md session 15) 16 KiB took 1.50 us this way
- * against 2.57 without (memcpy 1.71), 4 KiB 0.52 against 0.91. Pieces of a split copy do
- * not: there it cost 5 % (several threads already keep enough misses in flight). */
-static void prefetch_all(const void *src, size_t n)
-{
-    for (size_t off = 0; off < n; off += 64)
-        _mm_prefetch((const char *)src + off, _MM_HINT_T0);
 }
 
 static uint64_t now_ns(void)
@@ -154,8 +141,6 @@ void gw_copy(struct gw_copy_pool *p, void *dst, const void *src, size_t n)
 {
     if (!p || p->threads == 0 || n < GW_COPY_SPLIT_MIN_BYTES || ((uintptr_t)dst & 15) ||
         pthread_mutex_trylock(&p->submit) != 0) {
-        if (n >= NT_MIN_BYTES)
-            prefetch_all(src, n);
         gw_copy_one(dst, src, n);
         return;
     }
