@@ -76,6 +76,7 @@ def test_a_pull_target_below_the_emulated_least_is_named(monkeypatch):
     assert "least_us" not in plain[0] and "target_below_least" not in plain[0]
 
 
+@pytest.mark.timeout(20)
 def test_the_reverse_ping_counts_answers_and_times_out():
     """gw_ping_run against the floor's host responder (which copies ping to pong): every
     round trip answered and timed; with nobody answering it stops at the timeout."""
@@ -98,6 +99,7 @@ def test_the_reverse_ping_counts_answers_and_times_out():
     assert lib.gw_now_ns() - t0 >= 2_000_000
 
 
+@pytest.mark.timeout(30)
 @pytest.mark.parametrize("payload", [0, 64, 100])
 def test_the_gpu_warp_of_the_reverse_floor_answers_every_ping(payload):
     """``_gpu_pong`` answers each ping once, in order, and reports how many; with a
