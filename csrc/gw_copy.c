@@ -13,17 +13,11 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Copies (or pieces of a split copy) of NT_MIN_BYTES or more use non-temporal stores:
- * the destination is not read for ownership first, which saves a third of the memory
- * traffic of a staging->destination copy past the host's cache (the GPU's PCIe writes
- * share the same DRAM). Shorter ones use ordinary stores: their destination lines are
- * usually in the L3 (a region written message after message), and streaming them out to
- * DRAM made a 16 KiB delivery take 2.0 to 2.2 us against 1.1 to 1.3 with ordinary stores;
- * with the threshold at 4 KiB a 16 KiB gpu_push took 7.0 to 7.1 us, at 64 KiB 5.8, the
- * other sizes and 1 MiB bandwidth unchanged; non-temporal stores only from 1 MiB cost 1 MiB
- * bandwidth a fifth (H100 host, one call, BENCHMARKS.md session 15). The sfence makes
- * them visible before whatever the caller publishes next (a completion). */
-enum { NT_MIN_BYTES = 64 << 10 };
+/* Large copies use non-temporal stores: the destination is not read for ownership
+ * first, which saves a third of the memory traffic of a staging->destination copy (the
+ * GPU's PCIe writes share the same DRAM). The sfence makes them visible before whatever
+ * the caller publishes next (a completion). */
+enum { NT_MIN_BYTES = 4096 };
 
 void gw_copy_one(void *dst, const void *src, size_t n)
 {
