@@ -201,13 +201,15 @@ def _print(out: dict) -> None:
     for pt in out["sweep"]:
         lost = [r["lost_in"]["step"] for r in pt["runs"] if "lost_in" in r]
         rows.append([pt["path"], pt["size_bytes"], pt["threads"], _mmm(pt["p50_us"]),
-                     pt["bound_us"], _mmm(pt["ratio"]), pt["engine_us"]["median"],
+                     pt["bound_us"], _mmm(pt["ratio"]),
+                     f"{pt['least_ratio']:.2f}" if "least_ratio" in pt else "",
+                     pt["engine_us"]["median"],
                      "" if pt["target_ratio"] is None else
                      f"{pt['runs_met']}/{len(pt['runs'])} <= {pt['target_ratio']}x"
                      + (f" (lost in: {', '.join(sorted(set(lost)))})" if lost else "")])
     console.print(table("latency vs size, one message in flight (bound = floor + size / ceiling)",
-                        ["path", "bytes", "thr", "p50 us", "bound us", "x bound", "engine us",
-                         "runs met"], rows))
+                        ["path", "bytes", "thr", "p50 us", "bound us", "x bound",
+                         "least, x bound", "engine us", "runs met"], rows))
     for path in sorted({pt["path"] for pt in out["sweep"]}):
         console.print(f"  {path}: {next(pt['emulation'] for pt in out['sweep'] if pt['path'] == path)}")
     below = out.get("targets_below_least", {})
