@@ -40,12 +40,18 @@ class World:
     """One fake NIC: the log, live objects, and knobs a test turns."""
 
     def __init__(self, link_layer=2, roce_v2=True, dedicated_uar=True, dm_offset=0,
-                 fail_on=None, max_dm_bytes=1 << 20, mac="02:00:00:00:00:07", fail_nth=0):
+                 fail_on=None, max_dm_bytes=1 << 20, mac="02:00:00:00:00:07", fail_nth=0,
+                 refuse_ts_format=None, fail_errno=E.EINVAL):
         self.log: list[tuple[str, str]] = []
         self.live: dict[int, object] = {}
         self.link_layer, self.roce_v2, self.dedicated_uar = link_layer, roce_v2, dedicated_uar
         self.dm_offset, self.fail_on, self.max_dm_bytes, self.mac = dm_offset, fail_on, max_dm_bytes, mac
         self.fail_nth = fail_nth       # fail_on's opcode fails at its (fail_nth + 1)-th use
+        #                                (None: at every use), with errno fail_errno
+        self.fail_errno = fail_errno
+        # A timestamp format CREATE_QP refuses (EINVAL), as older firmware may refuse
+        # DEFAULT (Linux then asks for FREE_RUNNING: mlx5_get_qp_default_ts).
+        self.refuse_ts_format = refuse_ts_format
         self.opcode_uses: dict[int, int] = {}
         self.commands: list[bytes] = []
         self.ids = itertools.count(0x10)
@@ -64,7 +70,7 @@ class World:
         """Whether this use of ``opcode`` is the one ``fail_on``/``fail_nth`` name."""
         uses = self.opcode_uses.get(opcode, 0)
         self.opcode_uses[opcode] = uses + 1
-        return self.fail_on == opcode and uses == self.fail_nth
+        return self.fail_on == opcode and (self.fail_nth is None or uses == self.fail_nth)
 
     def made(self, obj, what):
         self.log.append(("make", what))
@@ -157,6 +163,10 @@ class World:
                 opcode = int.from_bytes(command[:2], "big")
                 world.commands.append(bytes(command))
                 if world.fails(opcode):
+                    raise FakeRDMAError("Failed to create DevX object", world.fail_errno)
+                if (opcode == prm.MLX5_CMD_OP_CREATE_QP and world.refuse_ts_format is not None
+                        and prm.CREATE_QP_IN.unpack(command)["sw_qpc.ts_format"]
+                        == world.refuse_ts_format):
                     raise FakeRDMAError("Failed to create DevX object", E.EINVAL)
                 if opcode == prm.MLX5_CMD_OP_CREATE_CQ:
                     f = prm.CREATE_CQ_IN.unpack(command)

@@ -299,11 +299,12 @@ def test_selftest_failure_lines_carry_errno_and_the_firmware_syndrome():
     assert [s.step for s in failed] == ["INIT -> RTR"]
     assert (failed[0].status_code, failed[0].syndrome) == (0x3, 0x1234ABCD)
     assert "bad_param_err" in failed[0].detail and not world.live
-    world = World(fail_on=prm.MLX5_CMD_OP_CREATE_QP)
+    world = World(fail_on=prm.MLX5_CMD_OP_CREATE_QP, fail_nth=None)
     report, _ = _run(world)
     failed = [s for s in report.steps if s.status == "failed"]
     assert [s.step for s in failed] == ["create the QP"] and failed[0].errno == 22
     assert "errno 22" in failed[0].detail and not world.live
+    assert "with the default timestamp format" in failed[0].detail     # both tries named
     assert json.loads(json.dumps(report.to_dict()))["steps"][6]["errno"] == 22
 
 
@@ -350,3 +351,47 @@ def test_selftest_gpu_kernel_continues_the_cpus_queue_on_the_simulator():
         finally:
             t.release()
     assert not fake.errors and not world.live
+
+
+# 7. the QP's timestamp format ------------------------------------------------------------
+
+def _create_qp_formats(world):
+    return [prm.CREATE_QP_IN.unpack(cmd)["sw_qpc.ts_format"] for cmd in world.commands
+            if int.from_bytes(cmd[:2], "big") == prm.MLX5_CMD_OP_CREATE_QP]
+
+
+def test_qps_are_made_with_the_default_timestamp_format_where_the_device_takes_it():
+    world = World()
+    nic, qs = queue_set(world)
+    with nic, qs:
+        assert set(_create_qp_formats(world)) == {prm.MLX5_QPC_TS_FORMAT_DEFAULT}
+        assert qs.ts_format == prm.MLX5_QPC_TS_FORMAT_DEFAULT
+
+
+def test_a_device_refusing_the_default_timestamp_format_gets_free_running_qps():
+    """Older firmware may refuse ts_format DEFAULT (EINVAL): the first QP is asked again
+    with FREE_RUNNING, as Linux sets there, and every later QP is made with it."""
+    world = World(refuse_ts_format=prm.MLX5_QPC_TS_FORMAT_DEFAULT)
+    nic, qs = queue_set(world)
+    with nic, qs:
+        formats = _create_qp_formats(world)
+        assert formats[0] == prm.MLX5_QPC_TS_FORMAT_DEFAULT
+        assert set(formats[1:]) == {prm.MLX5_QPC_TS_FORMAT_FREE_RUNNING}
+        assert len(formats) == qs.n_qps + 1 and len(qs.qps) == qs.n_qps
+        assert qs.ts_format == prm.MLX5_QPC_TS_FORMAT_FREE_RUNNING
+    assert not world.live
+
+
+@pytest.mark.parametrize("fail_errno,nth", [(12, 0), (22, 1)])
+def test_other_create_qp_failures_are_not_retried(fail_errno, nth):
+    """Only an EINVAL for the first QP is taken for the timestamp format: ENOMEM, or a
+    later QP's EINVAL, fails the bring-up at once, and what was made is released."""
+    world = World(fail_on=prm.MLX5_CMD_OP_CREATE_QP, fail_nth=nth, fail_errno=fail_errno)
+    nic = devx.TestbedNic("mlx5_0", verbs=world.verbs())
+    with nic, pytest.raises(devx.TestbedError) as exc:
+        devx.TestbedQueueSet(nic, 2, sq_bbs=64, ncqe=64, stage_slots=4, stage_slot_bytes=256,
+                             bounce_bytes=4096, ring_memory="host", seed=3)
+    assert exc.value.errno == fail_errno
+    assert len(_create_qp_formats(world)) == nth + 1
+    assert "timestamp format" not in str(exc.value)
+    assert not world.live

@@ -28,7 +28,13 @@ MLX5_CMD_OP_2RST_QP = 0x50A
 MLX5_QPC_ST_RC = 0x0
 MLX5_QPC_PM_STATE_MIGRATED = 0x3
 MLX5_QPC_RQ_TYPE_ZERO_LEN = 0x3       # a QP with no receive queue (RDMA writes only)
-MLX5_QPC_TS_FORMAT_DEFAULT = 0x1      # what rdma-core's DevX tests set
+# The QP's timestamp format. DEFAULT is what rdma-core's DevX tests set; Linux
+# (mlx5_get_qp_default_ts, include/linux/mlx5/qp.h) sets FREE_RUNNING instead on a device
+# whose RoCE caps lack qp_ts_format (older firmware), which may refuse DEFAULT.
+MLX5_QPC_TS_FORMAT_FREE_RUNNING = 0x0
+MLX5_QPC_TS_FORMAT_DEFAULT = 0x1
+TS_FORMAT_NAMES = {MLX5_QPC_TS_FORMAT_FREE_RUNNING: "free-running",
+                   MLX5_QPC_TS_FORMAT_DEFAULT: "default"}
 MLX5_CQC_CQE_SZ_64 = 0x0
 # log2 of the largest message: NVSHMEM's IBGDA_LOG_MAX_MSG_SIZE (ibgda.cpp: "30 is max
 # allowed on IB QPs"), 1 GiB. rdma-core's DevX tests use 20 (1 MiB), too small for the
@@ -293,14 +299,15 @@ def create_cq_in(*, log_cq_size: int, uar_page: int, eqn: int, umem_id: int, ume
 
 
 def create_qp_in(*, pdn: int, cqn: int, uar_page: int, log_sq_size: int, umem_id: int,
-                 umem_offset: int, dbr_umem_id: int, dbr_offset: int) -> bytes:
+                 umem_offset: int, dbr_umem_id: int, dbr_offset: int,
+                 ts_format: int = MLX5_QPC_TS_FORMAT_DEFAULT) -> bytes:
     """An RC QP with a send queue only (zero-length RQ: the peer only RDMA-writes)."""
     return CREATE_QP_IN.pack(
         opcode=MLX5_CMD_OP_CREATE_QP, wq_umem_valid=1, wq_umem_id=umem_id,
         e_mtt_pointer_or_wq_umem_offset=umem_offset,
         sw_qpc={"st": MLX5_QPC_ST_RC, "pm_state": MLX5_QPC_PM_STATE_MIGRATED, "pd": pdn,
                 "log_sq_size": log_sq_size, "rq_type": MLX5_QPC_RQ_TYPE_ZERO_LEN,
-                "ts_format": MLX5_QPC_TS_FORMAT_DEFAULT, "uar_page": uar_page,
+                "ts_format": ts_format, "uar_page": uar_page,
                 "cqn_snd": cqn, "cqn_rcv": cqn, "dbr_umem_valid": 1,
                 "dbr_umem_id": dbr_umem_id, "dbr_addr": dbr_offset})
 
