@@ -395,3 +395,13 @@ def test_other_create_qp_failures_are_not_retried(fail_errno, nth):
     assert len(_create_qp_formats(world)) == nth + 1
     assert "timestamp format" not in str(exc.value)
     assert not world.live
+
+
+def test_an_eq_number_past_the_cq_contexts_field_is_a_named_error_not_a_truncation():
+    world = World()
+    nic = devx.TestbedNic("mlx5_0", verbs=world.verbs())
+    nic.eqn = 256
+    with nic, pytest.raises(devx.TestbedError, match="EQ number 256"):
+        devx.TestbedQueueSet(nic, 2, sq_bbs=64, ncqe=64, stage_slots=4, stage_slot_bytes=256,
+                             bounce_bytes=4096, ring_memory="host", seed=3)
+    assert not world.live

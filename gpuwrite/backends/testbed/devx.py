@@ -507,6 +507,11 @@ class TestbedQueueSet:
 
     def create_cqs(self) -> str:
         plan = self.plan
+        width = prm.SW_CQC.offsets["c_eqn"][1]
+        if not 0 <= self.nic.eqn < 1 << width:
+            raise TestbedError(f"EQ number {self.nic.eqn} (completion vector 0) does not fit the "
+                               f"CQ context's {width}-bit c_eqn field this backend packs, as "
+                               "rdma-core's PRM classes have it; Linux's is 32 bits wide")
         for i in range(self.n_qps):
             cq = self._create(prm.create_cq_in(
                 log_cq_size=plan.log_cq_size, uar_page=self.cq_uar.page_id, eqn=self.nic.eqn,
