@@ -240,7 +240,7 @@ def reverse_floor_us(iters: int, payload_bytes: int = 0,
                            iters, timeout_ns, rtt)
     cuda.synchronize()
     if done < iters:
-        raise RuntimeError(f"the GPU thread answered {done} of {iters} pings; the next took "
+        raise RuntimeError(f"the GPU warp answered {done} of {iters} pings; the next took "
                            f"more than {timeout_ns / 1e9:g} s")
     ns = np.frombuffer(ffi.buffer(rtt), dtype=np.uint64)
     return float(np.median(ns[iters // 10:]) / 1e3)
