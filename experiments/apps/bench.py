@@ -286,19 +286,24 @@ def run(quick: bool = False, toy: bool = False, progress=None) -> dict:
     # Runs of 2000 messages per QP (7 ms at 70 M/s) varied by up to 10 % each, the first
     # of each kernel often slowest (session 15): one untimed run of each first, and 4000.
     n_qps, per_qp, workers = (2, 8, 1) if toy else (256, 500 if quick else 4000, 14)
+
+    def put_rate(per):
+        return put_stream_run(n_qps, per, 64, threads=32, batch=16, warp_scope=True,
+                              workers=workers, **SMALL_RINGS)
+
+    def sm_rate(per):
+        return _sm_stream(runner.run("gpu_push", [64] * (n_qps * per), n_qps=n_qps, batch=16,
+                                     block_threads=32, workers=workers))
+
     if not toy:
         step("64-byte message rate: warm-up")
-        put_stream_run(n_qps, 200, 64, threads=32, batch=16, warp_scope=True, workers=workers,
-                       **SMALL_RINGS)
-        runner.run("gpu_push", [64] * (n_qps * 200), n_qps=n_qps, batch=16, block_threads=32,
-                   workers=workers)
+        put_rate(200)
+        sm_rate(200)
     put_runs, sm_runs = [], []
     for k in range(reps):
         step(f"64-byte message rate ({k + 1} of {reps})")
-        put_runs.append(put_stream_run(n_qps, per_qp, 64, threads=32, batch=16,
-                                       warp_scope=True, workers=workers, **SMALL_RINGS))
-        sm_runs.append(_sm_stream(runner.run("gpu_push", [64] * (n_qps * per_qp), n_qps=n_qps,
-                                             batch=16, block_threads=32, workers=workers)))
+        put_runs.append(put_rate(per_qp))
+        sm_runs.append(sm_rate(per_qp))
     out["rate_64B"] = _compare(put_runs, sm_runs, "mpps", False, TARGET_RATE_RATIO_MIN)
 
     step("all-to-all per path")

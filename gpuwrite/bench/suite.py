@@ -198,6 +198,12 @@ def lost_in(run_steps: dict, reference_steps: dict) -> dict:
     return {"step": worst, "grew_by": grew[worst], "steps": run_steps}
 
 
+def _p50_after_start_us(ns) -> float:
+    """Median of a ping-pong's round trips (ns), in us, without its first tenth (the
+    kernel's start and the first polls)."""
+    return float(np.median(ns[len(ns) // 10:]) / 1e3)
+
+
 def floor_pingpong_us(iters: int, poll_delay_ns: int = 0, answer_delay_ns: int = 0) -> float:
     """Median round trip of a bare doorbell ping-pong between GPU and a host C thread;
     ``poll_delay_ns`` after its store, the GPU starts polling for the answer; the host
@@ -215,7 +221,7 @@ def floor_pingpong_us(iters: int, poll_delay_ns: int = 0, answer_delay_ns: int =
     ns = out.copy_to_host()
     if (ns < 0).any():
         raise RuntimeError("the ping-pong responder did not answer within 2 s")
-    return float(np.median(ns[iters // 10:]) / 1e3)
+    return _p50_after_start_us(ns)
 
 
 def reverse_floor_us(iters: int, payload_bytes: int = 0,
@@ -242,8 +248,7 @@ def reverse_floor_us(iters: int, payload_bytes: int = 0,
     if done < iters:
         raise RuntimeError(f"the GPU warp answered {done} of {iters} pings; the next took "
                            f"more than {timeout_ns / 1e9:g} s")
-    ns = np.frombuffer(ffi.buffer(rtt), dtype=np.uint64)
-    return float(np.median(ns[iters // 10:]) / 1e3)
+    return _p50_after_start_us(np.frombuffer(ffi.buffer(rtt), dtype=np.uint64))
 
 
 def bulk_store_gbytes(nbytes: int) -> float:
@@ -366,7 +371,7 @@ def latency_sweep(floor_us: float, ceilings: dict, *, sizes=SWEEP_SIZES, paths=S
             least = least_pull_us(size, th, floor_us, reverse_us, ceilings)
             point.update(least_us=least, least_ratio=least / bound)
             if target is not None:
-                point["target_below_least"] = least / bound > target
+                point["target_below_least"] = point["least_ratio"] > target
         out.append({**point, "p50_us": spread(p50s),
                     "p99_us": spread([r.latency_p99_us for r in rs]),
                     "ratio": spread([j["ratio"] for j in judged]),
