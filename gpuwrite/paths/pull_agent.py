@@ -449,13 +449,13 @@ class PullAgent:
                                "within 10 s; its memory is kept")
         self.ctx._eng.pins.pop(_PIN, None)
         out = self.outcome.copy_to_host()
+        # the engine's count of pulls the agent answered, and of those it failed
         failed = ffi.new("uint64_t *")
+        engine_answered = int(lib.gw_engine_agent_pulls(self.ctx._engine, failed))
         return {"exit": EXIT_NAMES.get(int(out[A_EXIT]), str(out[A_EXIT])),
                 "pulls": int(out[A_PULLS]), "bytes": int(out[A_BYTES]),
                 "helped_chunks": int(out[A_HELPED]),
-                # the engine's count of pulls the agent answered and of those it failed
-                "engine_answered": int(lib.gw_engine_agent_pulls(self.ctx._engine, failed)),
-                "engine_failed": int(failed[0])}
+                "engine_answered": engine_answered, "engine_failed": int(failed[0])}
 
     def engine_gone(self) -> None:
         """Called by the engine's teardown while this agent is still attached (the context
