@@ -57,6 +57,34 @@ def _line(ax, x, y, gid: str, label: str | None, **style_kwargs):
     return line
 
 
+def _runs(rows: pd.DataFrame, value: str) -> pd.DataFrame:
+    """One row per size: the median, min and max of ``value`` over the runs of each point
+    (an emulated sweep's ``repeat``s), and how many runs there were."""
+    spread = rows.groupby("size_bytes")[value].agg(["median", "min", "max", "count"])
+    return spread.reset_index()
+
+
+def _line_with_runs(ax, rows: pd.DataFrame, value: str, gid: str, label: str, **style_kwargs):
+    """The runs' median as a line (``gid``) and, where a point has several runs, their min
+    to max as a bar (``gid + "|range"``)."""
+    spread = _runs(rows, value)
+    line = _line(ax, spread["size_bytes"], spread["median"], gid, label, **style_kwargs)
+    several = spread[spread["count"] > 1]
+    if len(several):
+        ax.vlines(several["size_bytes"].to_numpy(dtype=float), several["min"].to_numpy(dtype=float),
+                  several["max"].to_numpy(dtype=float), colors=line.get_color(), linewidth=1.2,
+                  gid=f"{gid}|range")
+    return line
+
+
+def _runs_text(rows: pd.DataFrame) -> str:
+    """'the median of N runs (bars: min to max)', or 'one run' where every point has one."""
+    counts = rows.groupby(["path", "size_bytes", *(c for c in ("block_threads",) if c in rows)]).size()
+    most = int(counts.max()) if len(counts) else 0
+    return "one run a point" if most <= 1 else \
+        f"median of {most} runs a point (bars: min to max)"
+
+
 # --- figure 1 ----------------------------------------------------------------------
 
 @style.styled
@@ -216,9 +244,9 @@ def throughput_vs_size(df: pd.DataFrame):
         for path in [p for p in style.PATH_STYLES if p in set(measured["path"])]:
             rows = measured[(measured["device"] == device) & (measured["path"] == path)]
             stl = style.PATH_STYLES[path]
-            _line(ax, rows["size_bytes"], rows["throughput_gbps"], f"{path}|{device}",
-                  f"{path} (emulated, {device})", color=stl["color"], marker=stl["marker"],
-                  linestyle=":", markerfacecolor="white", linewidth=0.8)
+            _line_with_runs(ax, rows, "throughput_gbps", f"{path}|{device}",
+                            f"{path} (emulated, {device})", color=stl["color"], marker=stl["marker"],
+                            linestyle=":", markerfacecolor="white", linewidth=0.8)
     if len(measured):
         # Why the emulated points sit far from the model's lines: they measure the software
         # NIC, not a PCIe link (issue 16).
@@ -226,7 +254,7 @@ def throughput_vs_size(df: pd.DataFrame):
                    "software NIC (C threads that fetch every WQE and copy staging\n"
                    "to destination), over an unlimited link (no wire, no credits),\n"
                    f"from {int(measured['n_qps'].max()) if 'n_qps' in measured else 'a few'} "
-                   "QPs of one run; the model's lines are a saturated PCIe link.",
+                   f"QPs, {_runs_text(measured)};\nthe model's lines are a saturated PCIe link.",
                    "lower right")
     if not len(measured):
         simulated = _select(df, backend="emulated", device=SIMULATOR_DEVICE)
@@ -311,8 +339,7 @@ def emulated_latency_vs_size(df: pd.DataFrame, calibration: dict | None = None):
         panel = measured[measured["block_threads"] == th]
         for path in [p for p in style.PATH_STYLES if p in set(panel["path"])]:
             rows = panel[panel["path"] == path]
-            _line(ax, rows["size_bytes"], rows["latency_p50_us"], f"{path}|{th}", path,
-                  **style.PATH_STYLES[path])
+            _line_with_runs(ax, rows, "latency_p50_us", f"{path}|{th}", path, **style.PATH_STYLES[path])
         if cal:
             sizes = np.geomspace(panel["size_bytes"].min(), panel["size_bytes"].max(), 32)
             _line(ax, sizes, cal["floor_us"] + sizes / (cal["ceiling_gbytes"] * 1e3),
@@ -328,7 +355,7 @@ def emulated_latency_vs_size(df: pd.DataFrame, calibration: dict | None = None):
     style.note(axes.flat[0], f"Emulated on {', '.join(devices)}: software NIC (C thread),\n"
                "staging in host memory, nic_pull answered by a GPU\npull agent, unlimited "
                "link. Above ~16 KiB the engine's\nstaging-to-destination copy dominates.\n"
-               + source, "upper left")
+               f"{_runs_text(measured)}.\n" + source, "upper left")
     fig.legend(*axes.flat[0].get_legend_handles_labels(), loc="outside lower center", ncol=5)
     return fig
 

@@ -44,6 +44,7 @@ except ModuleNotFoundError:  # Python 3.10: the tomli backport (pyproject.toml)
     import tomli as tomllib
 
 from gpuwrite import MAX_MESSAGE_BYTES
+from gpuwrite.experiments.backends import SIMULATOR_DEVICE
 from gpuwrite.model import pcie
 from gpuwrite.model.errors import ParamError
 from gpuwrite.model.params import PATHS, Params, Workload
@@ -75,11 +76,16 @@ BACKEND_ENGINE = {"emulated": True}
 # Emulated runs: arguments of gpuwrite.paths.runner.run and how many messages to send.
 # messages: at least this many; total_bytes: enough messages to move this many bytes
 # (capped at max_messages); simulator_messages: the count on the CUDA simulator, whose
-# timings mean nothing, so it only checks that every byte arrives.
+# timings mean nothing, so it only checks that every byte arrives. repeat: which run of
+# an otherwise identical point this is (vary it as the file's first key, e.g. repeat =
+# [0, 1, 2], and every point is measured once before any is measured again, so that a
+# host's slow minute lands on one run of many points, not on every run of one point; the
+# figures draw the median and the min to max of the runs).
 EMULATED_DEFAULTS = {
     "path": "gpu_push", "size_bytes": 64, "messages": 100, "total_bytes": 0, "max_messages": 200_000,
     "simulator_messages": 2, "warmup": 0, "n_qps": 1, "batch": 1, "policy": "hold", "wait_each": False,
     "block_threads": 0, "chunk_bytes": 65536, "stage_slot_bytes": 256, "workers": 1, "seed": 7,
+    "repeat": 0,
 }
 
 
@@ -127,13 +133,18 @@ class Sweep:
     exclude: tuple = ()
     base_dir: Path = Path(".")
 
-    def points(self) -> list[dict]:
-        """Every point of the cross product (fixed values merged in), in file order, minus exclusions."""
+    def points(self, device: str | None = None) -> list[dict]:
+        """Every point of the cross product (fixed values merged in), in file order, minus
+        exclusions. On the CUDA simulator (``device`` ``"cudasim"``) an emulated sweep runs
+        only the first of its repeats: its runs check bytes, not time, and a repeat would
+        check the same bytes again."""
         names = list(self.vary)
         out = []
         for combo in itertools.product(*(self.vary[name] for name in names)):
             values = {**self.fixed, **dict(zip(names, combo))}
             if any(all(values.get(k) == v for k, v in rule.items()) for rule in self.exclude):
+                continue
+            if device == SIMULATOR_DEVICE and self.backend == "emulated" and values.get("repeat", 0):
                 continue
             out.append(values)
         return out
@@ -406,7 +417,7 @@ def _check_emulated(run: dict) -> None:
         value = run[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ParamError(key, value, "an integer >= 1")
-    for key in ("total_bytes", "warmup", "block_threads"):
+    for key in ("total_bytes", "warmup", "block_threads", "repeat"):
         value = run[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ParamError(key, value, "an integer >= 0")

@@ -212,9 +212,18 @@ def _without_empty_columns(frame: pd.DataFrame) -> pd.DataFrame:
 
 def _kept_meta(old: pd.DataFrame, digest: str) -> pd.DataFrame:
     """A stored row whose values the current code reproduces: its date, version and commit
-    stay (when the numbers were first made), its configuration hash becomes today's."""
+    stay (when the numbers were first made), its configuration hash becomes today's.
+
+    A row first made by uncommitted code (``+dirty``) or outside a checkout names no code
+    anyone can check out; reproduced by a clean checkout, it takes that commit instead:
+    the first committed code known to make these numbers."""
     frame = _without_empty_columns(old).reset_index(drop=True).copy()
     frame["config_hash"] = digest
+    now = store.git_commit()
+    if now and not now.endswith(store.DIRTY):
+        stamped = frame["git_commit"] if "git_commit" in frame else pd.Series([None] * len(frame))
+        untraceable = stamped.isna() | stamped.astype(str).str.endswith(store.DIRTY)
+        frame["git_commit"] = stamped.where(~untraceable, now).to_numpy()
     return frame
 
 
@@ -263,7 +272,7 @@ def run_sweep(spec: ExperimentSpec, sweep: Sweep, results_dir: Path, stored: dic
     if sweep.require == "gpu" and device == backends.SIMULATOR_DEVICE:
         report.skipped = "needs a GPU; only the CUDA simulator is here"
         return pd.DataFrame(), report
-    points = sweep.points()
+    points = sweep.points(run_device)
     configs = [resolve(sweep, values, device=run_device) for values in points]
     hashes = [config_hash(config) for config in configs]
     report.points = len(points)
@@ -391,7 +400,7 @@ def stale_tables(spec: ExperimentSpec, results_dir: str | Path = store.DEFAULT_R
         if sweep.require == "gpu":
             continue
         device = backends.MODEL_DEVICE if sweep.backend == "model" else backends.SIMULATOR_DEVICE
-        want = {config_hash(resolve(sweep, values, device=device)) for values in sweep.points()}
+        want = {config_hash(resolve(sweep, values, device=device)) for values in sweep.points(device)}
         have = set() if table is None or "config_hash" not in table else \
             set(table.loc[table["sweep"] == sweep.name, "config_hash"].dropna())
         if want != have:

@@ -109,6 +109,40 @@ def test_fig4_overlays_gpu_measurements(tiny_results):
     assert "No GPU measurements stored" not in texts(fig)
 
 
+def ranges(fig):
+    """Every min-to-max bar collection, by gid: {x: (min, max)}."""
+    out = {}
+    for ax in fig.axes:
+        for collection in ax.collections:
+            if collection.get_gid() and collection.get_gid().endswith("|range"):
+                out[collection.get_gid()] = {float(seg[0][0]): (float(seg[0][1]), float(seg[1][1]))
+                                             for seg in collection.get_segments()}
+    return out
+
+
+def three_runs(rows, column, runs):
+    """``rows`` three times, ``column`` of run k taken from ``runs[k]``, ``repeat`` = k."""
+    out = []
+    for k, values in enumerate(runs):
+        run = rows.copy()
+        run[column] = values
+        run["repeat"] = k
+        out.append(run)
+    return pd.concat(out, ignore_index=True)
+
+
+@CPU_ONLY
+def test_fig4_draws_the_median_of_the_runs_and_their_range(tiny_results):
+    _, table = stored(tiny_results, "fig4_throughput")
+    emulated = table[table["backend"] == "emulated"].sort_values("size_bytes")
+    gpu = three_runs(fake_gpu_rows(emulated, {}), "throughput_gbps", [[12.5, 40.0], [3.0, 44.0], [20.0, 41.0]])
+    fig = FIGURES["throughput_vs_size"](pd.concat([table, gpu], ignore_index=True))
+    sizes = sorted(emulated["size_bytes"])
+    check_line(lines(fig)["gpu_push|Test GPU"], sizes, [12.5, 41.0])
+    assert ranges(fig)["gpu_push|Test GPU|range"] == {sizes[0]: (3.0, 20.0), sizes[1]: (40.0, 44.0)}
+    assert "median of 3 runs a point (bars: min to max)" in texts(fig)
+
+
 @CPU_ONLY
 def test_fig4_leaves_out_incomplete_gpu_runs_and_names_them(tiny_results):
     _, table = stored(tiny_results, "fig4_throughput")
@@ -172,3 +206,21 @@ def test_every_figure_kind_has_a_file():
 
     kinds = {load_spec(f).figure_kind for f in find_specs(EXPERIMENTS)}
     assert kinds == set(FIGURES)
+
+
+def test_fig9_draws_the_median_of_the_runs_their_range_and_the_physical_line():
+    base = pd.DataFrame({"figure": "fig9_emulated_latency", "sweep": "emulated", "backend": "emulated",
+                         "measure": "", "output": "summary", "path": "gpu_push",
+                         "size_bytes": [64, 65536, 64, 65536], "block_threads": [32, 32, 256, 256],
+                         "sent_messages": 200, "delivered_messages": 200, "device": "Test GPU"})
+    gpu = three_runs(base, "latency_p50_us", [[4.0, 30.0, 3.5, 11.0], [6.0, 29.0, 3.4, 12.0],
+                                              [4.5, 31.0, 3.6, 10.0]])
+    cal = {"floor_us": 3.0, "ceiling_gbytes": 50.0, "device": "Test GPU", "file": "test.toml"}
+    fig = FIGURES["emulated_latency_vs_size"](gpu, calibration=cal)
+    drawn = lines(fig)
+    check_line(drawn["gpu_push|32"], [64, 65536], [4.5, 30.0])
+    check_line(drawn["gpu_push|256"], [64, 65536], [3.5, 11.0])
+    assert ranges(fig)["gpu_push|32|range"] == {64.0: (4.0, 6.0), 65536.0: (29.0, 31.0)}
+    physical = drawn["physical|32"]
+    np.testing.assert_allclose(physical.get_ydata(), 3.0 + physical.get_xdata() / 50e3)
+    assert "median of 3 runs a point" in texts(fig)

@@ -135,6 +135,23 @@ def test_emulated_configuration_includes_the_device(tmp_path):
     assert config_hash(resolve(sweep, point, "cudasim")) != config_hash(resolve(sweep, point, "NVIDIA H200"))
 
 
+def test_repeats_are_measured_in_turn_and_once_on_the_simulator(tmp_path):
+    text = ('[[sweep]]\nname = "e"\nbackend = "emulated"\n[sweep.vary]\nrepeat = [0, 1, 2]\n'
+            'path = ["gpu_push", "nic_pull"]\nsize_bytes = [64, 4096]\n')
+    sweep = load_spec(write(tmp_path, text)).sweeps[0]
+    points = sweep.points("NVIDIA H100 80GB HBM3")
+    assert len(points) == 12
+    # every point once before any again: a slow minute of the host lands on one run of
+    # many points, not on every run of one
+    assert [p["repeat"] for p in points] == [0] * 4 + [1] * 4 + [2] * 4
+    assert points[:4] == [{**p, "repeat": 0} for p in points[4:8]]
+    hashes = {config_hash(resolve(sweep, p, "NVIDIA H100 80GB HBM3")) for p in points}
+    assert len(hashes) == 12                            # each run its own row
+    assert sweep.points("cudasim") == points[:4]        # the simulator checks bytes once
+    with pytest.raises(SpecError, match=r"repeat=-1 .*an integer >= 0"):
+        load_spec(write(tmp_path, text.replace("[0, 1, 2]", "[0, -1]")))
+
+
 def test_a_change_to_the_backend_code_changes_the_hash(tmp_path):
     from gpuwrite.experiments.spec import code_fingerprint, fingerprint_files
 
