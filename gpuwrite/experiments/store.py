@@ -15,7 +15,9 @@ every parameter, so a row says exactly how it was made).
 
 A recomputed point whose measured values equal the stored row's keeps that row's
 ``date``, ``gpuwrite_version`` and ``git_commit`` (when and by what the numbers were first
-made) and takes the new ``config_hash``.
+made) and takes the new ``config_hash``; where that commit was ``+dirty`` (or none) and
+the checkout recomputing it is clean, the row takes the clean commit: the first committed
+code known to reproduce it.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ import pandas as pd
 FRAME_COLUMNS = ("figure", "sweep", "backend", "measure", "output")
 META_COLUMNS = ("device", "date", "gpuwrite_version", "git_commit", "config_hash")
 DEFAULT_RESULTS = Path("experiments") / "results"
+DIRTY = "+dirty"     # git_commit's suffix: made by a checkout with uncommitted changes
 
 
 def gpuwrite_version() -> str:
@@ -64,7 +67,7 @@ def git_commit() -> str | None:
                                capture_output=True, text=True, timeout=10, check=True).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
-    return head + ("+dirty" if dirty else "") if head else None
+    return head + (DIRTY if dirty else "") if head else None
 
 
 def table_path(results_dir: Path, name: str, gpu: bool = False) -> Path:

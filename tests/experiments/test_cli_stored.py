@@ -70,6 +70,29 @@ def test_rerun_after_a_code_change_keeps_rows_whose_values_are_equal(tmp_path, m
     assert table_file.read_bytes() == settled
 
 
+@pytest.mark.parametrize("now, expected", [
+    ("f" * 40, ["1" * 40, "f" * 40, "f" * 40]),          # a clean checkout: the untraceable take it
+    ("f" * 40 + "+dirty", ["1" * 40, "2" * 40 + "+dirty", None]),   # a dirty one changes nothing
+])
+def test_rows_first_made_by_uncommitted_code_take_the_clean_commit_that_reproduces_them(
+        tmp_path, monkeypatch, now, expected):
+    spec = load_spec(write_tiny_spec("fig1_latency", tmp_path / "specs"))
+    table_file = store.table_path(tmp_path, spec.name)
+    run_spec(spec, tmp_path, pool=Pool(1))
+    first = pd.read_parquet(table_file)
+    stamps = ["1" * 40, "2" * 40 + "+dirty", None]
+    first["git_commit"] = [stamps[k % 3] for k in range(len(first))]
+    first["date"] = "2000-01-01"
+    store.write_table(first, table_file)
+    _fingerprint_changed(monkeypatch)
+    monkeypatch.setattr(store, "git_commit", lambda: now)
+    run_spec(spec, tmp_path, pool=Pool(1))
+    again = pd.read_parquet(table_file)
+    got = [None if v is None or v != v else v for v in again["git_commit"]]
+    assert got == [expected[k % 3] for k in range(len(first))]
+    assert set(again["date"]) == {"2000-01-01"}      # still when the numbers were first made
+
+
 def test_rerun_with_changed_values_writes_new_rows(tmp_path, monkeypatch):
     spec = load_spec(write_tiny_spec("fig1_latency", tmp_path / "specs"))
     table_file = store.table_path(tmp_path, spec.name)
