@@ -92,3 +92,44 @@ def test_an_engine_with_helpers_stops_and_starts_again():
         for _ in range(3):
             ctx.start()
             ctx.stop()
+
+
+def test_a_lone_mid_size_delivery_uses_ordinary_stores_and_a_queued_one_streams():
+    """A delivery of 4 to 32 KiB that is all its worker has to do is copied with ordinary
+    stores (counted in ``cached_copies``); one with more queued behind it streams, as do
+    smaller and split copies. Every byte lands either way."""
+    rng = np.random.default_rng(11)
+    with Context(workers=1, copy_threads=2) as ctx:
+        pd = ctx.alloc_pd()
+        src = rng.integers(0, 256, 1 << 20, dtype=np.uint8)
+        smr = pd.reg_mr(src)
+        whole, dst, guard = canaried(1 << 20)
+        dmr = pd.reg_mr(dst, access=ACCESS_RW)
+        q = pd.create_queues(1, sq_bbs=16, ncqe=16)
+        p = HostPoster(q, 0)
+        ctx.start()
+        want = np.full_like(dst, 0xA5)
+        offset = 0
+
+        def batch(sizes):
+            """Posts ``sizes`` behind one doorbell; returns how many cached copies they added."""
+            nonlocal offset
+            before = ctx.counters()["cached_copies"]
+            for n in sizes:
+                p.write(rdma_write(p.pi, p.qpn, smr.address + offset, smr.lkey, n,
+                                   dmr.address + offset, dmr.rkey))
+                want[offset:offset + n] = src[offset:offset + n]
+                offset += (n + 63) // 64 * 64
+            p.ring()
+            comps = _completions([p], len(sizes), lambda *a: None)[0]
+            assert [c.ok for c in comps] == [True] * len(sizes)
+            return ctx.counters()["cached_copies"] - before
+
+        assert batch([16384]) == 1                  # alone: ordinary stores
+        assert batch([4096]) == 1 and batch([32767]) == 1
+        assert batch([4095]) == 0                   # below the streaming size: memcpy anyway
+        assert batch([32768]) == 0                  # split between threads: streams
+        assert batch([16384] * 4) == 1              # three with work queued behind: streamed
+        ctx.stop()
+    assert np.array_equal(dst, want)
+    assert (whole[:guard] == 0xA5).all() and (whole[guard + len(dst):] == 0xA5).all()
