@@ -17,9 +17,11 @@
  * first, which saves a third of the memory traffic of a staging->destination copy (the
  * GPU's PCIe writes share the same DRAM). The sfence makes them visible before whatever
  * the caller publishes next (a completion). */
+enum { NT_MIN_BYTES = 4096 };
+
 void gw_copy_one(void *dst, const void *src, size_t n)
 {
-    if (n < GW_COPY_STREAM_MIN_BYTES || ((uintptr_t)dst & 15)) {
+    if (n < NT_MIN_BYTES || ((uintptr_t)dst & 15)) {
         memcpy(dst, src, n);
         return;
     }

@@ -20,8 +20,6 @@ enum {
      * microsecond of cross-core traffic, what one thread copies 8 KiB in. */
     GW_COPY_SPLIT_MIN_BYTES = 32 << 10,
     GW_COPY_PIECE_MIN_BYTES = 8 << 10,
-    /* Copies of at least this many bytes stream (non-temporal stores; gw_copy_one). */
-    GW_COPY_STREAM_MIN_BYTES = 4 << 10,
 };
 
 struct gw_copy_pool {

@@ -322,49 +322,6 @@ static uint32_t fetch_wqe(struct gw_engine *e, struct worker *w, struct qp *q, s
 /* ---- delivering bytes ---------------------------------------------------------------- */
 
 
-static uint32_t desc_count(const struct qp *q) { return q->desc_tail - q->desc_head; }
-
-/* Whether q's head descriptor is all the work worker w holds: nothing else queued on q
- * or on any other QP it serves. */
-static int worker_alone(struct worker *w, const struct qp *q)
-{
-    if (desc_count(q) != 1)
-        return 0;
-    uint32_t n = atomic_load_explicit(&w->nqps, memory_order_acquire);
-    for (uint32_t i = 0; i < n; i++) {
-        const struct qp *o = atomic_load_explicit(&w->qps[i], memory_order_acquire);
-        if (o != q && desc_count(o) != 0)
-            return 0;
-    }
-    return 1;
-}
-
-#ifndef GW_CACHED_ALONE
-#define GW_CACHED_ALONE 1
-#endif
-
-/* Copies n bytes of a delivery from host memory (staging or a bounce buffer) to its
- * destination, the step that stands in for the link and the receiving NIC's writes.
- * Streaming stores (gw_copy) leave the destination in DRAM and spare the memory the
- * reads for ownership that ordinary stores cost: the cheaper kind while deliveries
- * queue, as in a throughput run. When a delivery is the worker's only work, what counts
- * is how soon its stores are done, and streaming stores drain to DRAM first: on an H100
- * host the engine took 2.2 us for a lone 16 KiB delivery streamed and 1.3 us with
- * ordinary stores, whose lines stay in the host's cache as a receiving NIC's writes do
- * (DDIO) (BENCHMARKS.md, session 15). So a lone delivery below the size at which a copy
- * is split between threads uses ordinary stores. */
-static void deliver_host(struct gw_engine *e, struct worker *w, struct qp *q, void *dst,
-                         const void *src, uint32_t n)
-{
-    if (GW_CACHED_ALONE && n >= GW_COPY_STREAM_MIN_BYTES && n < GW_COPY_SPLIT_MIN_BYTES &&
-        worker_alone(w, q)) {
-        memcpy(dst, src, n);
-        count(&w->c.cached_copies, 1);
-        return;
-    }
-    gw_copy(&e->copy, dst, src, n);
-}
-
 /* Copies message bytes [off, off + len) into the destination. */
 static int deliver_range(struct gw_engine *e, struct worker *w, struct qp *q, struct desc *d,
                          uint32_t off, uint32_t len)
@@ -400,7 +357,7 @@ static int deliver_range(struct gw_engine *e, struct worker *w, struct qp *q, st
                 return -1;
             count(&w->c.bytes_pulled, n);
         } else {
-            deliver_host(e, w, q, d->dst + off, (const void *)(uintptr_t)(s->addr + start), n);
+            gw_copy(&e->copy, d->dst + off, (const void *)(uintptr_t)(s->addr + start), n);
             if (s->kind == GW_MEM_HOST)
                 count(&w->c.bytes_host_read, n);
         }
@@ -414,6 +371,7 @@ static int deliver_range(struct gw_engine *e, struct worker *w, struct qp *q, st
 
 /* ---- per-QP service ------------------------------------------------------------------ */
 
+static uint32_t desc_count(const struct qp *q) { return q->desc_tail - q->desc_head; }
 
 /* Held: pushed bytes in the staging region, accepted but not yet on the link. */
 static void update_held(struct worker *w, int64_t msgs, int64_t bytes)

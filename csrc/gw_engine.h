@@ -85,8 +85,6 @@ struct gw_counters {
     uint64_t rx_occupied_blocks;  /* receiver buffer blocks in use now */
     uint64_t turnaround_ns;       /* summed over completions: doorbell seen to CQE written */
     uint64_t turnarounds;         /* completions in turnaround_ns */
-    uint64_t cached_copies;       /* deliveries of 4 to 32 KiB copied with ordinary stores, the
-                                     worker having nothing else to do (gw_engine.c: deliver_host) */
 };
 
 struct gw_cq_desc {
