@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On a GPU machine: calibrate this GPU, run the sweeps only a GPU can measure (figure 4's
 # emulated points, figure 5's latency CDF, figure 9's emulated latency vs size), and copy
-# the tables to $OUT (default ./gpu-out). Under 9 minutes on an H100.
+# the tables to $OUT (default ./gpu-out). About 6 minutes on an H100 (figures 4 and 9: three
+# runs a point).
 #
 # Then, on any machine: copy $OUT/*.parquet to experiments/results/gpu/ and the
 # calibration TOML to experiments/calibration/, commit them, and run `gpuwrite figures`.
@@ -64,11 +65,11 @@ rm -f gpuwrite/_gw_cffi.c csrc/*.o
 [ -z "${SKIP_CALIBRATE:-}" ] && step calibrate 180 python3 -m gpuwrite calibrate
 # Figures 4 and 5: measured now (--fresh), not taken from results stored earlier.
 # Figure 4: the emulated points only (the model lines are computed anywhere).
-step fig4_emulated 200 python3 -m gpuwrite sweep experiments/fig4_throughput.toml --sweep emulated --fresh --json
+step fig4_emulated 420 python3 -m gpuwrite sweep experiments/fig4_throughput.toml --sweep emulated --fresh --json
 # Figure 5: per-message latency of each path, one message in flight.
 step fig5_cdf 120 python3 -m gpuwrite sweep experiments/fig5_latency_cdf.toml --fresh --json
 # Figure 9: latency vs size per path, one message in flight, 32 and 256 threads.
-step fig9_latency 150 python3 -m gpuwrite sweep experiments/fig9_emulated_latency.toml --fresh --json
+step fig9_latency 300 python3 -m gpuwrite sweep experiments/fig9_emulated_latency.toml --fresh --json
 # The figures are drawn afterwards on any machine, from the tables this copies back.
 
 calibration=$(ls -t experiments/calibration/*.toml 2>/dev/null | head -1)
