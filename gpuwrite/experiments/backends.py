@@ -86,14 +86,20 @@ def message_count(run: dict, simulator: bool) -> int:
     return min(count, run["max_messages"])
 
 
-def _failure_text(qp_errors: dict) -> str:
-    """The QP errors of a run, grouped by what the kernel saw; empty when none."""
+def _failure_text(qp_errors: dict, agent: dict | None = None) -> str:
+    """The QP errors of a run, grouped by what the kernel saw, and where the GPU pull
+    agent ran, what it did (so a pull it left unanswered can be told from one it never
+    saw); empty when nothing failed."""
     reasons: dict[str, int] = {}
     for error in qp_errors.values():
         if isinstance(error, dict):
             text = error["status"] + (f" ({error['syndrome']}, {error['reason']})" if error["syndrome"] else "")
             reasons[text] = reasons.get(text, 0) + 1
-    return "; ".join(f"{n} QP{'s' if n > 1 else ''}: {text}" for text, n in reasons.items())
+    text = "; ".join(f"{n} QP{'s' if n > 1 else ''}: {text}" for text, n in reasons.items())
+    if text and agent:
+        text += (f"; pull agent {agent['exit']}, {agent['pulls']} pulls answered, the engine "
+                 f"saw {agent['engine_answered']} answered and failed {agent['engine_failed']}")
+    return text
 
 
 def _emulated(config: dict) -> pd.DataFrame:
@@ -119,7 +125,7 @@ def _emulated(config: dict) -> pd.DataFrame:
         "latency_p99_us": result.latency_p99_us, "throughput_gbps": result.throughput_gbps,
         "run_qps": n_qps, "world": result.world, "emulation": result.emulation,
         # why messages went undelivered, e.g. "3 QPs: timed out waiting for a completion"
-        "failure": _failure_text(result.qp_errors),
+        "failure": _failure_text(result.qp_errors, result.counters.get("pull_agent")),
     }
     if config["output"] == "latencies":
         latencies = result.latencies_ns

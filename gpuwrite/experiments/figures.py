@@ -77,6 +77,13 @@ def _line_with_runs(ax, rows: pd.DataFrame, value: str, gid: str, label: str, **
     return line
 
 
+def _incomplete_line(r) -> str:
+    """One run in which messages never completed: what, which run, how many arrived, why."""
+    run = f" (run {int(r.repeat) + 1})" if getattr(r, "repeat", None) is not None and r.repeat == r.repeat else ""
+    return (f"{r.path} {style.bytes_label(r.size_bytes)}{run}: {int(r.delivered_messages)}/"
+            f"{int(r.sent_messages)} delivered" + (f", {r.failure}" if getattr(r, "failure", "") else ""))
+
+
 def _runs_text(rows: pd.DataFrame) -> str:
     """'the median of N runs (bars: min to max)', or 'one run' where every point has one."""
     counts = rows.groupby(["path", "size_bytes", *(c for c in ("block_threads",) if c in rows)]).size()
@@ -236,9 +243,7 @@ def throughput_vs_size(df: pd.DataFrame):
         short = measured["delivered_messages"] < measured["sent_messages"]
         if short.any():
             style.note(ax, "Not plotted (incomplete runs):\n" + "\n".join(
-                f"{r.path} {style.bytes_label(r.size_bytes)}: {int(r.delivered_messages)}/"
-                f"{int(r.sent_messages)} delivered" + (f", {r.failure}" if getattr(r, "failure", "") else "")
-                for r in measured[short].itertuples()), "lower right")
+                _incomplete_line(r) for r in measured[short].itertuples()), "lower right")
         measured = measured[~short]
     for device in sorted(set(measured["device"])) if len(measured) else ():
         for path in [p for p in style.PATH_STYLES if p in set(measured["path"])]:
@@ -326,8 +331,10 @@ def emulated_latency_vs_size(df: pd.DataFrame, calibration: dict | None = None):
     """p50 latency vs size per path measured on a GPU (one panel per threads per block),
     with the physical line floor + size / ceiling from the newest calibration."""
     measured = _select(gpu_rows(df), output="summary")
+    incomplete = measured.iloc[0:0]
     if len(measured):
-        measured = measured[measured["delivered_messages"] == measured["sent_messages"]]
+        short = measured["delivered_messages"] < measured["sent_messages"]
+        measured, incomplete = measured[~short], measured[short]
     if not len(measured):
         return _no_gpu_figure()
     devices = sorted(set(measured["device"]))
@@ -355,7 +362,12 @@ def emulated_latency_vs_size(df: pd.DataFrame, calibration: dict | None = None):
     style.note(axes.flat[0], f"Emulated on {', '.join(devices)}: software NIC (C thread),\n"
                "staging in host memory, nic_pull answered by a GPU\npull agent, unlimited "
                "link. Above ~16 KiB the engine's\nstaging-to-destination copy dominates.\n"
-               f"{_runs_text(measured)}.\n" + source, "upper left")
+               f"{_runs_text(measured)[:1].upper()}{_runs_text(measured)[1:]}.\n" + source, "upper left")
+    if len(incomplete):
+        # A run in which messages never completed has no latency to plot: say which and why.
+        style.note(axes.flat[-1], "Not plotted (incomplete runs):\n" + "\n".join(
+            _incomplete_line(r) + f", {int(r.block_threads)} threads" for r in incomplete.itertuples()),
+            "upper left")
     fig.legend(*axes.flat[0].get_legend_handles_labels(), loc="outside lower center", ncol=5)
     return fig
 

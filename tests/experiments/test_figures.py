@@ -223,4 +223,14 @@ def test_fig9_draws_the_median_of_the_runs_their_range_and_the_physical_line():
     assert ranges(fig)["gpu_push|32|range"] == {64.0: (4.0, 6.0), 65536.0: (29.0, 31.0)}
     physical = drawn["physical|32"]
     np.testing.assert_allclose(physical.get_ydata(), 3.0 + physical.get_xdata() / 50e3)
-    assert "median of 3 runs a point" in texts(fig)
+    assert "Median of 3 runs a point (bars: min to max)" in texts(fig)
+    assert "Not plotted" not in texts(fig)
+    # a run in which messages never completed is left out of the median and named
+    failed = gpu.copy()
+    failed.loc[0, ["delivered_messages", "latency_p50_us"]] = [0, 1e6]
+    failed["failure"] = ""
+    failed.loc[0, "failure"] = "1 QP: a completion carried an error syndrome (local_prot_err, pull_failed)"
+    fig = FIGURES["emulated_latency_vs_size"](failed, calibration=cal)
+    check_line(lines(fig)["gpu_push|32"], [64, 65536], [5.25, 30.0])    # runs 2 and 3 at 64 B
+    assert "gpu_push 64 B (run 1): 0/200 delivered, 1 QP: a completion carried an error " \
+        "syndrome (local_prot_err, pull_failed), 32 threads" in texts(fig).replace("\n", " ")

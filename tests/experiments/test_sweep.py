@@ -160,3 +160,16 @@ def test_emulated_message_counts_on_a_gpu_and_on_the_simulator():
     assert max(size * count for size, count in counts.items()) <= 256 << 20
     assert backends.message_count({**EMULATED_DEFAULTS, **fig4.points()[0]}, simulator=True) == 2
     assert backends.message_count({**EMULATED_DEFAULTS, "messages": 50}, simulator=False) == 50
+
+
+def test_a_failed_runs_text_names_what_the_pull_agent_did():
+    errors = {7: {"status": "a completion carried an error syndrome", "syndrome": "local_prot_err",
+                  "reason": "pull_failed"}}
+    agent = {"exit": "stopped", "pulls": 0, "bytes": 0, "helped_chunks": 0, "engine_answered": 0,
+             "engine_failed": 1}
+    assert backends._failure_text(errors, agent) == (
+        "1 QP: a completion carried an error syndrome (local_prot_err, pull_failed); pull agent "
+        "stopped, 0 pulls answered, the engine saw 0 answered and failed 1")
+    assert backends._failure_text({}, agent) == ""          # nothing failed: nothing to say
+    assert backends._failure_text(errors) == \
+        "1 QP: a completion carried an error syndrome (local_prot_err, pull_failed)"
