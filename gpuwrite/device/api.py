@@ -934,16 +934,17 @@ class Session:
         from gpuwrite.paths.pull_agent import PullAgent
 
         self.start()
-        with cuda.defer_cleanup():
-            # A pull the agent leaves unanswered fails (reason pull_failed) before a kernel's
-            # own wait gives up, so the kernel sees the reason.
-            self._agent = PullAgent(self.context, pull_timeout_s=min(1.0, self.timeout_s / 2),
-                                    idle_timeout_s=max(10.0, 2 * self.timeout_s)).start()
-            try:
+        # A pull the agent leaves unanswered fails (reason pull_failed) before a kernel's
+        # own wait gives up, so the kernel sees the reason. The agent holds Numba's frees
+        # while it runs (PullAgent's with block).
+        self._agent = PullAgent(self.context, pull_timeout_s=min(1.0, self.timeout_s / 2),
+                                idle_timeout_s=max(10.0, 2 * self.timeout_s))
+        try:
+            with self._agent:
                 yield self
-            finally:
-                agent, self._agent = self._agent, None
-                self._agent_pulls = agent.stop()
+        finally:
+            agent, self._agent = self._agent, None
+            self._agent_pulls = agent.report
 
     def describe(self) -> str:
         """What stands in for what, in one line."""

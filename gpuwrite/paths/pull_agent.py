@@ -32,6 +32,7 @@ without answering if their chunks are not copied within ``idle_timeout_s``.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 
 import numpy as np
@@ -371,8 +372,16 @@ _KEPT: list = []
 _PIN = ("pull_agent",)
 
 class PullAgent:
-    """Runs the agent for a context's engine: ``with PullAgent(ctx): ...`` sends the
-    engine's pulls from GPU memory to it, and stops it at the end."""
+    """Runs the agent for a context's engine: ``with PullAgent(ctx) as agent: ...`` sends
+    the engine's pulls from GPU memory to it, stops it at the end and leaves what it did
+    in ``agent.report``.
+
+    Inside the ``with`` block Numba's frees of device memory wait (``cuda.defer_cleanup``):
+    a free waits for every kernel of the context, the persistent agent included, and
+    Numba frees an array whenever the garbage collector finds it. One such free, between
+    the agent's launch and the sender's, held the sender back until the agent left after
+    its idle timeout, and the run's pulls failed (1 run in 3740 on an H100, BENCHMARKS.md,
+    session 16). ``start`` and ``stop`` called directly leave that to the caller."""
 
     def __init__(self, ctx, *, threads: int | None = None, blocks: int = BLOCKS, slots: int = 64,
                  split_bytes: int = SPLIT_BYTES, pull_timeout_s: float = 1.0,
@@ -403,6 +412,8 @@ class PullAgent:
         self.ctl = cuda.to_device(np.zeros(4, dtype=np.int64))
         self.desc = cuda.to_device(np.zeros((AGENT_BATCH + 1, 4), dtype=np.int64))
         self._stream = None
+        self._frees_held = None
+        self.report: dict | None = None     # what stop() returned
 
     def start(self, launch: bool = True) -> "PullAgent":
         """Points the engine at the agent's ring and launches the agent (``launch=False``
@@ -452,10 +463,11 @@ class PullAgent:
         # the engine's count of pulls the agent answered, and of those it failed
         failed = ffi.new("uint64_t *")
         engine_answered = int(lib.gw_engine_agent_pulls(self.ctx._engine, failed))
-        return {"exit": EXIT_NAMES.get(int(out[A_EXIT]), str(out[A_EXIT])),
-                "pulls": int(out[A_PULLS]), "bytes": int(out[A_BYTES]),
-                "helped_chunks": int(out[A_HELPED]),
-                "engine_answered": engine_answered, "engine_failed": int(failed[0])}
+        self.report = {"exit": EXIT_NAMES.get(int(out[A_EXIT]), str(out[A_EXIT])),
+                       "pulls": int(out[A_PULLS]), "bytes": int(out[A_BYTES]),
+                       "helped_chunks": int(out[A_HELPED]),
+                       "engine_answered": engine_answered, "engine_failed": int(failed[0])}
+        return self.report
 
     def engine_gone(self) -> None:
         """Called by the engine's teardown while this agent is still attached (the context
@@ -465,7 +477,14 @@ class PullAgent:
             _KEPT.append(self)
 
     def __enter__(self) -> "PullAgent":
-        return self.start()
+        self._frees_held = contextlib.ExitStack()
+        self._frees_held.enter_context(cuda.defer_cleanup())
+        try:
+            return self.start()
+        except BaseException:
+            self._frees_held.close()
+            raise
 
     def __exit__(self, *exc) -> None:
-        self.stop()
+        with self._frees_held:      # the deferred frees run once the agent has stopped
+            self.stop()

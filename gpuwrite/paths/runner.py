@@ -7,6 +7,7 @@ failed (an error completion, with its syndrome), or never completed.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -199,27 +200,27 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
                      pend)
         if path == "nic_pull" and pull_agent == "gpu":
             preload(K.send_messages, *send_args)
-            agent = PullAgent(ctx, pull_timeout_s=pull_timeout_s).start()
-        if not ctx.running:
-            ctx.start()
-        timer = None
-        if stall_receiver_s > 0:
-            # The receiver stalls from before the first message; the stall ends
-            # stall_receiver_s after the kernel starts (on a GPU the launch returns once
-            # the kernel is compiled and queued; the simulator runs it inside the call).
-            import threading
-            ctx.stall_receiver(True)
-            timer = threading.Timer(stall_receiver_s, ctx.stall_receiver, args=(False,))
-            if SIMULATOR:
+            agent = PullAgent(ctx, pull_timeout_s=pull_timeout_s)
+        with agent if agent is not None else contextlib.nullcontext():
+            if not ctx.running:
+                ctx.start()
+            timer = None
+            if stall_receiver_s > 0:
+                # The receiver stalls from before the first message; the stall ends
+                # stall_receiver_s after the kernel starts (on a GPU the launch returns once
+                # the kernel is compiled and queued; the simulator runs it inside the call).
+                import threading
+                ctx.stall_receiver(True)
+                timer = threading.Timer(stall_receiver_s, ctx.stall_receiver, args=(False,))
+                if SIMULATOR:
+                    timer.start()
+            K.send_messages[n_qps, threads](*send_args)
+            if timer is not None and not SIMULATOR:
                 timer.start()
-        K.send_messages[n_qps, threads](*send_args)
-        if timer is not None and not SIMULATOR:
-            timer.start()
-        # The legacy default stream only: the agent's kernel runs on a stream of its own
-        # until it is stopped, and a whole-device synchronize would wait for it.
-        cuda.synchronize() if SIMULATOR else cuda.default_stream().synchronize()
-        agent_report = agent.stop() if agent is not None else None
-        agent = None
+            # The legacy default stream only: the agent's kernel runs on a stream of its
+            # own until it is stopped, and a whole-device synchronize would wait for it.
+            cuda.synchronize() if SIMULATOR else cuda.default_stream().synchronize()
+        agent_report = agent.report if agent is not None else None
         counters = ctx.counters()
         tp = t_post.copy_to_host()
         td = t_done.copy_to_host()
@@ -251,8 +252,6 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
                 out.qp_errors.setdefault("partial", []).append(int(m))
         return out
     finally:
-        if agent is not None:
-            agent.stop()
         if own_ctx:
             ctx.stop()
             ctx.close()

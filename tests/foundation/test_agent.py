@@ -234,6 +234,65 @@ def test_context_closed_under_a_running_agent_keeps_its_ring():
     agent._stream.synchronize()
 
 
+def test_the_agents_with_block_holds_numbas_frees_until_it_has_stopped(monkeypatch):
+    """A free waits for every kernel of the context, the persistent agent too: inside
+    ``with PullAgent(...)`` Numba's frees are deferred, from before the launch until after
+    the stop, also when the block raises, and the stop's report is kept."""
+    events = []
+
+    class Held:
+        def __enter__(self):
+            events.append("frees held")
+
+        def __exit__(self, *exc):
+            events.append("frees let go")
+
+    monkeypatch.setattr(pa.cuda, "defer_cleanup", Held)
+    monkeypatch.setattr(PullAgent, "start", lambda self, launch=True: events.append("start") or self)
+
+    def stop(self):
+        events.append("stop")
+        self.report = {"exit": "stopped"}
+        return self.report
+
+    monkeypatch.setattr(PullAgent, "stop", stop)
+    with Context() as ctx:
+        with PullAgent(ctx) as agent:
+            events.append("body")
+        assert events == ["frees held", "start", "body", "stop", "frees let go"]
+        assert agent.report == {"exit": "stopped"}
+        events.clear()
+        with pytest.raises(KeyError):
+            with PullAgent(ctx):
+                raise KeyError("the sender failed")
+        assert events == ["frees held", "start", "stop", "frees let go"]
+        events.clear()
+        monkeypatch.setattr(PullAgent, "start", lambda self, launch=True: (_ for _ in ()).throw(
+            RuntimeError("no stream")))
+        with pytest.raises(RuntimeError, match="no stream"):
+            with PullAgent(ctx):
+                events.append("body")
+        assert events == ["frees held", "frees let go"]
+
+
+@gpu
+def test_a_free_inside_the_agents_with_block_does_not_wait_for_the_agent():
+    """Session 16: a free between the agent's launch and the sender's waited for the agent's
+    idle timeout (a free waits for every kernel of the context). Inside the with block
+    Numba's frees wait instead, so a forced flush of its pending frees returns at once."""
+    import gc
+
+    with Context() as ctx:
+        with PullAgent(ctx, idle_timeout_s=5.0):
+            garbage = cuda.to_device(np.zeros(1 << 16, dtype=np.uint8))
+            del garbage
+            gc.collect()
+            t0 = time.monotonic()
+            cuda.current_context().deallocations.clear()
+            waited = time.monotonic() - t0
+        assert waited < 1.0, f"a free waited {waited:.1f} s for the running agent"
+
+
 # -- the agent kernel alone, fed by the test: batches in ticket order ----------------------
 # It runs on the simulator too (the sender is not beside it), so CI checks its batching.
 
