@@ -189,7 +189,7 @@ def test_auto_takes_the_threshold_path():
     assert counters["bytes_pulled"] == per_path["nic_pull"]
 
 
-def _run(s, kernel, grid, block, *args):
+def _launch(s, kernel, grid, block, *args):
     """Runs ``kernel`` on session ``s`` as a researcher's code should: loaded before the GPU
     pull agent starts (where nic_pull has one), the agent running beside it, and a wait
     for the legacy stream only (a whole-device synchronize would wait for the agent).
@@ -252,8 +252,8 @@ def test_put_signal_never_shows_the_signal_before_the_data(path, words):
                         sig_mr.rkey, int(20e9)], dtype=np.int64)
         out = cuda.mapped_array(4, dtype=np.int64)
         out[:] = 0
-        _run(s, _signal_race, 2, 4, s.Q, s.cfg, src, cuda.to_device(prm), api.PATH_IDS[path],
-             recv.kernel, sig.kernel, out)
+        _launch(s, _signal_race, 2, 4, s.Q, s.cfg, src, cuda.to_device(prm), api.PATH_IDS[path],
+                recv.kernel, sig.kernel, out)
     assert list(out[:2]) == [api.OK, api.OK], [api.error_name(x) for x in out[:2]]
     assert out[2] == 1, "the NIC had delivered every signal before the consumer began"
     assert out[3] == 0, f"{out[3]} words read after their signal were not the data"
@@ -322,7 +322,7 @@ def test_quiet_returns_only_when_every_put_completed(path):
         prm = np.array([n_msgs, words, rmr.address, rmr.rkey, smr.lkey], dtype=np.int64)
         out = cuda.mapped_array(3, dtype=np.int64)
         out[:] = -1
-        _run(s, _quiet_then_look, 1, 8, s.Q, s.cfg, src, cuda.to_device(prm), api.PATH_IDS[path],
+        _launch(s, _quiet_then_look, 1, 8, s.Q, s.cfg, src, cuda.to_device(prm), api.PATH_IDS[path],
              recv.kernel, out)
     assert out[2] == api.OK, api.error_name(out[2])
     assert out[0] == 0, "the last message had landed before quiet: nothing to wait for"
@@ -350,7 +350,7 @@ def _put_twice_run(path, rkey_first_ok=True):
         prm = np.array([dmr.address, dmr.rkey if rkey_first_ok else bad_rkey, smr.lkey,
                         dmr.rkey], dtype=np.int64)
         out = cuda.to_device(np.full(3, 99, dtype=np.int64))
-        _run(s, _put_twice, 1, 4, s.Q, s.cfg, src, cuda.to_device(prm), path, out)
+        _launch(s, _put_twice, 1, 4, s.Q, s.cfg, src, cuda.to_device(prm), path, out)
         got = out.copy_to_host()
         return got, s.qp_errors([got[2]]), dst.host.copy()
 
