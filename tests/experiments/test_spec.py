@@ -164,3 +164,28 @@ def test_a_change_to_the_backend_code_changes_the_hash(tmp_path):
     assert code_fingerprint("model") != code_fingerprint("emulated")
     sweep = load_spec(write(tmp_path, MINIMAL)).sweeps[0]
     assert resolve(sweep, sweep.points()[0], "model")["code"] == code_fingerprint("model")
+
+
+def test_prose_is_not_code_but_every_statement_is(tmp_path):
+    """Comments, docstrings and layout leave the fingerprint alone; a changed constant, a
+    changed string that is not a docstring, a reordered statement or a docstring turned
+    into code change it."""
+    from gpuwrite.experiments.spec import fingerprint_files
+
+    source = tmp_path / "m.py"
+
+    def fp(text):
+        source.write_text(text)
+        return fingerprint_files(tmp_path, ("*.py",))
+
+    base = fp('"""Module."""\nA = 1\n\n\ndef f(x):\n    """Doc."""\n    return x + A  # add\n')
+    assert fp('"""Another module doc."""\nA = 1\ndef f(x):\n    """Other doc,\n    two lines."""\n'
+              '    # a comment\n    return (x +\n            A)\n') == base
+    assert fp('A = 1\n\n\ndef f(x):\n    return x + A\n') == base
+    assert fp('"""Module."""\nA = 2\n\n\ndef f(x):\n    """Doc."""\n    return x + A\n') != base
+    assert fp('"""Module."""\nA = 1\n\n\ndef f(x):\n    """Doc."""\n    return A + x\n') != base
+    assert fp('"""Module."""\nA = 1\n\n\ndef f(x):\n    s = "Doc."\n    return x + A\n') != base
+    (tmp_path / "data.txt").write_text("a # b")     # a file that is not Python: its bytes
+    before = fingerprint_files(tmp_path, ("*.txt",))
+    (tmp_path / "data.txt").write_text("a # c")
+    assert fingerprint_files(tmp_path, ("*.txt",)) != before
