@@ -377,11 +377,12 @@ class PullAgent:
     in ``agent.report``.
 
     Inside the ``with`` block Numba's frees of device memory wait (``cuda.defer_cleanup``):
-    a free waits for every kernel of the context, the persistent agent included, and
-    Numba frees an array whenever the garbage collector finds it. One such free, between
-    the agent's launch and the sender's, held the sender back until the agent left after
-    its idle timeout, and the run's pulls failed (1 run in 3740 on an H100, BENCHMARKS.md,
-    session 16). ``start`` and ``stop`` called directly leave that to the caller."""
+    Numba frees an array whenever the garbage collector finds it, and nothing that may
+    wait for the whole context belongs beside a persistent kernel. In one H100 run in
+    3740 the sender started only after the agent had left after its idle timeout, and the
+    run's pulls failed (BENCHMARKS.md, session 16); a free beside the agent was the
+    suspect, but a direct test saw one return at once, so the cause is not established.
+    ``start`` and ``stop`` called directly leave the frees to the caller."""
 
     def __init__(self, ctx, *, threads: int | None = None, blocks: int = BLOCKS, slots: int = 64,
                  split_bytes: int = SPLIT_BYTES, pull_timeout_s: float = 1.0,

@@ -277,9 +277,8 @@ def test_the_agents_with_block_holds_numbas_frees_until_it_has_stopped(monkeypat
 
 @gpu
 def test_a_free_inside_the_agents_with_block_does_not_wait_for_the_agent():
-    """Session 16: a free between the agent's launch and the sender's waited for the agent's
-    idle timeout (a free waits for every kernel of the context). Inside the with block
-    Numba's frees wait instead, so a forced flush of its pending frees returns at once."""
+    """Inside the with block Numba's frees wait: a forced flush of its pending frees returns
+    at once, whatever a free would wait for beside the running agent."""
     import gc
 
     with Context() as ctx:
