@@ -21,7 +21,8 @@ def register(sub) -> None:
     p.add_argument("--out", default="experiments/figures", help="where PNG and PDF files go")
     p.add_argument("--check", action="store_true",
                    help="compute and draw nothing: list the stored tables the code would recompute "
-                        "(stale configuration hashes) and exit 1 if there are any")
+                        "(stale configuration hashes) and the GPU tables measured with other code, "
+                        "and exit 1 if there are any")
     add_run_options(p)
     p.set_defaults(func=main)
 
@@ -56,17 +57,20 @@ def main(args) -> int:
 
 
 def check(args) -> int:
-    """``--check``: the stale parts of the stored regenerable tables, without computing."""
+    """``--check``: the stale parts of the stored regenerable tables, and GPU rows measured
+    with other code than this, without computing."""
     from gpuwrite.experiments.spec import find_specs, load_spec
-    from gpuwrite.experiments.sweep import stale_tables
+    from gpuwrite.experiments.sweep import gpu_rows_of_other_code, stale_tables
 
     specs = [load_spec(path) for path in find_specs(args.specs)]
     specs = [spec for spec in specs if spec.figure_kind and (not args.only or spec.name in args.only)]
     stale = [line for spec in specs for line in stale_tables(spec, args.results)]
+    other = [line for spec in specs for line in gpu_rows_of_other_code(spec, args.results)]
     if args.json:
-        print_json({"stale": stale, "checked": [spec.name for spec in specs]})
+        print_json({"stale": stale, "gpu_other_code": other, "checked": [spec.name for spec in specs]})
     else:
-        for line in stale:
+        for line in stale + other:
             console.print(line, highlight=False, soft_wrap=True)
-        console.print(f"{len(stale)} stale sweep table(s) in {len(specs)} experiment file(s)", highlight=False)
-    return 1 if stale else 0
+        console.print(f"{len(stale)} stale sweep table(s) and {len(other)} GPU sweep table(s) measured "
+                      f"with other code in {len(specs)} experiment file(s)", highlight=False)
+    return 1 if stale or other else 0

@@ -387,6 +387,32 @@ def run_spec(spec: ExperimentSpec, results_dir: str | Path = store.DEFAULT_RESUL
     return {"reports": reports, "tables": written, "rows": len(new)}
 
 
+def gpu_rows_of_other_code(spec: ExperimentSpec, results_dir: str | Path = store.DEFAULT_RESULTS) -> list[str]:
+    """What in the GPU table of ``spec`` (``<results>/gpu/<name>.parquet``) was not measured
+    with this code and this file: one line per sweep whose stored rows hold configuration
+    hashes the current code does not give for that sweep's points on the rows' device (a
+    changed emulated path, device verb or engine, or a changed point, since the GPU
+    measured them). A CPU machine cannot measure them again; it can say so."""
+    results_dir = Path(results_dir)
+    path = store.table_path(results_dir, spec.name, gpu=True)
+    table = store.read_table(path)
+    if table is None or "config_hash" not in table:
+        return []
+    out = []
+    for sweep in spec.sweeps:
+        rows = table[table["sweep"] == sweep.name]
+        if sweep.backend != "emulated" or not len(rows):
+            continue
+        want = {config_hash(resolve(sweep, values, device=device))
+                for device in set(rows["device"]) for values in sweep.points(device)}
+        have = set(rows["config_hash"].dropna())
+        if have - want or want - have:
+            out.append(f"{path}: sweep {sweep.name!r}: {len(have - want)} of {len(have)} measured points "
+                       f"are not what the code now runs, {len(want - have)} points are not measured; "
+                       "run scripts/gpu_experiments.sh on a GPU to measure them with this code")
+    return out
+
+
 def stale_tables(spec: ExperimentSpec, results_dir: str | Path = store.DEFAULT_RESULTS) -> list[str]:
     """What is stale in the regenerable table of ``spec`` (``<results>/<name>.parquet``): one
     line per sweep whose stored configuration hashes differ from those the code computes now

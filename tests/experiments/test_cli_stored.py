@@ -14,7 +14,7 @@ from gpuwrite.cli import main
 from gpuwrite.experiments import spec as spec_module
 from gpuwrite.experiments import store
 from gpuwrite.experiments.spec import find_specs, load_spec
-from gpuwrite.experiments.sweep import Pool, run_spec, stale_tables
+from gpuwrite.experiments.sweep import Pool, gpu_rows_of_other_code, run_spec, stale_tables
 
 from tiny_specs import EXPERIMENTS, write_tiny_spec
 
@@ -26,6 +26,47 @@ def test_stored_tables_match_the_code():
     committed tables behind: `gpuwrite figures` would recompute them (no recomputation here)."""
     stale = [line for path in find_specs(EXPERIMENTS) for line in stale_tables(load_spec(path), EXPERIMENTS / "results")]
     assert not stale, "stored tables are stale; regenerate them with `gpuwrite figures`:\n" + "\n".join(stale)
+
+
+def test_committed_gpu_tables_were_measured_with_the_code_as_committed():
+    """Fails when the emulated paths, device verbs, engine or an experiment file changed
+    after the GPU tables were measured (comments and docstrings are not code): they must
+    be measured again on a GPU (scripts/gpu_experiments.sh) before the change lands."""
+    other = [line for path in find_specs(EXPERIMENTS)
+             for line in gpu_rows_of_other_code(load_spec(path), EXPERIMENTS / "results")]
+    assert not other, "GPU tables measured with other code:\n" + "\n".join(other)
+
+
+def test_gpu_rows_of_other_code_are_named(tmp_path, monkeypatch, capsys):
+    from gpuwrite.experiments.spec import config_hash, resolve
+
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    (specs / "emu.toml").write_text('[figure]\nkind = "emulated_latency_vs_size"\n'
+                                    '[[sweep]]\nname = "e"\nbackend = "emulated"\nrequire = "gpu"\n'
+                                    '[sweep.vary]\nrepeat = [0, 1]\nsize_bytes = [64, 4096]\n')
+    spec = load_spec(specs / "emu.toml")
+    sweep = spec.sweeps[0]
+    points = sweep.points("Test GPU")
+    table = pd.DataFrame({"figure": "emu", "sweep": "e", "backend": "emulated", "measure": "",
+                          "output": "summary", "size_bytes": [p["size_bytes"] for p in points],
+                          "device": "Test GPU",
+                          "config_hash": [config_hash(resolve(sweep, p, "Test GPU")) for p in points]})
+    results = tmp_path / "results"
+    gpu_table = store.table_path(results, "emu", gpu=True)
+    store.write_table(table, gpu_table)
+    assert gpu_rows_of_other_code(spec, results) == []
+    assert main(["figures", "--specs", str(specs), "--results", str(results), "--check", "--json"]) == 0
+    capsys.readouterr()
+    store.write_table(table.iloc[1:], gpu_table)          # a point never measured
+    (line,) = gpu_rows_of_other_code(spec, results)
+    assert "0 of 3 measured points are not what the code now runs, 1 points are not measured" in line
+    store.write_table(table, gpu_table)
+    _fingerprint_changed(monkeypatch)                     # the emulated code changed since
+    (line,) = gpu_rows_of_other_code(spec, results)
+    assert "4 of 4 measured points are not what the code now runs" in line and "gpu_experiments.sh" in line
+    assert main(["figures", "--specs", str(specs), "--results", str(results), "--check", "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["gpu_other_code"] == [line]
 
 
 def test_figures_check_names_a_stale_table(tmp_path, capsys):
