@@ -61,6 +61,10 @@ def test_gpu_rows_of_other_code_are_named(tmp_path, monkeypatch, capsys):
     store.write_table(table.iloc[1:], gpu_table)          # a point never measured
     (line,) = gpu_rows_of_other_code(spec, results)
     assert "0 of 3 measured points are not what the code now runs, 1 points are not measured" in line
+    stray = table.iloc[:1].assign(config_hash="0" * 64)   # a row of earlier code left beside
+    store.write_table(pd.concat([table, stray], ignore_index=True), gpu_table)
+    (line,) = gpu_rows_of_other_code(spec, results)
+    assert "1 of 5 measured points are not what the code now runs, 0 points are not measured" in line
     store.write_table(table, gpu_table)
     _fingerprint_changed(monkeypatch)                     # the emulated code changed since
     (line,) = gpu_rows_of_other_code(spec, results)
