@@ -85,11 +85,14 @@ def _incomplete_line(r) -> str:
 
 
 def _runs_text(rows: pd.DataFrame) -> str:
-    """'the median of N runs (bars: min to max)', or 'one run' where every point has one."""
+    """How many runs each plotted point is the median of: 'median of 3 runs a point (bars:
+    min to max)', '2 to 3 runs' where runs were left out, 'one run a point' where all have one."""
     counts = rows.groupby(["path", "size_bytes", *(c for c in ("block_threads",) if c in rows)]).size()
-    most = int(counts.max()) if len(counts) else 0
-    return "one run a point" if most <= 1 else \
-        f"median of {most} runs a point (bars: min to max)"
+    least, most = (int(counts.min()), int(counts.max())) if len(counts) else (0, 0)
+    if most <= 1:
+        return "one run a point"
+    runs = f"{most}" if least == most else f"{least} to {most}"
+    return f"median of {runs} runs a point (bars: min to max)"
 
 
 # --- figure 1 ----------------------------------------------------------------------

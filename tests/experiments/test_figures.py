@@ -232,5 +232,6 @@ def test_fig9_draws_the_median_of_the_runs_their_range_and_the_physical_line():
     failed.loc[0, "failure"] = "1 QP: a completion carried an error syndrome (local_prot_err, pull_failed)"
     fig = FIGURES["emulated_latency_vs_size"](failed, calibration=cal)
     check_line(lines(fig)["gpu_push|32"], [64, 65536], [5.25, 30.0])    # runs 2 and 3 at 64 B
+    assert "Median of 2 to 3 runs a point" in texts(fig)
     assert "gpu_push 64 B (run 1): 0/200 delivered, 1 QP: a completion carried an error " \
         "syndrome (local_prot_err, pull_failed), 32 threads" in texts(fig).replace("\n", " ")
