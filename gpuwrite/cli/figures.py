@@ -53,6 +53,8 @@ def main(args) -> int:
                                              "seconds"], rows))
     for m in made:
         console.print(f"{m['figure']}: {', '.join(m['files'])}")
+        for line in m["gpu_other_code"]:
+            console.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
     return 0
 
 

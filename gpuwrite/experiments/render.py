@@ -8,7 +8,7 @@ from gpuwrite.experiments import store
 from gpuwrite.experiments.figures import FIGURES, gpu_rows
 from gpuwrite.experiments.spec import ExperimentSpec, SpecError, find_specs, load_spec
 from gpuwrite.experiments.style import DPI
-from gpuwrite.experiments.sweep import Pool, run_spec
+from gpuwrite.experiments.sweep import Pool, gpu_rows_of_other_code, run_spec
 
 DEFAULT_SPECS = Path("experiments")
 DEFAULT_FIGURES = Path("experiments") / "figures"
@@ -29,11 +29,21 @@ def save(fig, out_dir: Path, name: str) -> list[Path]:
 
 
 def draw(spec: ExperimentSpec, results_dir: Path):
-    """The figure of ``spec`` from its stored table, and that table."""
+    """The figure of ``spec`` from its stored table, and that table. Where its GPU rows
+    were measured with other code than this checkout's (``gpu_rows_of_other_code``: a
+    CPU-only machine can change the code but cannot measure again), the figure says so
+    under its axes, with the commits the rows name."""
     table = store.load_results(results_dir, spec.name)
     fig = FIGURES[spec.figure_kind](table)
     if spec.title:
         fig.suptitle(spec.title, fontsize=10)
+    if gpu_rows_of_other_code(spec, results_dir):
+        measured = gpu_rows(table)
+        commits = sorted({str(c)[:12] for c in measured.get("git_commit", []) if c == c and c})
+        fig.text(0.01, -0.01, "GPU rows measured with other code than this checkout's (commit "
+                 f"{', '.join(commits) or 'unknown'}): rerun scripts/gpu_experiments.sh on a GPU "
+                 "(gpuwrite figures --check lists them)", ha="left", va="top", fontsize=7,
+                 color="firebrick", gid="gpu-other-code")
     return fig, table
 
 
@@ -62,6 +72,8 @@ def regenerate(spec_dir: str | Path = DEFAULT_SPECS, results_dir: str | Path = s
                 "computed": sum(r.computed for r in ran["reports"]),
                 "cached": sum(r.cached for r in ran["reports"]),
                 "skipped": [f"{r.sweep}: {r.skipped}" for r in ran["reports"] if r.skipped],
+                # GPU rows this checkout's code would not make: the figure says so too
+                "gpu_other_code": gpu_rows_of_other_code(spec, Path(results_dir)),
                 "seconds": time.perf_counter() - started,
             })
     return out
