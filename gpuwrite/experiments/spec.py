@@ -64,12 +64,20 @@ MAX_SWEEP_POINTS = 100_000
 CONFIG_SCHEMA = 1
 # The code whose results a point's configuration stands for: a change to any of these
 # files changes every hash of that backend, so stored results are never reused stale.
-# The emulated backend's C engine counts through the digest its compiled extension carries
+# Each backend's list is the gpuwrite modules a point runs (what importing
+# experiments/backends.py and what it calls loads; a test checks the list against the
+# imports): the emulated backend runs the runner, its kernels and verbs, the host side and
+# cudaenv, not the put API (device/api.py), which no emulated sweep runs. The emulated
+# backend's C engine counts through the digest its compiled extension carries
 # (csrc/ffi_build.py embeds the SHA-256 of csrc/*.c and *.h): an installed package has no
 # csrc/ to read, and a checkout whose extension was not rebuilt runs the old engine.
+CODE_ROOT = Path(__file__).resolve().parents[2]     # where the patterns below are matched
+_POINT = ("gpuwrite/__init__.py", "gpuwrite/experiments/backends.py")
 BACKEND_CODE = {
-    "model": ("gpuwrite/model/*.py",),
-    "emulated": ("gpuwrite/paths/*.py", "gpuwrite/device/*.py", "gpuwrite/host/*.py", "gpuwrite/layouts.py"),
+    "model": (*_POINT, "gpuwrite/model/*.py"),
+    "emulated": (*_POINT, "gpuwrite/cudaenv.py", "gpuwrite/layouts.py", "gpuwrite/paths/*.py",
+                 "gpuwrite/device/__init__.py", "gpuwrite/device/copy.py", "gpuwrite/device/intrinsics.py",
+                 "gpuwrite/device/verbs.py", "gpuwrite/host/*.py"),
 }
 BACKEND_ENGINE = {"emulated": True}
 
@@ -455,7 +463,7 @@ def executable_source(source: bytes) -> bytes:
         body = getattr(node, "body", None)
         if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and \
                 isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
-            node.body = body[1:] or [ast.Pass()]
+            node.body = body[1:] or ([] if isinstance(node, ast.Module) else [ast.Pass()])
 
     def dump(value) -> str:
         if isinstance(value, ast.AST):
@@ -484,7 +492,7 @@ def code_fingerprint(backend: str) -> str:
     """Fingerprint of the source code behind ``backend``: the same in this checkout and in
     the installed package (Python sources by their package paths; the C engine by the
     digest compiled into it)."""
-    python = fingerprint_files(Path(__file__).resolve().parents[2], BACKEND_CODE[backend])
+    python = fingerprint_files(CODE_ROOT, BACKEND_CODE[backend])
     if not BACKEND_ENGINE.get(backend):
         return python
     return hashlib.sha256(f"{python}\0csrc\0{engine_fingerprint()}".encode()).hexdigest()

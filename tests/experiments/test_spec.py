@@ -189,3 +189,33 @@ def test_prose_is_not_code_but_every_statement_is(tmp_path):
     before = fingerprint_files(tmp_path, ("*.txt",))
     (tmp_path / "data.txt").write_text("a # c")
     assert fingerprint_files(tmp_path, ("*.txt",)) != before
+
+
+@pytest.mark.parametrize("backend, imports", [
+    ("model", "import gpuwrite.experiments.backends, gpuwrite.model.paths, gpuwrite.model.sim, "
+              "gpuwrite.model.params, gpuwrite.model.pcie"),
+    ("emulated", "import gpuwrite.experiments.backends, gpuwrite.paths.runner, gpuwrite.cudaenv"),
+])
+def test_each_backends_fingerprint_covers_every_module_its_points_run(backend, imports):
+    """A point's hash stands for the code it runs: every gpuwrite module that running a
+    point loads must be in its backend's fingerprint (package __init__s that hold only a
+    docstring aside), or a change to it would leave stale results looking current."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from gpuwrite.experiments.spec import BACKEND_CODE, CODE_ROOT, executable_source
+
+    code = (f"import sys; {imports}; print('\\n'.join(m.__file__ for n, m in sys.modules.items() "
+            "if n.startswith('gpuwrite') and getattr(m, '__file__', None)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**__import__("os").environ, "NUMBA_ENABLE_CUDASIM": "1"}).stdout
+    loaded = {Path(f).resolve().relative_to(CODE_ROOT).as_posix() for f in out.split()
+              if f.endswith(".py")}
+    covered = {f.relative_to(CODE_ROOT).as_posix() for pattern in BACKEND_CODE[backend]
+               for f in CODE_ROOT.glob(pattern)}
+    empty = executable_source(b"")
+    uncovered = {f for f in loaded - covered if executable_source((CODE_ROOT / f).read_bytes()) != empty}
+    assert uncovered == set()
+    if backend == "emulated":
+        assert "gpuwrite/device/api.py" not in covered      # no emulated sweep runs the put API
