@@ -3,8 +3,8 @@
 setuptools runs this through ``cffi_modules`` at install time; it can also be run
 directly (``python csrc/ffi_build.py``) to build the extension in place.
 
-The extension carries the SHA-256 of the C sources it was compiled from
-(``lib.gw_csrc_sha256()``): the emulated backend's code fingerprint
+The extension carries the SHA-256 of the C sources it was compiled from, comments and
+layout aside (``lib.gw_csrc_sha256()``, ``c_code``): the emulated backend's code fingerprint
 (``gpuwrite.experiments.spec``) includes it, so cached emulated results are keyed by the
 engine that produced them, the same in a checkout and in an installed package (which has
 no csrc/ to read).
@@ -29,11 +29,51 @@ def source_files() -> list[Path]:
 
 
 def csrc_sha256() -> str:
-    """SHA-256 over the names (csrc/NAME) and contents of ``source_files()``."""
+    """SHA-256 over the names (csrc/NAME) and code (``c_code``) of ``source_files()``."""
     digest = hashlib.sha256()
     for file in source_files():
-        digest.update(f"csrc/{file.name}".encode() + b"\0" + file.read_bytes() + b"\0")
+        digest.update(f"csrc/{file.name}".encode() + b"\0" + c_code(file.read_bytes()) + b"\0")
     return digest.hexdigest()
+
+
+def c_code(source: bytes) -> bytes:
+    """A C file without its comments and layout: each run of blanks (and each comment) one
+    space, no blank lines, string and character literals as written. A corrected comment
+    compiles to the same engine, and stored results keyed by this digest stay current.
+    (A hand-written scanner: the digest must not depend on a compiler being installed.)"""
+    text = source.decode("utf-8", "surrogateescape")
+    out: list[str] = []
+
+    def space() -> None:
+        if out and out[-1] not in (" ", "\n"):
+            out.append(" ")
+
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c in "\"'":                       # a literal, escapes and all
+            j = i + 1
+            while j < n and text[j] != c and text[j] != "\n":
+                j += 2 if text[j] == "\\" else 1
+            out.append(text[i:j + 1])
+            i = j + 1
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            i = n if end < 0 else end + 2
+            space()
+        elif text.startswith("//", i):
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+        elif c in " \t\r\f\v":
+            i += 1
+            space()
+        else:
+            if c == "\n" and out and out[-1] == " ":
+                out.pop()
+            out.append(c)
+            i += 1
+    lines = "".join(out).split("\n")
+    return "\n".join(line.strip() for line in lines if line.strip()).encode("utf-8", "surrogateescape")
 
 
 ffibuilder = FFI()

@@ -219,3 +219,26 @@ def test_each_backends_fingerprint_covers_every_module_its_points_run(backend, i
     assert uncovered == set()
     if backend == "emulated":
         assert "gpuwrite/device/api.py" not in covered      # no emulated sweep runs the put API
+
+
+def test_the_engine_digest_counts_c_code_not_comments():
+    """The digest compiled into the extension (csrc/ffi_build.py) ignores comments and
+    layout, keeps every token and every literal as written."""
+    import importlib.util
+
+    from gpuwrite.experiments.spec import CODE_ROOT
+
+    spec = importlib.util.spec_from_file_location("ffi_build", CODE_ROOT / "csrc" / "ffi_build.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    c = build.c_code
+    base = c(b'#define A 1\nint f(int x) {\n    return x + A; /* add */\n}\n')
+    assert base == b"#define A 1\nint f(int x) {\nreturn x + A;\n}"
+    assert c(b"/* a header\n * of two lines */\n#define A 1 // one\n\nint f(int x) {\n\treturn x  +  A;"
+             b"\n}\n") == base
+    assert c(b"#define A 2\nint f(int x) {\n    return x + A;\n}\n") != base
+    assert c(b"#define A 1\nint f(int x) {\n    return A + x;\n}\n") != base
+    assert c(b'char *s = "a /* kept */  b"; // gone\n') == b'char *s = "a /* kept */  b";'
+    assert c(b"char q = '\"'; /* x */ int y;\n") == b"char q = '\"'; int y;"
+    from gpuwrite.experiments.spec import engine_fingerprint
+    assert engine_fingerprint() == build.csrc_sha256()     # the extension here is built from this
