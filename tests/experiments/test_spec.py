@@ -196,7 +196,7 @@ def test_prose_is_not_code_but_every_statement_is(tmp_path):
               "gpuwrite.model.params, gpuwrite.model.pcie"),
     ("emulated", "import gpuwrite.experiments.backends, gpuwrite.paths.runner, gpuwrite.cudaenv"),
 ])
-def test_each_backends_fingerprint_covers_every_module_its_points_run(backend, imports):
+def test_each_backends_fingerprint_covers_every_module_its_points_run(backend, imports, tmp_path):
     """A point's hash stands for the code it runs: every gpuwrite module that running a
     point loads must be in its backend's fingerprint (package __init__s that hold only a
     docstring aside), or a change to it would leave stale results looking current."""
@@ -208,8 +208,10 @@ def test_each_backends_fingerprint_covers_every_module_its_points_run(backend, i
 
     code = (f"import sys; {imports}; print('\\n'.join(m.__file__ for n, m in sys.modules.items() "
             "if n.startswith('gpuwrite') and getattr(m, '__file__', None)))")
+    # Run outside the checkout, so the child imports the gpuwrite this test imported (CI
+    # installs the package and runs pytest with -P).
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**__import__("os").environ, "NUMBA_ENABLE_CUDASIM": "1"}).stdout
+                         cwd=tmp_path, env={**__import__("os").environ, "NUMBA_ENABLE_CUDASIM": "1"}).stdout
     loaded = {Path(f).resolve().relative_to(CODE_ROOT).as_posix() for f in out.split()
               if f.endswith(".py")}
     covered = {f.relative_to(CODE_ROOT).as_posix() for pattern in BACKEND_CODE[backend]
@@ -226,9 +228,10 @@ def test_the_engine_digest_counts_c_code_not_comments():
     layout, keeps every token and every literal as written."""
     import importlib.util
 
-    from gpuwrite.experiments.spec import CODE_ROOT
+    from pathlib import Path
 
-    spec = importlib.util.spec_from_file_location("ffi_build", CODE_ROOT / "csrc" / "ffi_build.py")
+    checkout = Path(__file__).resolve().parents[2]        # csrc/ is not part of an installed package
+    spec = importlib.util.spec_from_file_location("ffi_build", checkout / "csrc" / "ffi_build.py")
     build = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(build)
     c = build.c_code
