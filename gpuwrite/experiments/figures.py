@@ -359,19 +359,21 @@ def emulated_latency_vs_size(df: pd.DataFrame, calibration: dict | None = None):
         style.log_numbers(ax)
         ax.set_title(f"{int(th)} threads per block")
     axes.flat[0].set_ylabel("p50 latency, post to completion (µs)")
-    source = (f"dashed: floor {cal['floor_us']:.2f} us + size / {cal['ceiling_gbytes']:.1f} GB/s\n"
-              f"(calibration {cal['file']})" if cal else
-              f"no calibration of {', '.join(devices)} stored:\nphysical line not drawn")
-    style.note(axes.flat[0], f"Emulated on {', '.join(devices)}: software NIC (C thread),\n"
-               "staging in host memory, nic_pull answered by a GPU\npull agent, unlimited "
-               "link. Above ~16 KiB the engine's\nstaging-to-destination copy dominates.\n"
-               f"{_runs_text(measured)[:1].upper()}{_runs_text(measured)[1:]}.\n" + source, "upper left")
+    source = (f"Dashed: floor {cal['floor_us']:.2f} us + size / {cal['ceiling_gbytes']:.1f} GB/s "
+              f"(calibration {cal['file']})." if cal else
+              f"No calibration of {', '.join(devices)} stored: physical line not drawn.")
     if len(incomplete):
         # A run in which messages never completed has no latency to plot: say which and why.
         style.note(axes.flat[-1], "Not plotted (incomplete runs):\n" + "\n".join(
             _incomplete_line(r) + f", {int(r.block_threads)} threads" for r in incomplete.itertuples()),
             "upper left")
-    fig.legend(*axes.flat[0].get_legend_handles_labels(), loc="outside lower center", ncol=5)
+    # Under the axes, not over them: a note inside the panel hid the largest sizes' points.
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    style.caveat(fig, f"Emulated on {', '.join(devices)}: software NIC (C thread), staging in host "
+                 "memory, nic_pull answered by a GPU pull agent, unlimited link; above ~16 KiB the "
+                 "engine's staging-to-destination copy dominates. "
+                 f"{_runs_text(measured)[:1].upper()}{_runs_text(measured)[1:]}. " + source,
+                 (handles, labels, 5))
     return fig
 
 

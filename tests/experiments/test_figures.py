@@ -36,7 +36,8 @@ def check_line(line, x, y):
 
 
 def texts(fig):
-    return " ".join(t.get_text() for ax in fig.axes for t in ax.texts)
+    """Every text of the figure: in its axes and under them (caveats)."""
+    return " ".join([t.get_text() for ax in fig.axes for t in ax.texts] + [t.get_text() for t in fig.texts])
 
 
 def test_fig1_latency_lines_equal_the_table(tiny_results):
