@@ -369,11 +369,11 @@ def emulated_latency_vs_size(df: pd.DataFrame, calibration: dict | None = None):
             "upper left")
     # Under the axes, not over them: a note inside the panel hid the largest sizes' points.
     handles, labels = axes.flat[0].get_legend_handles_labels()
+    runs = _runs_text(measured)
     style.caveat(fig, f"Emulated on {', '.join(devices)}: software NIC (C thread), staging in host "
                  "memory, nic_pull answered by a GPU pull agent, unlimited link; above ~16 KiB the "
-                 "engine's staging-to-destination copy dominates. "
-                 f"{_runs_text(measured)[:1].upper()}{_runs_text(measured)[1:]}. " + source,
-                 (handles, labels, 5))
+                 f"engine's staging-to-destination copy dominates. {runs[:1].upper()}{runs[1:]}. "
+                 + source, (handles, labels, 5))
     return fig
 
 

@@ -28,16 +28,19 @@ def save(fig, out_dir: Path, name: str) -> list[Path]:
     return paths
 
 
-def draw(spec: ExperimentSpec, results_dir: Path):
+def draw(spec: ExperimentSpec, results_dir: Path, other_code: list[str] | None = None):
     """The figure of ``spec`` from its stored table, and that table. Where its GPU rows
-    were measured with other code than this checkout's (``gpu_rows_of_other_code``: a
-    CPU-only machine can change the code but cannot measure again), the figure says so
-    under its axes, with the commits the rows name."""
+    were measured with other code than this checkout's (``other_code``, the lines of
+    ``gpu_rows_of_other_code``, found here where not given: a CPU-only machine can change
+    the code but cannot measure again), the figure says so under its axes, with the
+    commits the rows name."""
     table = store.load_results(results_dir, spec.name)
     fig = FIGURES[spec.figure_kind](table)
     if spec.title:
         fig.suptitle(spec.title, fontsize=10)
-    if gpu_rows_of_other_code(spec, results_dir):
+    if other_code is None:
+        other_code = gpu_rows_of_other_code(spec, results_dir)
+    if other_code:
         measured = gpu_rows(table)
         commits = sorted({str(c)[:12] for c in measured.get("git_commit", []) if c == c and c})
         fig.text(0.01, -0.01, "GPU rows measured with other code than this checkout's (commit "
@@ -64,7 +67,9 @@ def regenerate(spec_dir: str | Path = DEFAULT_SPECS, results_dir: str | Path = s
         for spec in specs:
             started = time.perf_counter()
             ran = run_spec(spec, results_dir, fresh=fresh, pool=pool, progress=progress)
-            fig, table = draw(spec, Path(results_dir))
+            # GPU rows this checkout's code would not make: the figure and the report say so
+            other_code = gpu_rows_of_other_code(spec, Path(results_dir))
+            fig, table = draw(spec, Path(results_dir), other_code)
             files = save(fig, Path(out_dir), spec.name)
             out.append({
                 "figure": spec.name, "kind": spec.figure_kind, "title": spec.title,
@@ -72,8 +77,7 @@ def regenerate(spec_dir: str | Path = DEFAULT_SPECS, results_dir: str | Path = s
                 "computed": sum(r.computed for r in ran["reports"]),
                 "cached": sum(r.cached for r in ran["reports"]),
                 "skipped": [f"{r.sweep}: {r.skipped}" for r in ran["reports"] if r.skipped],
-                # GPU rows this checkout's code would not make: the figure says so too
-                "gpu_other_code": gpu_rows_of_other_code(spec, Path(results_dir)),
+                "gpu_other_code": other_code,
                 "seconds": time.perf_counter() - started,
             })
     return out

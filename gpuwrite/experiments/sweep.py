@@ -387,6 +387,12 @@ def run_spec(spec: ExperimentSpec, results_dir: str | Path = store.DEFAULT_RESUL
     return {"reports": reports, "tables": written, "rows": len(new)}
 
 
+def _hashes_now(sweep: Sweep, device: str) -> set[str]:
+    """The configuration hashes the code now gives the points ``sweep`` runs on ``device``:
+    what a stored table's ``config_hash`` column must hold to be current."""
+    return {config_hash(resolve(sweep, values, device=device)) for values in sweep.points(device)}
+
+
 def gpu_rows_of_other_code(spec: ExperimentSpec, results_dir: str | Path = store.DEFAULT_RESULTS) -> list[str]:
     """What in the GPU table of ``spec`` (``<results>/gpu/<name>.parquet``) was not measured
     with this code and this file: one line per sweep whose stored rows hold configuration
@@ -403,8 +409,7 @@ def gpu_rows_of_other_code(spec: ExperimentSpec, results_dir: str | Path = store
         rows = table[table["sweep"] == sweep.name]
         if sweep.backend != "emulated" or not len(rows):
             continue
-        want = {config_hash(resolve(sweep, values, device=device))
-                for device in set(rows["device"]) for values in sweep.points(device)}
+        want = {h for device in set(rows["device"]) for h in _hashes_now(sweep, device)}
         have = set(rows["config_hash"].dropna())
         if have - want or want - have:
             out.append(f"{path}: sweep {sweep.name!r}: {len(have - want)} of {len(have)} measured points "
@@ -426,7 +431,7 @@ def stale_tables(spec: ExperimentSpec, results_dir: str | Path = store.DEFAULT_R
         if sweep.require == "gpu":
             continue
         device = backends.MODEL_DEVICE if sweep.backend == "model" else backends.SIMULATOR_DEVICE
-        want = {config_hash(resolve(sweep, values, device=device)) for values in sweep.points(device)}
+        want = _hashes_now(sweep, device)
         have = set() if table is None or "config_hash" not in table else \
             set(table.loc[table["sweep"] == sweep.name, "config_hash"].dropna())
         if want != have:
