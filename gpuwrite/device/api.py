@@ -111,15 +111,14 @@ C_COLS = C_RULES + 2 * MAX_RULES
 # memory-clobbering intrinsic.
 _A0 = dv.I_COLS
 A_QP = 0        # the QP's row in Q
-A_SCOPE = 1     # SCOPE_*
-A_STATUS = 2    # sticky: the first error of this handle (leader only)
-A_SIG_END = 3   # producer index just after the last WQE that asks for a completion
-A_BC_ST = 4     # the leader's status, broadcast to the scope
-A_BC_WORD = 5   # the leader's reserved word, broadcast to the scope
-A_TIMEOUT_NS = 6    # cfg[C_TIMEOUT_NS], C_CHUNK_BYTES and C_RING_EACH_BYTES, copied at open:
-A_CHUNK_BYTES = 7   # a put reads them from shared memory, not from global memory
-A_RING_EACH_BYTES = 8
-A_COLS = 9
+A_STATUS = 1    # sticky: the first error of this handle (leader only)
+A_SIG_END = 2   # producer index just after the last WQE that asks for a completion
+A_BC_ST = 3     # the leader's status, broadcast to the scope
+A_BC_WORD = 4   # the leader's reserved word, broadcast to the scope
+A_TIMEOUT_NS = 5    # cfg[C_TIMEOUT_NS], C_CHUNK_BYTES and C_RING_EACH_BYTES, copied at open
+A_CHUNK_BYTES = 6   # by the leader, for every thread of the scope to read once into the
+A_RING_EACH_BYTES = 7   # handle (the scope travels there too: no column)
+A_COLS = 8
 ROW_COLS = max(dv.S_COLS, _A0 + A_COLS)
 
 
@@ -224,7 +223,6 @@ def _open(Q, cfg, qp, sh, slot, scope, leader):
     if leader:
         dv.qp_cache_load(Q, qp, state_row, info_row)
         a[A_QP] = qp
-        a[A_SCOPE] = scope
         a[A_STATUS] = OK
         a[A_TIMEOUT_NS] = cfg[C_TIMEOUT_NS]
         a[A_CHUNK_BYTES] = cfg[C_CHUNK_BYTES]
@@ -232,7 +230,12 @@ def _open(Q, cfg, qp, sh, slot, scope, leader):
         # A QP left by ``close`` (or never used) asks for a completion at its last WQE.
         a[A_SIG_END] = state_row[0, dv.S_PI]
     _sync(scope)
-    return (Q, dv.qp_cached(Q, qp, state_row, info_row), a, cfg)
+    # What stays fixed while the handle is open travels in registers, in the handle: the
+    # scope (a constant where the kernel opened with open_warp, open_block or open_thread,
+    # so the compiler drops the other scopes' branches), the timeout, the chunk size and
+    # the ring-each size (read once here; the leader copied them from cfg).
+    return (Q, dv.qp_cached(Q, qp, state_row, info_row), a, cfg, scope, a[A_TIMEOUT_NS],
+            a[A_CHUNK_BYTES], a[A_RING_EACH_BYTES])
 
 
 @cuda.jit(device=True)
@@ -272,7 +275,7 @@ def _flush(h):
     """Announces every WQE written so far (leader only). The last one asks for a
     completion first, so that a wait on it can end: its CQ_UPDATE bit is set while
     the NIC cannot see it yet."""
-    Q, q, a, cfg = h
+    Q, q, a, cfg, scope, timeout_ns, chunk_bytes, ring_each_bytes = h
     state = q[dv.Q_STATE]
     pi = state[0, dv.S_PI]
     if pi == state[0, dv.S_DB_PI]:
@@ -303,8 +306,7 @@ def _broadcast(a, scope, leader, status, word):
 @cuda.jit(device=True)
 def _announce(h, wait):
     """Rings for every put not yet announced and, if ``wait``, waits for all of them."""
-    Q, q, a, cfg = h
-    scope = a[A_SCOPE]
+    Q, q, a, cfg, scope, timeout_ns, chunk_bytes, ring_each_bytes = h
     rank, nranks = _rank(scope)
     st = OK
     if rank == 0:
@@ -312,7 +314,7 @@ def _announce(h, wait):
         if st == OK:
             _flush(h)
             if wait:
-                st = dv.wait_done(q, 0, q[dv.Q_STATE][0, dv.S_PI], a[A_TIMEOUT_NS])
+                st = dv.wait_done(q, 0, q[dv.Q_STATE][0, dv.S_PI], timeout_ns)
                 a[A_STATUS] = st
     st, w = _broadcast(a, scope, rank == 0, st, 0)
     _sync(scope)
@@ -336,8 +338,7 @@ def quiet(h):
 def close(h):
     """Announces what is left and writes the QP's state back for the next kernel (it
     does not wait: call ``quiet`` first to know that everything arrived)."""
-    Q, q, a, cfg = h
-    scope = a[A_SCOPE]
+    Q, q, a, cfg, scope, timeout_ns, chunk_bytes, ring_each_bytes = h
     if _rank(scope)[0] == 0:
         if a[A_STATUS] == OK:
             _flush(h)
@@ -433,13 +434,13 @@ def _leader_reserve(h, path, src, src_word, n, raddr, rkey, with_sig, sig_raddr,
     """The leader's part before the payload copy: the sticky status, SQ space (one more
     BB for a signal), staging slots or bounce words. A small push or inline write and a
     signal alone are posted whole here. Returns (status, word)."""
-    Q, q, a, cfg = h
+    Q, q, a, cfg, scope, timeout_ns, chunk_bytes, ring_each_bytes = h
     st = a[A_STATUS]
     if st != OK:
         return st, 0
     if path < 0 or path > HOST_STAGED:
         return E_BAD_PATH, 0
-    timeout = a[A_TIMEOUT_NS]
+    timeout = timeout_ns
     extra = 1 if with_sig else 0
     if n == 0 or small:
         st = OK
@@ -469,7 +470,7 @@ def _leader_reserve(h, path, src, src_word, n, raddr, rkey, with_sig, sig_raddr,
 @cuda.jit(device=True)
 def _finish(h, signaled, ring_now, with_sig, sig_raddr, sig_rkey, sig_value):
     """After a data WQE (leader): the signal WQE, completion bookkeeping, the doorbell."""
-    Q, q, a, cfg = h
+    Q, q, a, cfg, scope, timeout_ns, chunk_bytes, ring_each_bytes = h
     state = q[dv.Q_STATE]
     if signaled:
         a[A_SIG_END] = state[0, dv.S_PI]
@@ -484,8 +485,7 @@ def _finish(h, signaled, ring_now, with_sig, sig_raddr, sig_rkey, sig_value):
 def _post(h, path, src, src_word, n, raddr, rkey, lkey, last, with_sig, sig_raddr, sig_rkey,
           sig_value):
     """One WQE of ``n`` bytes (a message or a chunk of one), and the signal after it."""
-    Q, q, a, cfg = h
-    scope = a[A_SCOPE]
+    Q, q, a, cfg, scope, timeout_ns, chunk_bytes, ring_each_bytes = h
     rank, nranks = _rank(scope)
     leader = rank == 0
     small = n > 0 and (path == GPU_PUSH or path == GPU_PUSH_INLINE) and \
@@ -496,7 +496,7 @@ def _post(h, path, src, src_word, n, raddr, rkey, lkey, last, with_sig, sig_radd
     ring_now = False
     if leader:
         state = q[dv.Q_STATE]
-        ring_now = (not last) or n >= a[A_RING_EACH_BYTES]
+        ring_now = (not last) or n >= ring_each_bytes
         # A completion at least every quarter of the SQ: a wait for SQ space always has
         # one to wait for. host_staged's completions return bounce space: all ask. A put
         # on an idle QP asks too: a quiet right after it then needs no CQ_UPDATE patch
@@ -542,8 +542,7 @@ def _post(h, path, src, src_word, n, raddr, rkey, lkey, last, with_sig, sig_radd
 @cuda.jit(device=True)
 def _fail(h, code):
     """Makes ``code`` the handle's status unless it has one; returns the status."""
-    Q, q, a, cfg = h
-    scope = a[A_SCOPE]
+    Q, q, a, cfg, scope, timeout_ns, chunk_bytes, ring_each_bytes = h
     leader = _rank(scope)[0] == 0
     st = OK
     if leader:
@@ -558,14 +557,14 @@ def _fail(h, code):
 @cuda.jit(device=True)
 def _put(h, src, src_word, nbytes, raddr, rkey, lkey, path, with_sig, sig_raddr, sig_rkey,
          sig_value):
-    Q, q, a, cfg = h
+    Q, q, a, cfg, scope, timeout_ns, chunk_bytes, ring_each_bytes = h
     if nbytes < 0:
         return _fail(h, E_BAD_SIZE)
     if path == AUTO:
         path = path_for(cfg, nbytes)
     chunk = nbytes
     if path == GPU_PUSH or path == HOST_STAGED:
-        chunk = a[A_CHUNK_BYTES]
+        chunk = chunk_bytes
     chunks = 1
     if nbytes > chunk:
         chunks = (nbytes + chunk - 1) // chunk
