@@ -5,6 +5,8 @@ Deliveries are checked byte by byte against a canary-filled destination; orderin
 completion are checked from the device while the emulated NIC is still delivering
 (a slow modelled link keeps it busy).
 """
+import time
+
 import numpy as np
 import pytest
 from numba import int64
@@ -141,6 +143,11 @@ def test_put_delivers_exact_bytes_in_qp_order(scope, path):
     column = {"gpu_push": "bytes_pushed", "gpu_push_inline": "bytes_inline",
               "nic_pull": "bytes_pulled", "host_staged": "bytes_host_read"}[path]
     assert counters[column] == int(layout.plan[:, :, M_BYTES].sum()), counters
+    # gpu_push and host_staged split a message into WQEs of at most chunk_bytes (256 here);
+    # the other paths post one WQE a message.
+    n = layout.plan[:, :, M_BYTES]
+    wqes = int(np.sum(-(-n // 256))) if path in ("gpu_push", "host_staged") else n.size
+    assert counters["wqes"] == wqes, counters
 
 
 def test_inline_payloads_wrap_the_send_queue():
@@ -362,6 +369,23 @@ def test_a_bad_rkey_ends_quiet_with_the_named_error_completion():
     assert errors[0]["status"] == api.error_name(dv.E_CQE_ERROR)
     assert errors[0]["syndrome"] == "remote_access_err", errors
     assert not dst.any()                          # no byte landed
+
+
+def test_quiet_gives_up_after_the_session_timeout_with_its_error():
+    """A NIC that never answers (its engine is not started): the puts are posted and quiet
+    ends with the named timeout, after the session's timeout_s, not never."""
+    with api.Session(1, thresholds=api.Thresholds.fixed("gpu_push"), timeout_s=0.3) as s:
+        src, smr = s.source(np.arange(16, dtype=np.uint32))
+        dst, dmr = s.receive(16)
+        prm = np.array([dmr.address, dmr.rkey, smr.lkey, dmr.rkey], dtype=np.int64)
+        out = cuda.to_device(np.full(3, 99, dtype=np.int64))
+        started = time.monotonic()
+        _put_twice[1, 4](s.Q, s.cfg, src, cuda.to_device(prm), api.GPU_PUSH, out)
+        got = out.copy_to_host()
+        took = time.monotonic() - started
+    assert list(got) == [api.OK, api.OK, dv.E_TIMEOUT_CQE]
+    assert took < 60, took
+    assert not dst.host.any()                     # nothing was delivered
 
 
 @cuda.jit
