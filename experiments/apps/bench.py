@@ -285,7 +285,8 @@ def run(quick: bool = False, toy: bool = False, progress=None) -> dict:
     # 64-byte message rate: 256 QPs of one warp each, a doorbell every 16 messages.
     # Runs of 2000 messages per QP (7 ms at 70 M/s) varied by up to 10 % each, the first
     # of each kernel often slowest (session 15): one untimed run of each first, and 4000.
-    n_qps, per_qp, workers = (2, 8, 1) if toy else (256, 500 if quick else 4000, 14)
+    n_qps, per_qp, workers = (2, 8, 1) if toy else (256, 500 if quick else 4000,
+                                                     suite.RATE_WORKERS)
 
     def put_rate(per):
         return put_stream_run(n_qps, per, 64, threads=32, batch=16, warp_scope=True,

@@ -33,6 +33,8 @@ for bandwidth and rate, against the median run.
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 from numba import int32
 
@@ -71,7 +73,23 @@ SWEEP_ITERS = 400
 # 0.99x with eight (BENCHMARKS.md, session 5).
 BW_CHUNK_BYTES = 64 << 10
 BW_CHUNKS_IN_FLIGHT = 8
-_BW_COMMON = dict(n_qps=128, batch=4, block_threads=512, workers=12)
+# CPUs the bench leaves to all but the engine's workers: the host thread (it spins in its
+# stream wait), the GPU driver's threads and the OS. Each worker busy-polls its QPs, a
+# worker that shares its CPU runs at half speed, and a run lasts as long as its slowest
+# QP: with 14 workers on a 16-CPU H100 host the 64-byte rate dipped to 53 to 64 M/s in 3 of
+# 12 runs, with 12 it stayed at 67 to 72 in 8 of 8 (BENCHMARKS.md, session 17).
+HOST_CPUS = 4
+
+
+def engine_workers(wanted: int) -> int:
+    """``wanted`` engine workers, or fewer where this process's CPUs, less HOST_CPUS,
+    cannot give each one a CPU of its own (at least one)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(wanted, cpus - HOST_CPUS))
+
+
+RATE_WORKERS = engine_workers(14)
+_BW_COMMON = dict(n_qps=128, batch=4, block_threads=512, workers=engine_workers(12))
 BANDWIDTH_RUN = {
     "gpu_push": dict(_BW_COMMON, chunk_bytes=BW_CHUNK_BYTES, stage_slot_bytes=4096,
                      stage_slots=BW_CHUNKS_IN_FLIGHT * (BW_CHUNK_BYTES // 4096 + 1)),
@@ -502,6 +520,7 @@ def _three_targets(out: dict, quick: bool, lat_n: int, repeats: int, step) -> No
                     "ratio_to_bulk_store": spread([g / out["bulk_store_gbytes"] for g in gb]),
                     "delivered": min(r.delivered for r in rs), "messages": rs[0].messages,
                     "wqe_bytes": BANDWIDTH_RUN[path]["chunk_bytes"],
+                    "workers": BANDWIDTH_RUN[path]["workers"],
                     "emulation": rs[0].emulation,
                     "misses": [{"run": k, "gbytes": g, "lost_in": lost_in(split[k], ref)}
                                for k, g in enumerate(gb)
@@ -516,7 +535,7 @@ def _three_targets(out: dict, quick: bool, lat_n: int, repeats: int, step) -> No
         for k in range(repeats if path == "gpu_push" else 1):
             step(f"{path}: 64-byte message rate ({k + 1})")
             rs.append(runner.run(path, [64] * (n_qps * per_qp), n_qps=n_qps, batch=16,
-                                 block_threads=32, workers=14))
+                                 block_threads=32, workers=RATE_WORKERS))
         mpps = []
         for r in rs:
             span_s = r.bytes * 8 / (r.throughput_gbps * 1e9) if r.throughput_gbps else float("inf")
@@ -524,7 +543,7 @@ def _three_targets(out: dict, quick: bool, lat_n: int, repeats: int, step) -> No
         split = [engine_split_us(r) for r in rs]
         ref = {k: float(np.median([x[k] for x in split])) for k in split[0]}
         rate[path] = {"mpps": spread(mpps), "delivered": min(r.delivered for r in rs),
-                      "messages": rs[0].messages,
+                      "messages": rs[0].messages, "workers": RATE_WORKERS,
                       "misses": [{"run": k, "mpps": m, "lost_in": lost_in(split[k], ref)}
                                  for k, m in enumerate(mpps) if m < TARGET_RATE_MPPS]}
     out["rate_64B"] = rate

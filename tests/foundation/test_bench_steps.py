@@ -141,3 +141,12 @@ def test_the_gpu_warp_of_the_reverse_floor_answers_every_ping(payload):
     suite._gpu_pong[1, 32](ping.kernel, pong.kernel, 5, 1_000_000, answered, data.kernel,
                            d_src, payload)
     assert answered.copy_to_host()[0] == 0
+
+
+@pytest.mark.parametrize("cpus, wanted, got", [(16, 14, 12), (16, 12, 12), (64, 14, 14),
+                                                (8, 14, 4), (2, 14, 1)])
+def test_the_bench_leaves_cpus_to_the_host_thread_and_the_driver(monkeypatch, cpus, wanted, got):
+    """Each engine worker busy-polls: one that shares its CPU runs at half speed. The bench
+    gives the workers at most the CPUs this process may use less HOST_CPUS, and one at least."""
+    monkeypatch.setattr(suite.os, "sched_getaffinity", lambda pid: set(range(cpus)), raising=False)
+    assert suite.engine_workers(wanted) == got
