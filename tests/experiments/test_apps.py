@@ -112,6 +112,21 @@ def test_bench_runs_end_to_end_at_toy_sizes(tmp_path):
     assert out["alltoall"]["all_verified"]
 
 
+def test_the_put_bench_judges_every_pair_and_shows_each_kernels_spread():
+    put = [{"p50_us": 4.8, "delivered": 9}, {"p50_us": 4.9, "delivered": 9},
+           {"p50_us": 4.6, "delivered": 9}]
+    sm = [{"p50_us": 4.5, "delivered": 9}, {"p50_us": 4.8, "delivered": 9},
+          {"p50_us": 4.6, "delivered": 9}]
+    out = bench._compare(put, sm, "p50_us", True, 1.05)
+    assert out["ratios"] == pytest.approx([4.8 / 4.5, 4.9 / 4.8, 1.0])
+    assert out["runs_met"] == "2 of 3" and out["met"] is False     # 4.8 / 4.5 = 1.067
+    assert out["put"]["spread"] == pytest.approx(4.9 / 4.6)
+    assert out["send_messages"]["spread"] == pytest.approx(4.8 / 4.5)
+    rate = bench._compare([{"mpps": 70.0, "delivered": 1}], [{"mpps": 80.0, "delivered": 1}],
+                          "mpps", False, 0.95)
+    assert rate["runs_met"] == "0 of 1" and rate["put"]["spread"] == 1.0
+
+
 _PTX_SCRIPT = r"""
 import os, re, sys
 os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
