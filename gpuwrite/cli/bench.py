@@ -157,6 +157,13 @@ def _mmm(d: dict, fmt: str = "{:.2f}") -> str:
     return " / ".join(fmt.format(d[k]) for k in ("min", "median", "max"))
 
 
+def _workers(rows: dict) -> str:
+    """", N engine workers" where the bench recorded them (files from before session 17
+    did not)."""
+    counts = {v["workers"] for v in rows.values() if "workers" in v}
+    return f", {counts.pop()} engine workers" if len(counts) == 1 else ""
+
+
 def _print(out: dict) -> None:
     console.print(f"[bold]gpuwrite bench[/bold] on {out['world']}; every repeated figure as "
                   f"min / median / max of {out['repeats']} runs")
@@ -192,11 +199,12 @@ def _print(out: dict) -> None:
         rows = [[p, _mmm(v["gbytes"], "{:.1f}"), _mmm(v["ratio_to_bulk_store"]),
                  f"{v['wqe_bytes'] >> 10} KiB", f"{v['delivered']}/{v['messages']}"]
                 for p, v in out["bandwidth_1MiB"].items()]
-        console.print(table("1 MiB messages: bandwidth", ["path", "GB/s", "x bulk store",
-                            "bytes per WQE", "delivered"], rows))
+        console.print(table("1 MiB messages: bandwidth" + _workers(out["bandwidth_1MiB"]),
+                            ["path", "GB/s", "x bulk store", "bytes per WQE", "delivered"], rows))
         rows = [[p, _mmm(v["mpps"], "{:.1f}"), f"{v['delivered']}/{v['messages']}"]
                 for p, v in out["rate_64B"].items()]
-        console.print(table("64-byte message rate", ["path", "M msg/s", "delivered"], rows))
+        console.print(table("64-byte message rate" + _workers(out["rate_64B"]),
+                            ["path", "M msg/s", "delivered"], rows))
     rows = []
     for pt in out["sweep"]:
         lost = [r["lost_in"]["step"] for r in pt["runs"] if "lost_in" in r]

@@ -150,3 +150,11 @@ def test_the_bench_leaves_cpus_to_the_host_thread_and_the_driver(monkeypatch, cp
     gives the workers at most the CPUs this process may use less HOST_CPUS, and one at least."""
     monkeypatch.setattr(suite.os, "sched_getaffinity", lambda pid: set(range(cpus)), raising=False)
     assert suite.engine_workers(wanted) == got
+
+
+def test_the_printed_tables_name_the_engine_workers_the_bench_recorded():
+    from gpuwrite.cli.bench import _workers
+
+    assert _workers({"gpu_push": {"workers": 12}, "gpu_push_inline": {"workers": 12}}) == \
+        ", 12 engine workers"
+    assert _workers({"gpu_push": {"mpps": 70.0}}) == ""          # a file from before session 17
