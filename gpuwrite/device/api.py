@@ -440,30 +440,29 @@ def _leader_reserve(h, path, src, src_word, n, raddr, rkey, with_sig, sig_raddr,
         return st, 0
     if path < 0 or path > HOST_STAGED:
         return E_BAD_PATH, 0
-    timeout = timeout_ns
     extra = 1 if with_sig else 0
     if n == 0 or small:
         st = OK
         inline = path == GPU_PUSH_INLINE
         if with_sig:
             data_bbs = (dv.inline_bbs(n) if inline else 1) if small else 0
-            st = dv.sq_reserve(q, 0, 1 + data_bbs, timeout)
+            st = dv.sq_reserve(q, 0, 1 + data_bbs, timeout_ns)
         if st == OK and small:
-            st = dv.post_small(q, 0, inline, src, src_word, n, raddr, rkey, signaled, timeout)
+            st = dv.post_small(q, 0, inline, src, src_word, n, raddr, rkey, signaled, timeout_ns)
         if st == OK:
             _finish(h, signaled, ring_now, with_sig, sig_raddr, sig_rkey, sig_value)
         return st, 0
     if path == GPU_PUSH_INLINE and n > _MAX_INLINE:
         return dv.E_TOO_LARGE, 0
     nbb = dv.inline_bbs(n) if path == GPU_PUSH_INLINE else 1
-    st = dv.sq_reserve(q, 0, nbb + extra, timeout)
+    st = dv.sq_reserve(q, 0, nbb + extra, timeout_ns)
     word = 0
     if st == OK and path == GPU_PUSH:
-        st, first, slots = dv.stage_reserve(q, 0, n, timeout)
+        st, first, slots = dv.stage_reserve(q, 0, n, timeout_ns)
         if st == OK:
             word = dv.stage_header(q, 0, first, n, slots, q[dv.Q_STATE][0, dv.S_PI])
     elif st == OK and path == HOST_STAGED:
-        st, word = dv.bounce_reserve(q, 0, (n + 3) >> 2, timeout)
+        st, word = dv.bounce_reserve(q, 0, (n + 3) >> 2, timeout_ns)
     return st, word
 
 
