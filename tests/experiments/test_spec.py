@@ -204,22 +204,16 @@ def test_each_backends_fingerprint_covers_every_module_its_points_run(backend, i
     import sys
     from pathlib import Path
 
+    from childenv import child_env
     from gpuwrite.experiments.spec import BACKEND_CODE, CODE_ROOT, executable_source
-
-    import os
-
-    import gpuwrite
 
     code = (f"import sys; {imports}; print('\\n'.join(m.__file__ for n, m in sys.modules.items() "
             "if n.startswith('gpuwrite') and getattr(m, '__file__', None)))")
-    # Run outside the checkout, with the folder of the gpuwrite this test imported first on
-    # the path: the child imports that one (CI installs the package and runs pytest with -P;
-    # scripts/mutate.py runs the tests in a copy of the tree beside an editable install).
-    here = os.path.dirname(os.path.dirname(gpuwrite.__file__))
-    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1",
-           "PYTHONPATH": os.pathsep.join([here, os.environ.get("PYTHONPATH", "")])}
+    # Run outside the checkout, with the gpuwrite this test imported first on the path (CI
+    # installs the package and runs pytest with -P; scripts/mutate.py runs the tests in a
+    # copy of the tree beside an editable install).
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=tmp_path, env=env).stdout
+                         cwd=tmp_path, env=child_env(NUMBA_ENABLE_CUDASIM="1")).stdout
     loaded = {Path(f).resolve().relative_to(CODE_ROOT).as_posix() for f in out.split()
               if f.endswith(".py")}
     covered = {f.relative_to(CODE_ROOT).as_posix() for pattern in BACKEND_CODE[backend]

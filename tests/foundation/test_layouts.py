@@ -7,6 +7,7 @@ import tempfile
 
 import numpy as np
 import pytest
+from childenv import child_env
 
 from gpuwrite import layouts as L
 from gpuwrite.host import wqe
@@ -134,15 +135,12 @@ Q = types.Tuple((u32[:, ::1], u32[:, ::1], types.uint64[::1], u32[:, ::1], u32[:
 
 def _compile_sm90(code: str) -> str:
     """Runs ``code`` after the sm_90 prelude in a child process; returns its stdout."""
-    import gpuwrite
     # The child imports the same gpuwrite as this process (installed, or built in place),
     # and runs outside the checkout so that a source folder without the compiled
     # extension cannot shadow it.
-    here = os.path.dirname(os.path.dirname(gpuwrite.__file__))
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0",
-               PYTHONPATH=os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run([sys.executable, "-c", _SM90_PRELUDE + code], capture_output=True,
-                          text=True, env=env, timeout=600, cwd=tempfile.gettempdir())
+                          text=True, env=child_env(NUMBA_ENABLE_CUDASIM="0"), timeout=600,
+                          cwd=tempfile.gettempdir())
     if proc.returncode != 0 and ("nvrtc" in proc.stderr.lower() or "nvvm" in proc.stderr.lower()):
         pytest.skip("no NVVM/NVRTC here to compile PTX: " + proc.stderr.strip().splitlines()[-1])
     assert proc.returncode == 0, proc.stderr[-3000:]
