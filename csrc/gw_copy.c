@@ -7,7 +7,9 @@
 #include "gw_copy.h"
 
 #include <emmintrin.h>
+#include <sched.h>
 #include <linux/futex.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -107,7 +109,28 @@ static void *helper_main(void *arg)
     return NULL;
 }
 
-int gw_copy_pool_start(struct gw_copy_pool *p, uint32_t threads, uint64_t spin_ns)
+int gw_thread_create(pthread_t *tid, void *(*fn)(void *), void *arg, int cpu, const char *name)
+{
+    pthread_attr_t attr;
+    int rc = pthread_attr_init(&attr);
+    if (rc != 0)
+        return rc;
+    if (cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(cpu, &set);
+        rc = pthread_attr_setaffinity_np(&attr, sizeof(set), &set);
+    }
+    if (rc == 0)
+        rc = pthread_create(tid, &attr, fn, arg);
+    pthread_attr_destroy(&attr);
+    if (rc == 0)
+        pthread_setname_np(*tid, name);   /* a name is a convenience: its failure is not */
+    return rc;
+}
+
+int gw_copy_pool_start(struct gw_copy_pool *p, uint32_t threads, uint64_t spin_ns,
+                       const uint16_t *cpus)
 {
     memset(p, 0, sizeof(*p));
     pthread_mutex_init(&p->submit, NULL);
@@ -115,7 +138,9 @@ int gw_copy_pool_start(struct gw_copy_pool *p, uint32_t threads, uint64_t spin_n
     if (threads > GW_MAX_COPY_THREADS)
         threads = GW_MAX_COPY_THREADS;
     for (uint32_t i = 0; i < threads; i++) {
-        if (pthread_create(&p->tid[i], NULL, helper_main, p) != 0) {
+        char name[24];
+        snprintf(name, sizeof(name), "gw-copy-%u", i);
+        if (gw_thread_create(&p->tid[i], helper_main, p, cpus ? cpus[i] : -1, name) != 0) {
             p->threads = i;
             gw_copy_pool_stop(p);
             return -1;

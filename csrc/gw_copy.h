@@ -41,15 +41,23 @@ struct gw_copy_pool {
     uint64_t spin_ns;                 /* an idle helper spins this long before sleeping */
 };
 
-/* Starts `threads` helpers (0 leaves the pool off). Returns 0, or -1 if a thread could
- * not be started (the pool is then off and every copy is single-threaded). */
-int gw_copy_pool_start(struct gw_copy_pool *p, uint32_t threads, uint64_t spin_ns);
+/* Starts `threads` helpers (0 leaves the pool off); with `cpus`, helper i runs only on
+ * CPU cpus[i]. Returns 0, or -1 if a thread could not be started (the pool is then off
+ * and every copy is single-threaded). */
+int gw_copy_pool_start(struct gw_copy_pool *p, uint32_t threads, uint64_t spin_ns,
+                       const uint16_t *cpus);
 void gw_copy_pool_stop(struct gw_copy_pool *p);
 
 /* Copies n bytes; with a running pool and n >= GW_COPY_SPLIT_MIN_BYTES, the helpers and
  * the caller copy pieces of it in parallel. Returns once every byte is in place and
  * globally visible (the non-temporal stores are fenced). */
 void gw_copy(struct gw_copy_pool *p, void *dst, const void *src, size_t n);
+
+/* pthread_create, the thread confined to CPU `cpu` from its first instruction when cpu
+ * >= 0 (an engine thread that busy-polls and shares a CPU runs at half speed; one
+ * that migrates loses its caches), and named `name` (at most 15 characters; what top -H,
+ * perf and /proc/PID/task/TID/comm show). Returns pthread_create's error number. */
+int gw_thread_create(pthread_t *tid, void *(*fn)(void *), void *arg, int cpu, const char *name);
 
 /* The single-threaded copy gw_copy uses for each piece. */
 void gw_copy_one(void *dst, const void *src, size_t n);

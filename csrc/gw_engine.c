@@ -674,6 +674,10 @@ static void *worker_main(void *arg)
 
 /* ---- the public API ------------------------------------------------------------------ */
 
+_Static_assert(sizeof(((struct gw_engine_config *)0)->thread_cpu) / sizeof(uint16_t) ==
+                   GW_MAX_WORKERS + GW_MAX_COPY_THREADS,
+               "thread_cpu holds one CPU for each worker and each copy helper");
+
 static int is_pow2(uint32_t x) { return x && !(x & (x - 1)); }
 
 /* 0 (no model) or a finite rate in range: serialisation times stay far below 2^64 ns. */
@@ -727,6 +731,14 @@ struct gw_engine *gw_engine_create(const struct gw_engine_config *config, char *
         set_err(err, errlen, "copy_threads=%u: allowed 0 to %u", config->copy_threads,
                 GW_MAX_COPY_THREADS);
         return NULL;
+    }
+    if (config->pin_threads) {
+        for (uint32_t i = 0; i < config->workers + config->copy_threads; i++)
+            if (config->thread_cpu[i] > GW_MAX_CPU) {
+                set_err(err, errlen, "thread_cpu[%u]=%u: allowed 0 to %d", i,
+                        config->thread_cpu[i], GW_MAX_CPU);
+                return NULL;
+            }
     }
     if (config->link.rate_gbps > 0 && config->link.rx_credits > 0 &&
         (config->link.mtu_bytes ? config->link.mtu_bytes : 4096) >
@@ -1047,15 +1059,26 @@ int gw_engine_start(struct gw_engine *e, char *err, size_t errlen)
         set_err(err, errlen, "the engine is already running");
         return -1;
     }
-    if (gw_copy_pool_start(&e->copy, e->cfg.copy_threads, COPY_SPIN_NS) != 0) {
-        set_err(err, errlen, "cannot start the engine's %u copy threads", e->cfg.copy_threads);
+    const uint16_t *cpu = e->cfg.pin_threads ? e->cfg.thread_cpu : NULL;
+    if (gw_copy_pool_start(&e->copy, e->cfg.copy_threads, COPY_SPIN_NS,
+                           cpu ? cpu + e->cfg.workers : NULL) != 0) {
+        set_err(err, errlen, "cannot start the engine's %u copy threads%s", e->cfg.copy_threads,
+                cpu ? " on the CPUs given (is each one in this process's affinity mask?)" : "");
         pthread_mutex_unlock(&e->lock);
         return -1;
     }
     atomic_store(&e->running, 1);
     for (uint32_t i = 0; i < e->cfg.workers; i++) {
-        if (pthread_create(&e->workers[i].thread, NULL, worker_main, &e->workers[i]) != 0) {
-            set_err(err, errlen, "cannot start engine thread %u", i);
+        char name[24];    /* i < GW_MAX_WORKERS: "gw-worker-63" fits the 15 a name may have */
+        snprintf(name, sizeof(name), "gw-worker-%u", i);
+        int rc = gw_thread_create(&e->workers[i].thread, worker_main, &e->workers[i],
+                                  cpu ? cpu[i] : -1, name);
+        if (rc != 0) {
+            if (cpu)
+                set_err(err, errlen, "cannot start engine thread %u on CPU %u: %s", i, cpu[i],
+                        strerror(rc));
+            else
+                set_err(err, errlen, "cannot start engine thread %u: %s", i, strerror(rc));
             atomic_store(&e->running, 0);
             for (uint32_t j = 0; j < i; j++)
                 pthread_join(e->workers[j].thread, NULL);

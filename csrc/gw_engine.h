@@ -29,6 +29,11 @@ struct gw_engine_config {
     uint32_t max_mrs;
     uint32_t idle_sleep_ns;       /* 0: spin without sleeping (lowest latency) */
     uint32_t copy_threads;        /* helpers that split large deliveries (gw_copy.h); 0: none */
+    /* Nonzero: worker i runs only on CPU thread_cpu[i], copy helper j only on CPU
+     * thread_cpu[workers + j] (GW_MAX_WORKERS + GW_MAX_COPY_THREADS entries); zero: the
+     * scheduler places every engine thread. */
+    uint32_t pin_threads;
+    uint16_t thread_cpu[96];
     struct gw_link_config link;
     void *cuda_context;           /* CUcontext for pulls from GPU memory; NULL: memcpy */
     const char *libcuda_path;     /* where to dlopen the CUDA driver when cuda_context is set */
@@ -122,6 +127,7 @@ enum {
     GW_MAX_QPS = 65536,
     GW_MAX_WORKERS = 64,              /* gw_engine_config.workers */
     GW_MAX_COPY_THREADS = 32,     /* gw_engine_config.copy_threads */
+    GW_MAX_CPU = 1023,                /* gw_engine_config.thread_cpu: below CPU_SETSIZE */
     GW_MAX_MRS = 16777216,            /* a key is index << 8 | 8 random bits, 32 bits in all */
     GW_ACCESS_ALL = 7,                /* every GW_ACCESS_* bit */
 };

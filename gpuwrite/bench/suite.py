@@ -33,8 +33,6 @@ for bandwidth and rate, against the median run.
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 from numba import int32
 
@@ -45,7 +43,7 @@ from gpuwrite.device.intrinsics import (fence_sys, globaltimer_ns, ld_acquire_sy
 from gpuwrite.bench.breakdown import push_breakdown
 from gpuwrite.device.copy import copy_bytes
 from gpuwrite.host.memory import mapped
-from gpuwrite.host.verbs import default_copy_threads
+from gpuwrite.host.verbs import default_copy_threads, process_cpus
 from gpuwrite.paths import runner
 
 TARGET_LATENCY_RATIO = 1.10
@@ -84,8 +82,7 @@ HOST_CPUS = 4
 def engine_workers(wanted: int) -> int:
     """``wanted`` engine workers, or fewer where this process's CPUs, less HOST_CPUS,
     cannot give each one a CPU of its own (at least one)."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(wanted, cpus - HOST_CPUS))
+    return max(1, min(wanted, len(process_cpus()) - HOST_CPUS))
 
 
 RATE_WORKERS = engine_workers(14)
@@ -520,7 +517,7 @@ def _three_targets(out: dict, quick: bool, lat_n: int, repeats: int, step) -> No
                     "ratio_to_bulk_store": spread([g / out["bulk_store_gbytes"] for g in gb]),
                     "delivered": min(r.delivered for r in rs), "messages": rs[0].messages,
                     "wqe_bytes": BANDWIDTH_RUN[path]["chunk_bytes"],
-                    "workers": BANDWIDTH_RUN[path]["workers"],
+                    "workers": BANDWIDTH_RUN[path]["workers"], "engine_cpus": rs[0].engine_cpus,
                     "emulation": rs[0].emulation,
                     "misses": [{"run": k, "gbytes": g, "lost_in": lost_in(split[k], ref)}
                                for k, g in enumerate(gb)
@@ -544,6 +541,7 @@ def _three_targets(out: dict, quick: bool, lat_n: int, repeats: int, step) -> No
         ref = {k: float(np.median([x[k] for x in split])) for k in split[0]}
         rate[path] = {"mpps": spread(mpps), "delivered": min(r.delivered for r in rs),
                       "messages": rs[0].messages, "workers": RATE_WORKERS,
+                      "engine_cpus": rs[0].engine_cpus,
                       "misses": [{"run": k, "mpps": m, "lost_in": lost_in(split[k], ref)}
                                  for k, m in enumerate(mpps) if m < TARGET_RATE_MPPS]}
     out["rate_64B"] = rate

@@ -159,9 +159,12 @@ def _mmm(d: dict, fmt: str = "{:.2f}") -> str:
 
 def _workers(rows: dict) -> str:
     """", N engine workers" where the bench recorded them (files from before session 17
-    did not)."""
+    did not), and ", pinned" where each ran on a CPU of its own (from session 18)."""
     counts = {v["workers"] for v in rows.values() if "workers" in v}
-    return f", {counts.pop()} engine workers" if len(counts) == 1 else ""
+    if len(counts) != 1:
+        return ""
+    pinned = [bool(v.get("engine_cpus")) for v in rows.values() if "engine_cpus" in v]
+    return f", {counts.pop()} engine workers" + (", pinned" if pinned and all(pinned) else "")
 
 
 def _print(out: dict) -> None:

@@ -126,6 +126,8 @@ def _emulated(config: dict) -> pd.DataFrame:
         "run_qps": n_qps, "world": result.world, "emulation": result.emulation,
         # why messages went undelivered, e.g. "3 QPs: timed out waiting for a completion"
         "failure": _failure_text(result.qp_errors, result.counters.get("pull_agent")),
+        # the CPU of each engine thread, workers first; "" where the scheduler placed them
+        "engine_cpus": ",".join(map(str, result.engine_cpus)),
     }
     if config["output"] == "latencies":
         latencies = result.latencies_ns

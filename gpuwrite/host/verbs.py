@@ -199,16 +199,75 @@ class _Engine:
         self.pins.clear()
 
 
+# Threads of the host process that an engine pinning its own leaves CPUs for: the one
+# that launches kernels and waits for them, and the GPU driver's.
+HOST_THREADS = 2
+
+
+def process_cpus() -> list[int]:
+    """The CPUs this process may run on, in ascending order."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
 def default_copy_threads(workers: int) -> int:
     """Copy helpers a context gets unless told: none on the CUDA simulator (its timings
-    are Python's), else what the CPUs leave after the workers and two more threads
-    (the host's own and the GPU driver's), at most six: with six, the engine delivered a
-    1 MiB message in 23 us (about 45 GB/s) on the project's H100 machine (BENCHMARKS.md,
-    session 7)."""
+    are Python's), else what the CPUs leave after the workers and HOST_THREADS, at most
+    six: with six, the engine delivered a 1 MiB message in 23 us (about 45 GB/s) on the
+    project's H100 machine (BENCHMARKS.md, session 7)."""
     if SIMULATOR:
         return 0
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(0, min(6, cpus - workers - 2))
+    return max(0, min(6, len(process_cpus()) - workers - HOST_THREADS))
+
+
+def engine_thread_cpus(workers: int, copy_threads: int, pin=None) -> tuple[int, ...]:
+    """The CPU of each engine thread, its workers' first and then its copy helpers', or
+    () where the scheduler places them.
+
+    Every engine thread busy-polls: one that shares a CPU with another busy thread runs
+    at half speed, and the QPs it serves with it (BENCHMARKS.md, session 17). ``pin``:
+    ``None`` (the default) pins on a GPU when each engine thread can have a CPU of its own
+    and HOST_THREADS are left over, taking the highest CPUs of :func:`process_cpus` (the
+    lowest, where the host thread starts and interrupts tend to land, stay free); ``True``
+    pins the same way whenever each engine thread can have a CPU of its own, else
+    ValueError; ``False`` never pins; a sequence of CPUs pins to those, in order (for
+    example the CPUs of the GPU's NUMA node)."""
+    threads = workers + copy_threads
+    cpus = process_cpus()
+    if pin is None or isinstance(pin, bool):
+        if pin is False or (pin is None and (SIMULATOR or threads + HOST_THREADS > len(cpus))):
+            return ()
+        if threads > len(cpus):
+            raise ValueError(f"pin_threads=True: {workers} worker(s) and {copy_threads} copy "
+                             f"helper(s) need {threads} CPUs of their own; this process may "
+                             f"run on {len(cpus)} ({_cpu_list(cpus)})")
+        return tuple(reversed(cpus[-threads:]))
+    try:
+        chosen = tuple(operator.index(c) for c in pin)
+    except TypeError:
+        raise ValueError(f"pin_threads={pin!r}: allowed None, True, False or a sequence of "
+                         "CPU numbers") from None
+    allowed = set(cpus)
+    wrong = [c for c in chosen if c not in allowed]
+    if wrong or len(set(chosen)) != len(chosen) or len(chosen) < threads:
+        raise ValueError(f"pin_threads={list(chosen)}: give {threads} distinct CPUs (one for "
+                         f"each of {workers} worker(s) and {copy_threads} copy helper(s)) "
+                         f"from this process's {_cpu_list(cpus)}"
+                         + (f"; not among them: {wrong}" if wrong else ""))
+    return chosen[:threads]
+
+
+def _cpu_list(cpus: list[int]) -> str:
+    """``cpus`` as ranges, the way /proc and taskset write them (0-3,8)."""
+    runs, start = [], None
+    for i, c in enumerate(cpus):
+        if start is None:
+            start = c
+        if i + 1 == len(cpus) or cpus[i + 1] != c + 1:
+            runs.append(str(start) if start == c else f"{start}-{c}")
+            start = None
+    return ",".join(runs) or "none"
 
 
 # Engine threads one context may run (the engine's own limit).
@@ -225,12 +284,14 @@ class Context:
     ``copy_threads`` helper threads split each delivery of 32 KiB or more with the worker
     that copies it (csrc/gw_copy.h): one CPU thread copies host memory at about a fifth
     of a 400 Gb/s link, the step the copy stands in for. ``None`` picks
-    ``default_copy_threads(workers)``.
+    ``default_copy_threads(workers)``. ``pin_threads`` confines each engine thread to a
+    CPU of its own (:func:`engine_thread_cpus`; ``thread_cpus`` says which, () where
+    unpinned).
     """
 
     def __init__(self, policy: str = "hold", link: LinkConfig | None = None, workers: int = 1,
                  max_qps: int = 4096, max_mrs: int = 4096, idle_sleep_ns: int = 0,
-                 copy_threads: int | None = None):
+                 copy_threads: int | None = None, pin_threads=None):
         if policy not in POLICIES:
             raise ValueError(f"policy={policy!r}: allowed {sorted(POLICIES)}")
         if link is not None and not isinstance(link, LinkConfig):
@@ -246,6 +307,7 @@ class Context:
         copy_threads = _int_in("copy_threads", copy_threads, 0, lib.GW_MAX_COPY_THREADS,
                                " helper threads (0: each worker copies alone)")
         self.copy_threads = copy_threads
+        self.thread_cpus = engine_thread_cpus(workers, copy_threads, pin_threads)
         self.policy = policy
         self.link = link or LinkConfig()
         self.workers = workers
@@ -257,6 +319,9 @@ class Context:
         cfg.max_mrs = max_mrs
         cfg.idle_sleep_ns = idle_sleep_ns
         cfg.copy_threads = copy_threads
+        cfg.pin_threads = bool(self.thread_cpus)
+        for i, cpu in enumerate(self.thread_cpus):
+            cfg.thread_cpu[i] = cpu
         for key, value in asdict(self.link).items():
             setattr(cfg.link, key, value)
         self._libcuda = ffi.new("char[]", b"libcuda.so.1")

@@ -54,6 +54,8 @@ class PathResult:
     qp_errors: dict = field(default_factory=dict)
     counters: dict = field(default_factory=dict)
     latencies_ns: np.ndarray | None = None
+    # The CPU of each engine thread, workers first (Context.thread_cpus); [] unpinned.
+    engine_cpus: list = field(default_factory=list)
 
     def row(self) -> dict:
         d = asdict(self)
@@ -242,7 +244,8 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
             throughput_gbps=float(nbytes * 8 / span) if span > 0 else 0.0,
             world="simulator" if SIMULATOR else "gpu",
             emulation=emulation_note(path, pull_agent),
-            qp_errors=qp_errors, counters=counters, latencies_ns=lat)
+            qp_errors=qp_errors, counters=counters, latencies_ns=lat,
+            engine_cpus=list(ctx.thread_cpus))
         if agent_report is not None:
             out.counters["pull_agent"] = agent_report
         # Messages tile dst, so no byte lies outside every message's range: a message

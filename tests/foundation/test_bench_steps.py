@@ -148,7 +148,7 @@ def test_the_gpu_warp_of_the_reverse_floor_answers_every_ping(payload):
 def test_the_bench_leaves_cpus_to_the_host_thread_and_the_driver(monkeypatch, cpus, wanted, got):
     """Each engine worker busy-polls: one that shares its CPU runs at half speed. The bench
     gives the workers at most the CPUs this process may use less HOST_CPUS, and one at least."""
-    monkeypatch.setattr(suite.os, "sched_getaffinity", lambda pid: set(range(cpus)), raising=False)
+    monkeypatch.setattr(suite, "process_cpus", lambda: list(range(cpus)))
     assert suite.engine_workers(wanted) == got
 
 
@@ -158,3 +158,7 @@ def test_the_printed_tables_name_the_engine_workers_the_bench_recorded():
     assert _workers({"gpu_push": {"workers": 12}, "gpu_push_inline": {"workers": 12}}) == \
         ", 12 engine workers"
     assert _workers({"gpu_push": {"mpps": 70.0}}) == ""          # a file from before session 17
+    assert _workers({"gpu_push": {"workers": 12, "engine_cpus": [15, 14]},
+                     "gpu_push_inline": {"workers": 12, "engine_cpus": [15, 14]}}) == \
+        ", 12 engine workers, pinned"
+    assert _workers({"gpu_push": {"workers": 12, "engine_cpus": []}}) == ", 12 engine workers"
