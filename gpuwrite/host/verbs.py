@@ -221,22 +221,23 @@ def default_copy_threads(workers: int) -> int:
     return max(0, min(6, len(process_cpus()) - workers - HOST_THREADS))
 
 
-def engine_thread_cpus(workers: int, copy_threads: int, pin=None) -> tuple[int, ...]:
+def engine_thread_cpus(workers: int, copy_threads: int, pin=False) -> tuple[int, ...]:
     """The CPU of each engine thread, its workers' first and then its copy helpers', or
     () where the scheduler places them.
 
-    Every engine thread busy-polls: one that shares a CPU with another busy thread runs
-    at half speed, and the QPs it serves with it (BENCHMARKS.md, session 17). ``pin``:
-    ``None`` (the default) pins on a GPU when each engine thread can have a CPU of its own
-    and HOST_THREADS are left over, taking the highest CPUs of :func:`process_cpus` (the
-    lowest, where the host thread starts and interrupts tend to land, stay free); ``True``
-    pins the same way whenever each engine thread can have a CPU of its own, else
-    ValueError; ``False`` never pins; a sequence of CPUs pins to those, in order (for
-    example the CPUs of the GPU's NUMA node)."""
+    ``pin``: ``False`` (the default) leaves them to the scheduler; ``True`` gives each
+    engine thread a CPU of its own, the highest of :func:`process_cpus` (the lowest, where
+    the host thread starts and interrupts tend to land, stay free), or a ValueError
+    where there are too few; a sequence of CPUs pins to those, in order (for example
+    the CPUs of the GPU's NUMA node). Not the default: two processes that pin by the same
+    rule (two ranks on one host, a test runner's workers) would put their engine threads
+    on the same CPUs, and on the project's H100 hosts pinning left the 64-byte rate,
+    Fig. 4's throughput and latency and the 64-byte push's latency where they were
+    (BENCHMARKS.md, session 18)."""
     threads = workers + copy_threads
     cpus = process_cpus()
-    if pin is None or isinstance(pin, bool):
-        if pin is False or (pin is None and (SIMULATOR or threads + HOST_THREADS > len(cpus))):
+    if isinstance(pin, bool):
+        if not pin:
             return ()
         if threads > len(cpus):
             raise ValueError(f"pin_threads=True: {workers} worker(s) and {copy_threads} copy "
@@ -246,8 +247,8 @@ def engine_thread_cpus(workers: int, copy_threads: int, pin=None) -> tuple[int, 
     try:
         chosen = tuple(operator.index(c) for c in pin)
     except TypeError:
-        raise ValueError(f"pin_threads={pin!r}: allowed None, True, False or a sequence of "
-                         "CPU numbers") from None
+        raise ValueError(f"pin_threads={pin!r}: allowed True, False or a sequence of CPU "
+                         "numbers") from None
     allowed = set(cpus)
     wrong = [c for c in chosen if c not in allowed]
     if wrong or len(set(chosen)) != len(chosen) or len(chosen) < threads:
@@ -291,7 +292,7 @@ class Context:
 
     def __init__(self, policy: str = "hold", link: LinkConfig | None = None, workers: int = 1,
                  max_qps: int = 4096, max_mrs: int = 4096, idle_sleep_ns: int = 0,
-                 copy_threads: int | None = None, pin_threads=None):
+                 copy_threads: int | None = None, pin_threads=False):
         if policy not in POLICIES:
             raise ValueError(f"policy={policy!r}: allowed {sorted(POLICIES)}")
         if link is not None and not isinstance(link, LinkConfig):

@@ -24,21 +24,13 @@ def _engine_threads(ctx: Context) -> dict:
     return out
 
 
-@pytest.mark.parametrize("cpus, workers, helpers, simulator, want", [
-    # the default pins on a GPU when every engine thread gets a CPU and two are left over,
-    # from the highest CPU down
-    (16, 8, 6, False, tuple(range(15, 1, -1))),
-    (16, 12, 2, False, tuple(range(15, 1, -1))),
-    (16, 12, 3, False, ()),            # one CPU short of the host's two
-    (16, 8, 6, True, ()),              # the simulator's timings are Python's: never
-    (4, 1, 0, False, (3,)),
-])
-def test_the_default_pins_when_each_thread_and_the_host_have_cpus(monkeypatch, cpus, workers,
-                                                                  helpers, simulator, want):
-    monkeypatch.setattr(verbs, "process_cpus", lambda: list(range(cpus)))
-    monkeypatch.setattr(verbs, "SIMULATOR", simulator)
-    assert engine_thread_cpus(workers, helpers) == want
-    assert engine_thread_cpus(workers, helpers, False) == ()
+def test_the_scheduler_places_engine_threads_unless_told(monkeypatch):
+    monkeypatch.setattr(verbs, "process_cpus", lambda: list(range(16)))
+    assert engine_thread_cpus(8, 6) == engine_thread_cpus(8, 6, False) == ()
+    with Context(workers=1, copy_threads=0) as ctx:
+        assert ctx.thread_cpus == ()
+    # asked for: from the highest CPU down, workers first
+    assert engine_thread_cpus(8, 6, True) == tuple(range(15, 1, -1))
 
 
 def test_pinning_asked_for_needs_only_a_cpu_per_thread(monkeypatch):
@@ -54,8 +46,9 @@ def test_pinning_asked_for_needs_only_a_cpu_per_thread(monkeypatch):
     ([4, 4], r"pin_threads=\[4, 4\]: give 2 distinct CPUs .* from this process's 0-1,4-5$"),
     ([4, 3], r"not among them: \[3\]"),
     ([5], r"give 2 distinct CPUs"),
-    ("ab", r"pin_threads='ab': allowed None, True, False or a sequence of CPU numbers"),
+    ("ab", r"pin_threads='ab': allowed True, False or a sequence of CPU numbers"),
     (7, r"pin_threads=7: allowed"),
+    (None, r"pin_threads=None: allowed"),
 ])
 def test_a_list_of_cpus_is_checked_against_the_process(monkeypatch, pin, message):
     monkeypatch.setattr(verbs, "process_cpus", lambda: [0, 1, 4, 5])
@@ -109,8 +102,7 @@ def test_a_run_reports_where_its_engine_ran():
     assert r.delivered == 4 and r.engine_cpus == [cpu]
     assert r.row()["engine_cpus"] == [cpu]
     unpinned = runner.run("gpu_push", [256] * 2, n_qps=1)
-    assert unpinned.delivered == 2
-    assert unpinned.engine_cpus == list(engine_thread_cpus(1, verbs.default_copy_threads(1)))
+    assert unpinned.delivered == 2 and unpinned.engine_cpus == []
 
 
 def test_a_context_that_cannot_pin_is_not_made(monkeypatch):
