@@ -1,5 +1,6 @@
 """The applications in experiments/apps, at CI sizes on the CUDA simulator."""
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -125,6 +126,39 @@ def test_the_put_bench_judges_every_pair_and_shows_each_kernels_spread():
     rate = bench._compare([{"mpps": 70.0, "delivered": 1}], [{"mpps": 80.0, "delivered": 1}],
                           "mpps", False, 0.95)
     assert rate["runs_met"] == "0 of 1" and rate["put"]["spread"] == 1.0
+    assert rate["median_ratio_interval"] == {"low": 70 / 80, "high": 70 / 80, "coverage": 0.0}
+    assert rate["median_ratio_verdict"] == "outside"
+
+
+@pytest.mark.parametrize("n, k, coverage", [(3, 1, 0.75), (5, 1, 0.9375), (6, 1, 0.96875),
+                                            (9, 2, 1 - 2 * 10 / 512), (20, 6, None)])
+def test_the_median_interval_is_the_sign_tests(n, k, coverage):
+    """x_(k) to x_(n+1-k), k the largest with coverage 1 - 2 P(Binomial(n, 1/2) < k) >= 95 %:
+    for 20 values k = 6 (coverage 0.9586; k = 7 gives 0.8847)."""
+    values = [float(v) for v in np.random.default_rng(n).permutation(np.arange(1, n + 1))]
+    ci = bench.median_interval(values)
+    assert (ci["low"], ci["high"]) == (k, n + 1 - k)
+    if coverage is not None:
+        assert ci["coverage"] == pytest.approx(coverage)
+    else:
+        assert ci["coverage"] == pytest.approx(1 - 2 * sum(math.comb(20, i) for i in range(6)) / 2**20)
+        assert ci["coverage"] >= 0.95 > 1 - 2 * sum(math.comb(20, i) for i in range(7)) / 2**20
+
+
+@pytest.mark.parametrize("ratios, verdict", [
+    ([1.01, 1.02, 1.00, 0.99, 1.03, 1.02, 1.01, 1.00, 1.04], "within"),    # x_(8) = 1.03
+    ([1.07, 1.08, 1.06, 1.09, 1.10, 1.06, 1.07, 1.08, 1.06], "outside"),   # x_(2) = 1.06
+    ([1.00, 1.08, 1.01, 1.09, 1.02, 1.07, 1.03, 1.06, 1.00], "undecided"),
+])
+def test_the_median_ratio_verdict_reads_the_interval(ratios, verdict):
+    put = [{"p50_us": r, "delivered": 1} for r in ratios]
+    sm = [{"p50_us": 1.0, "delivered": 1} for _ in ratios]
+    out = bench._compare(put, sm, "p50_us", True, 1.05)
+    assert out["median_ratio_verdict"] == verdict
+    # the same pairs as a rate (higher is better): the ratios inverted
+    rate = bench._compare([{"mpps": 1.0, "delivered": 1} for _ in ratios],
+                          [{"mpps": r, "delivered": 1} for r in ratios], "mpps", False, 1 / 1.05)
+    assert rate["median_ratio_verdict"] == verdict
 
 
 _PTX_SCRIPT = r"""
