@@ -72,10 +72,11 @@ SWEEP_ITERS = 400
 BW_CHUNK_BYTES = 64 << 10
 BW_CHUNKS_IN_FLIGHT = 8
 # CPUs the bench leaves to all but the engine's workers: the host thread (it spins in its
-# stream wait), the GPU driver's threads and the OS. Each worker busy-polls its QPs, a
-# worker that shares its CPU runs at half speed, and a run lasts as long as its slowest
-# QP: with 14 workers on a 16-CPU H100 host the 64-byte rate dipped to 53 to 64 M/s in 3 of
-# 12 runs, with 12 it stayed at 67 to 72 in 8 of 8 (BENCHMARKS.md, session 17).
+# stream wait), the GPU driver's threads and the OS. Each worker busy-polls its QPs, and a
+# run lasts as long as its slowest QP: with 14 workers on a 16-CPU H100 host the 64-byte
+# rate dipped to 53 to 64 M/s in 3 of 12 runs, with 12 it stayed at 67 to 72 in 8 of 8
+# (BENCHMARKS.md, session 17). Sharing a CPU is not the whole story: with 12 workers each
+# pinned to a CPU of its own, runs still dipped, every worker at once (session 18).
 HOST_CPUS = 4
 
 
