@@ -5,16 +5,14 @@ per configuration, twelve launches of the put rate kernel each:
   rest   : 0.5 s between launches with the engine stopped (its threads joined)
   idle   : 0.5 s between launches, workers sleeping when idle (idle_sleep_ns=50 us)"""
 import json, os, time
-import numpy as np
-from experiments.apps import bench, common
-from gpuwrite.cudaenv import cuda
+from _rate import RateLaunches
+from experiments.apps import bench
 from gpuwrite.device import api
 from gpuwrite.host.verbs import Context
 from gpuwrite.bench import suite
 out = open(os.path.join(os.environ.get("OUT", "/tmp"), "rate_power.jsonl"), "w")
 TOY = bool(os.environ.get("TOY"))
 n_qps, per_qp = (2, 4) if TOY else (256, 2000)
-n = n_qps * per_qp
 
 def mhz():
     v = [float(l.split(":")[1]) for l in open("/proc/cpuinfo") if l.startswith("cpu MHz")]
@@ -25,12 +23,7 @@ for rnd in range(1 if TOY else 2):
         ctx = Context(workers=suite.RATE_WORKERS, idle_sleep_ns=50_000 if mode == "idle" else 0)
         with api.Session(n_qps, thresholds=api.Thresholds.fixed("gpu_push"), context=ctx,
                          **bench.SMALL_RINGS) as s:
-            payload, src, smr, dst, dmr = bench._buffers(s, n, 64)
-            t_first = cuda.to_device(np.zeros(n_qps, dtype=np.int64))
-            t_last = cuda.to_device(np.zeros(n_qps, dtype=np.int64))
-            status = cuda.to_device(np.full(n_qps, 99, dtype=np.int64))
-            s.start()
-            prm = bench._prm(dmr, smr, 64, per_qp, 16)
+            rate = RateLaunches(s, n_qps, per_qp)
             t0 = time.monotonic()
             for k in range(2 if TOY else 12):
                 if k and mode != "spin":
@@ -39,13 +32,8 @@ for rnd in range(1 if TOY else 2):
                     time.sleep(0.05 if TOY else 0.5)
                     if mode == "rest":
                         ctx.start()
-                bench.put_stream[n_qps, 32](s.Q, s.cfg, src, prm, api.PATH_IDS["gpu_push"], True,
-                                            t_first, t_last, status)
-                common.sync()
-                span = int(t_last.copy_to_host().max() - t_first.copy_to_host().min())
-                ok = bool((status.copy_to_host() == 0).all())
                 row = dict(rnd=rnd, mode=mode, launch=k, t_s=round(time.monotonic() - t0, 2),
-                           mpps=round(n / span * 1e3, 1), ok=ok, mhz=mhz())
+                           **rate.launch(), mhz=mhz())
                 print(json.dumps(row), flush=True); out.write(json.dumps(row) + "\n")
         ctx.close()
         time.sleep(0 if TOY else 2)
