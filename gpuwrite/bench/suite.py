@@ -29,7 +29,9 @@ share of the bound more (the engine's share: its least turnaround for that path;
 nic_pull, gpu_push's, and the rest of its turnaround is its read, ``pull``, which the
 bound has no share for: ``sweep_steps``; for the 64-byte latency, the floor of the same
 repeat is the GPU side's share, and the push breakdown of that repeat is kept beside it);
-for bandwidth and rate, against the median run.
+for bandwidth and rate, against the median run. Every rate run also keeps the engine's side
+(``rate_engine_side``: its turnaround and how many doorbell rings it saw in one look), which
+is where the slow runs of session 18 lost their time.
 """
 from __future__ import annotations
 
@@ -87,6 +89,7 @@ def engine_workers(wanted: int) -> int:
 
 
 RATE_WORKERS = engine_workers(14)
+RATE_BATCH = 16            # messages per doorbell in the rate runs
 _BW_COMMON = dict(n_qps=128, batch=4, block_threads=512, workers=engine_workers(12))
 BANDWIDTH_RUN = {
     "gpu_push": dict(_BW_COMMON, chunk_bytes=BW_CHUNK_BYTES, stage_slot_bytes=4096,
@@ -204,6 +207,18 @@ def engine_split_us(r) -> dict:
     c = r.counters
     engine = c["turnaround_ns"] / max(c["turnarounds"], 1) / 1e3
     return {"engine": engine, "gpu": r.latency_p50_us - engine}
+
+
+def rate_engine_side(runs, rings: int) -> dict:
+    """The engine's side of each rate run: its mean turnaround (doorbell seen to CQE
+    written, us) and how many of the GPU's ``rings`` doorbells it saw in one look, on
+    average. An engine that keeps up sees each ring on its own (1 ring a look, or close);
+    one whose passes over its QPs slow down sees two or more, and its turnaround grows:
+    the slow rate runs of session 18 had 2.0 rings a look and twice the turnaround, with
+    no CQ-full stall (BENCHMARKS.md)."""
+    return {"turnaround_us": spread([engine_split_us(r)["engine"] for r in runs]),
+            "rings_per_look": spread([rings / max(r.counters["doorbells"], 1) for r in runs]),
+            "cq_full_stalls": [int(r.counters["cq_full_stalls"]) for r in runs]}
 
 
 def lost_in(run_steps: dict, reference_steps: dict) -> dict:
@@ -532,7 +547,7 @@ def _three_targets(out: dict, quick: bool, lat_n: int, repeats: int, step) -> No
         rs = []
         for k in range(repeats if path == "gpu_push" else 1):
             step(f"{path}: 64-byte message rate ({k + 1})")
-            rs.append(runner.run(path, [64] * (n_qps * per_qp), n_qps=n_qps, batch=16,
+            rs.append(runner.run(path, [64] * (n_qps * per_qp), n_qps=n_qps, batch=RATE_BATCH,
                                  block_threads=32, workers=RATE_WORKERS))
         mpps = []
         for r in rs:
@@ -543,6 +558,7 @@ def _three_targets(out: dict, quick: bool, lat_n: int, repeats: int, step) -> No
         rate[path] = {"mpps": spread(mpps), "delivered": min(r.delivered for r in rs),
                       "messages": rs[0].messages, "workers": RATE_WORKERS,
                       "engine_cpus": rs[0].engine_cpus,
+                      "engine": rate_engine_side(rs, n_qps * -(-per_qp // RATE_BATCH)),
                       "misses": [{"run": k, "mpps": m, "lost_in": lost_in(split[k], ref)}
                                  for k, m in enumerate(mpps) if m < TARGET_RATE_MPPS]}
     out["rate_64B"] = rate

@@ -167,6 +167,14 @@ def _workers(rows: dict) -> str:
     return f", {counts.pop()} engine workers" + (", pinned" if pinned and all(pinned) else "")
 
 
+def _engine_side(engine: dict | None) -> list[str]:
+    """The rate table's engine columns (min / median / max); "-" for files from before
+    session 18, which did not record them."""
+    if not engine:
+        return ["-", "-"]
+    return [_mmm(engine["turnaround_us"]), _mmm(engine["rings_per_look"])]
+
+
 def _print(out: dict) -> None:
     console.print(f"[bold]gpuwrite bench[/bold] on {out['world']}; every repeated figure as "
                   f"min / median / max of {out['repeats']} runs")
@@ -204,10 +212,12 @@ def _print(out: dict) -> None:
                 for p, v in out["bandwidth_1MiB"].items()]
         console.print(table("1 MiB messages: bandwidth" + _workers(out["bandwidth_1MiB"]),
                             ["path", "GB/s", "x bulk store", "bytes per WQE", "delivered"], rows))
-        rows = [[p, _mmm(v["mpps"], "{:.1f}"), f"{v['delivered']}/{v['messages']}"]
+        rows = [[p, _mmm(v["mpps"], "{:.1f}"), *_engine_side(v.get("engine")),
+                 f"{v['delivered']}/{v['messages']}"]
                 for p, v in out["rate_64B"].items()]
         console.print(table("64-byte message rate" + _workers(out["rate_64B"]),
-                            ["path", "M msg/s", "delivered"], rows))
+                            ["path", "M msg/s", "engine turnaround us", "rings a look",
+                             "delivered"], rows))
     rows = []
     for pt in out["sweep"]:
         lost = [r["lost_in"]["step"] for r in pt["runs"] if "lost_in" in r]

@@ -162,3 +162,22 @@ def test_the_printed_tables_name_the_engine_workers_the_bench_recorded():
                      "gpu_push_inline": {"workers": 12, "engine_cpus": [15, 14]}}) == \
         ", 12 engine workers, pinned"
     assert _workers({"gpu_push": {"workers": 12, "engine_cpus": []}}) == ", 12 engine workers"
+
+
+def test_the_rate_records_the_engines_side_of_each_run():
+    """Session 18's slow rate runs had the engine seeing two of the GPU's doorbell rings in
+    one look and twice the turnaround: the bench keeps both for every run."""
+    from types import SimpleNamespace
+
+    def run(looks, turnaround_ns, stalls=0):
+        return SimpleNamespace(latency_p50_us=240.0, counters={
+            "doorbells": looks, "turnaround_ns": turnaround_ns * 32000, "turnarounds": 32000,
+            "cq_full_stalls": stalls})
+
+    side = suite.rate_engine_side([run(24000, 3200), run(16000, 6400, 3)], rings=32000)
+    assert side["turnaround_us"]["runs"] == pytest.approx([3.2, 6.4])
+    assert side["rings_per_look"]["runs"] == pytest.approx([32000 / 24000, 2.0])
+    assert side["cq_full_stalls"] == [0, 3]
+    from gpuwrite.cli.bench import _engine_side
+    assert _engine_side(side) == ["3.20 / 4.80 / 6.40", "1.33 / 1.67 / 2.00"]
+    assert _engine_side(None) == ["-", "-"]          # a file from before session 18
