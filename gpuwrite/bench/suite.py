@@ -214,8 +214,8 @@ def rate_engine_side(runs, rings: int) -> dict:
     written, us) and how many of the GPU's ``rings`` doorbells it saw in one look, on
     average. An engine that keeps up sees each ring on its own (1 ring a look, or close);
     one whose passes over its QPs slow down sees two or more, and its turnaround grows:
-    the slow rate runs of session 18 had 2.0 rings a look and twice the turnaround, with
-    no CQ-full stall (BENCHMARKS.md)."""
+    five of the seven slow rate runs of one session-18 process had 2.0 rings a look and up
+    to twice the turnaround, with no CQ-full stall (BENCHMARKS.md)."""
     return {"turnaround_us": spread([engine_split_us(r)["engine"] for r in runs]),
             "rings_per_look": spread([rings / max(r.counters["doorbells"], 1) for r in runs]),
             "cq_full_stalls": [int(r.counters["cq_full_stalls"]) for r in runs]}
