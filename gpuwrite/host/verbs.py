@@ -199,8 +199,8 @@ class _Engine:
         self.pins.clear()
 
 
-# Threads of the host process that an engine pinning its own leaves CPUs for: the one
-# that launches kernels and waits for them, and the GPU driver's.
+# Threads of the host process the default copy helpers leave CPUs for: the one that
+# launches kernels and waits for them, and the GPU driver's.
 HOST_THREADS = 2
 
 
