@@ -16,10 +16,6 @@ os.system("lscpu | egrep 'Model name|Thread|Core|Socket|NUMA'; nproc")
 def ctx(workers, pin, copy=None):
     return Context(workers=workers, pin_threads=pin, copy_threads=copy)
 
-def mpps(r):
-    span_s = r.bytes * 8 / (r.throughput_gbps * 1e9) if r.throughput_gbps else float("inf")
-    return r.delivered / span_s / 1e6
-
 # A. the rate
 rate_cfgs = [(12, False), (12, True), (14, False), (14, True)]
 for rnd in range(int(sys.argv[1]) if len(sys.argv) > 1 else 6):
@@ -27,7 +23,7 @@ for rnd in range(int(sys.argv[1]) if len(sys.argv) > 1 else 6):
         with ctx(w, pin) as c:
             r = runner.run("gpu_push", [64] * (256 * 2000), n_qps=256, batch=16, block_threads=32,
                            context=c)
-        emit(part="rate", workers=w, pin=pin, cpus=r.engine_cpus, mpps=round(mpps(r), 2),
+        emit(part="rate", workers=w, pin=pin, cpus=r.engine_cpus, mpps=round(suite.message_rate_mpps(r), 2),
              delivered=r.delivered, messages=r.messages)
 
 # B. Fig. 4's configuration

@@ -5,6 +5,7 @@ import json, os
 import numpy as np
 from gpuwrite.host.verbs import Context
 from gpuwrite.paths import runner
+from gpuwrite.bench import suite
 
 W, NQ, PER = 12, 256, 2000
 out = open(os.path.join(os.environ.get("OUT", "/tmp"), "rate_diag.jsonl"), "w")
@@ -13,14 +14,13 @@ for rnd in range(8):
         with Context(workers=W, pin_threads=pin) as c:
             r = runner.run("gpu_push", [64] * (NQ * PER), n_qps=NQ, batch=16, block_threads=32,
                            context=c)
-        span_s = r.bytes * 8 / (r.throughput_gbps * 1e9)
         lat = r.latencies_ns.reshape(NQ, PER) if r.delivered == NQ * PER else None
         per_w = {}
         if lat is not None:
             qmed = np.median(lat, axis=1)
             for w in range(W):
                 per_w[w] = round(float(np.median(qmed[[(k) for k in range(NQ) if (k + 1) % W == w]])) / 1e3, 1)
-        row = dict(pin=pin, mpps=round(r.delivered / span_s / 1e6, 1), p50=round(r.latency_p50_us, 1),
+        row = dict(pin=pin, mpps=round(suite.message_rate_mpps(r), 1), p50=round(r.latency_p50_us, 1),
                    p99=round(r.latency_p99_us, 1), per_worker_p50_us=per_w,
                    turnaround_ns=round(r.counters["turnaround_ns"] / max(1, r.counters["turnarounds"]), 1))
         print(json.dumps(row), flush=True); out.write(json.dumps(row) + "\n")

@@ -204,9 +204,7 @@ def put_stream_run(n_qps: int, per_qp: int, size_bytes: int, *, threads: int, ba
 
 
 def _sm_stream(result: runner.PathResult) -> dict:
-    span_s = result.bytes * 8 / (result.throughput_gbps * 1e9) if result.throughput_gbps else 0
-    return {"gbytes": result.throughput_gbps / 8,
-            "mpps": result.delivered / span_s / 1e6 if span_s else 0.0,
+    return {"gbytes": result.throughput_gbps / 8, "mpps": suite.message_rate_mpps(result),
             "delivered": result.delivered, "messages": result.messages,
             "errors": result.qp_errors}
 
@@ -214,6 +212,15 @@ def _sm_stream(result: runner.PathResult) -> dict:
 def _spread(values: list[float]) -> float:
     """Largest over smallest of one kernel's runs (1.0 for a single run; inf if one is 0)."""
     return max(values) / min(values) if min(values) > 0 else float("inf")
+
+
+def _summary(runs: list[dict], key: str) -> dict:
+    """One kernel's runs of a measure: its last run's fields, with ``key`` the median of
+    all, every run's value, their ``spread`` and the fewest messages delivered."""
+    values = [r[key] for r in runs]
+    return dict(runs[-1], **{key: common.median(values), f"runs_{key}": values,
+                             "spread": _spread(values),
+                             "delivered": min(r["delivered"] for r in runs)})
 
 
 def median_interval(values: list[float], level: float = 0.95) -> dict:
@@ -241,14 +248,7 @@ def _compare(put_runs: list[dict], sm_runs: list[dict], key: str, lower_is_bette
     ``spread`` (its slowest run over its fastest, in time or rate) is reported beside the
     ratios: on the H100 hosts of session 17 it was as large as the 5 % the target allows
     (BENCHMARKS.md), so a pair that misses may say more about the host than the API."""
-    put = dict(put_runs[-1], **{key: common.median([r[key] for r in put_runs]),
-                                f"runs_{key}": [r[key] for r in put_runs],
-                                "spread": _spread([r[key] for r in put_runs]),
-                                "delivered": min(r["delivered"] for r in put_runs)})
-    sm = dict(sm_runs[-1], **{key: common.median([r[key] for r in sm_runs]),
-                              f"runs_{key}": [r[key] for r in sm_runs],
-                              "spread": _spread([r[key] for r in sm_runs]),
-                              "delivered": min(r["delivered"] for r in sm_runs)})
+    put, sm = _summary(put_runs, key), _summary(sm_runs, key)
     ratios = [p[key] / q[key] if q[key] else float("nan") for p, q in zip(put_runs, sm_runs)]
     runs_met = sum(1 for r in ratios if (r <= target if lower_is_better else r >= target))
     # The median pair ratio's interval says whether the API's cost is within the target
@@ -273,7 +273,7 @@ def run(quick: bool = False, toy: bool = False, progress=None) -> dict:
     step = progress or (lambda msg: None)
     # Pairs of runs per measure: with 9 (latency) and 6 (bandwidth, rate), the median pair
     # ratio's interval (median_interval) covers it with at least 95 % confidence.
-    reps = 1 if (quick or toy) else LATENCY_PAIRS
+    lat_pairs = 1 if (quick or toy) else LATENCY_PAIRS
     out: dict = {"world": common.header(), "path": "gpu_push", "toy": toy}
 
     # 64-byte latency: one QP, one message in flight.
@@ -285,8 +285,8 @@ def run(quick: bool = False, toy: bool = False, progress=None) -> dict:
         put_latency_run(50, path_constant=False)
         runner.run("gpu_push", [64] * 50, **lat_kw)
     put_runs, sm_runs = [], []
-    for k in range(reps):
-        step(f"64-byte latency ({k + 1} of {reps})")
+    for k in range(lat_pairs):
+        step(f"64-byte latency ({k + 1} of {lat_pairs})")
         put_runs.append(put_latency_run(lat_n))
         r = runner.run("gpu_push", [64] * lat_n, **lat_kw)
         sm_runs.append({"p50_us": r.latency_p50_us, "p99_us": r.latency_p99_us,
@@ -295,8 +295,8 @@ def run(quick: bool = False, toy: bool = False, progress=None) -> dict:
     # The same with the path a kernel argument (every path's code compiled in), beside the
     # same send_messages runs: what naming the path as a constant saves.
     arg_runs = []
-    for k in range(reps):
-        step(f"64-byte latency, path an argument ({k + 1} of {reps})")
+    for k in range(lat_pairs):
+        step(f"64-byte latency, path an argument ({k + 1} of {lat_pairs})")
         arg_runs.append(put_latency_run(lat_n, path_constant=False))
     out["latency_64B_path_argument"] = _compare(arg_runs, sm_runs, "p50_us", True,
                                                 TARGET_LATENCY_RATIO_MAX)

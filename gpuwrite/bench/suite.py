@@ -209,6 +209,15 @@ def engine_split_us(r) -> dict:
     return {"engine": engine, "gpu": r.latency_p50_us - engine}
 
 
+def message_rate_mpps(r) -> float:
+    """A run's delivered messages per second, in millions, over the span its throughput
+    was measured on (first post to last completion); 0 where nothing was delivered."""
+    if not r.throughput_gbps:
+        return 0.0
+    span_s = r.bytes * 8 / (r.throughput_gbps * 1e9)
+    return r.delivered / span_s / 1e6
+
+
 def rate_engine_side(runs, rings: int) -> dict:
     """The engine's side of each rate run: its mean turnaround (doorbell seen to CQE
     written, us) and how many of the GPU's ``rings`` doorbells it saw in one look, on
@@ -549,10 +558,7 @@ def _three_targets(out: dict, quick: bool, lat_n: int, repeats: int, step) -> No
             step(f"{path}: 64-byte message rate ({k + 1})")
             rs.append(runner.run(path, [64] * (n_qps * per_qp), n_qps=n_qps, batch=RATE_BATCH,
                                  block_threads=32, workers=RATE_WORKERS))
-        mpps = []
-        for r in rs:
-            span_s = r.bytes * 8 / (r.throughput_gbps * 1e9) if r.throughput_gbps else float("inf")
-            mpps.append(r.delivered / span_s / 1e6)
+        mpps = [message_rate_mpps(r) for r in rs]
         split = [engine_split_us(r) for r in rs]
         ref = {k: float(np.median([x[k] for x in split])) for k in split[0]}
         rate[path] = {"mpps": spread(mpps), "delivered": min(r.delivered for r in rs),

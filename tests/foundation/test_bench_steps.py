@@ -181,3 +181,12 @@ def test_the_rate_records_the_engines_side_of_each_run():
     from gpuwrite.cli.bench import _engine_side
     assert _engine_side(side) == ["3.20 / 4.80 / 6.40", "1.33 / 1.67 / 2.00"]
     assert _engine_side(None) == ["-", "-"]          # a file from before session 18
+
+
+def test_the_message_rate_counts_delivered_messages_over_the_measured_span():
+    from types import SimpleNamespace
+
+    # 1000 messages of 64 B delivered at 5.12 Gb/s: 64000 B in 100 us, 10 M/s
+    run = SimpleNamespace(bytes=64000, throughput_gbps=5.12, delivered=1000)
+    assert suite.message_rate_mpps(run) == pytest.approx(10.0)
+    assert suite.message_rate_mpps(SimpleNamespace(bytes=0, throughput_gbps=0.0, delivered=0)) == 0.0
