@@ -175,13 +175,24 @@ def _engine_side(engine: dict | None) -> list[str]:
     return [_mmm(engine["turnaround_us"]), _mmm(engine["rings_per_look"])]
 
 
+def _copies(out: dict) -> str:
+    """The copy ceilings: one warp's and one 256-thread block's, of a source read for the
+    first time (the messages' case; the sweep's 32-thread bound) and from L2; files from
+    before session 19 have only the second."""
+    def two(key):
+        fresh = out.get(f"{key}_fresh_gbytes")
+        l2 = out[f"{key}_gbytes"]
+        return f"{fresh:.1f} (from L2 {l2:.1f})" if fresh is not None else f"{l2:.1f}"
+    return (f", one warp: {two('warp_copy')} GB/s;  one 256-thread block: "
+            f"{two('block256_copy')} GB/s")
+
+
 def _print(out: dict) -> None:
     console.print(f"[bold]gpuwrite bench[/bold] on {out['world']}; every repeated figure as "
                   f"min / median / max of {out['repeats']} runs")
     console.print(f"floor (doorbell ping-pong): {out['floor_pingpong_us']:.2f} us;  bulk GPU "
-                  f"stores to host: {out['bulk_store_gbytes']:.1f} GB/s;  one warp's vector "
-                  f"copy: {out['warp_copy_gbytes']:.1f} GB/s;  one 256-thread block's: "
-                  f"{out['block256_copy_gbytes']:.1f} GB/s")
+                  f"stores to host: {out['bulk_store_gbytes']:.1f} GB/s;  vector copy to "
+                  f"host{_copies(out)}")
     if "floor_reverse_us" in out:
         console.print(f"reverse floor (the host pings a GPU warp, as the engine asks the pull "
                       f"agent): {_mmm(out['floor_reverse_us'])} us; answering with 64 bytes "

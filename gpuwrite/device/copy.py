@@ -10,7 +10,9 @@ Why this shape: one block copying GPU memory into mapped host memory moved 1 MiB
 store, and at 41.8 GB/s with 16-byte loads, four in flight per thread (H100, 256 threads;
 one warp: 0.77 against 9.4 GB/s; ``/work/shared/calibration/h100-pcie5-2026-11.md``).
 A store into host memory is posted, so what limits a block is how many bytes its loads
-keep in flight.
+keep in flight, and a source read for the first time (from HBM, not L2) needs more: with
+four in flight a 256-thread block moved such a source at 30.5 GB/s and a warp at 4.7,
+with eight 42.8 and 8.3 (BENCHMARKS.md, session 19).
 
 Layout of one copy, in 4-byte words of the destination:
 
@@ -18,7 +20,7 @@ Layout of one copy, in 4-byte words of the destination:
   body   16-byte stores; 16-byte loads where the source is then 16-byte aligned too, else
          four word loads per vector (the loads come from GPU memory, which serves them
          from the same cache lines); ``UNROLL`` vectors loaded per thread before any is
-         stored
+         stored, then rounds of four, then one at a time
   tail   0 to 3 whole words, then the 1 to 3 bytes of a last partial word as byte stores
 
 Every byte past ``nbytes`` at the destination keeps its value: a copy never writes a
@@ -31,9 +33,13 @@ from numba import int64, uint32
 from gpuwrite.cudaenv import cuda
 from gpuwrite.device.intrinsics import address_of, ld_v4_u32, st_u8, st_v4_u32
 
-# Vectors each thread loads before it stores any. Four moved one H100 block at 41.8 GB/s
-# (256 threads), the bulk-store ceiling; four more per thread cost registers for little.
-UNROLL = 4
+# Vectors each thread loads before it stores any. On an H100 (BENCHMARKS.md, session 19),
+# 1 MiB into mapped host memory, GB/s with 2 / 4 / 8 / 16 in flight per thread: a source
+# in L2, one warp 5.5 / 9.7 / 15.3 / 20.9 and a 256-thread block 36 / 44 / 45 / 45; a source
+# read for the first time, 2.5 / 4.7 / 8.3 / 12.3 and 18 / 30 / 43 / 44. Sixteen would
+# take 64 registers for data alone; kernels that call the verbs are held to 128
+# (``verbs.MAX_REGISTERS``), so eight.
+UNROLL = 8
 
 
 @cuda.jit(device=True, inline=True)
@@ -54,9 +60,29 @@ def _copy_vectors(dst, d0, src, s0, nvec, rank, nranks, aligned):
     """Copies ``nvec`` 16-byte vectors from word ``s0`` to word ``d0`` (16-byte aligned)."""
     j = rank
     step = nranks
-    # UNROLL loads in flight per thread; the stores follow. Vectors of one round are
-    # ``nranks`` apart, so a warp's accesses stay contiguous (coalesced) in each.
-    while j + 3 * step < nvec:
+    # UNROLL (8) loads in flight per thread; the stores follow. Vectors of one round are
+    # ``nranks`` apart, so a warp's accesses stay contiguous (coalesced) in each. Written
+    # out: a register array indexed in a loop would go to local memory.
+    while j + 7 * step < nvec:
+        a = _ld16(src, s0 + 4 * j, aligned)
+        b = _ld16(src, s0 + 4 * (j + step), aligned)
+        c = _ld16(src, s0 + 4 * (j + 2 * step), aligned)
+        e = _ld16(src, s0 + 4 * (j + 3 * step), aligned)
+        f = _ld16(src, s0 + 4 * (j + 4 * step), aligned)
+        g = _ld16(src, s0 + 4 * (j + 5 * step), aligned)
+        h = _ld16(src, s0 + 4 * (j + 6 * step), aligned)
+        k = _ld16(src, s0 + 4 * (j + 7 * step), aligned)
+        _st16(dst, d0 + 4 * j, a)
+        _st16(dst, d0 + 4 * (j + step), b)
+        _st16(dst, d0 + 4 * (j + 2 * step), c)
+        _st16(dst, d0 + 4 * (j + 3 * step), e)
+        _st16(dst, d0 + 4 * (j + 4 * step), f)
+        _st16(dst, d0 + 4 * (j + 5 * step), g)
+        _st16(dst, d0 + 4 * (j + 6 * step), h)
+        _st16(dst, d0 + 4 * (j + 7 * step), k)
+        j += 8 * step
+    # A remainder of four to seven rounds keeps four in flight.
+    if j + 3 * step < nvec:
         a = _ld16(src, s0 + 4 * j, aligned)
         b = _ld16(src, s0 + 4 * (j + step), aligned)
         c = _ld16(src, s0 + 4 * (j + 2 * step), aligned)

@@ -190,3 +190,19 @@ def test_the_message_rate_counts_delivered_messages_over_the_measured_span():
     run = SimpleNamespace(bytes=64000, throughput_gbps=5.12, delivered=1000)
     assert suite.message_rate_mpps(run) == pytest.approx(10.0)
     assert suite.message_rate_mpps(SimpleNamespace(bytes=0, throughput_gbps=0.0, delivered=0)) == 0.0
+
+
+def test_the_one_warp_bound_uses_the_copy_of_a_source_read_for_the_first_time():
+    """A message's payload is read once, after its upload: the 32-thread bound divides by
+    the warp's copy of such a source, not by the same copy from L2 (session 19: 8 to 11
+    against 15 GB/s on an H100); files from before keep their L2 copy."""
+    both = {"bulk_store_gbytes": 50.0, "warp_copy_gbytes": 16.0, "warp_copy_fresh_gbytes": 8.0}
+    assert suite._sweep_bound_us("gpu_push", 8000, 32, 3.0, both) == pytest.approx(4.0)
+    assert suite._sweep_bound_us("host_staged", 8000, 32, 3.0, both) == pytest.approx(5.0)
+    assert suite._sweep_bound_us("gpu_push", 50000, 256, 3.0, both) == pytest.approx(4.0)
+    old = {"bulk_store_gbytes": 50.0, "warp_copy_gbytes": 16.0}
+    assert suite._sweep_bound_us("gpu_push", 8000, 32, 3.0, old) == pytest.approx(3.5)
+    from gpuwrite.cli.bench import _copies
+    line = _copies({**both, "block256_copy_gbytes": 40.0, "block256_copy_fresh_gbytes": 35.0})
+    assert "one warp: 8.0 (from L2 16.0) GB/s" in line and "35.0 (from L2 40.0)" in line
+    assert "one warp: 16.0 GB/s" in _copies({**old, "block256_copy_gbytes": 40.0})
