@@ -88,10 +88,14 @@ def _check(lengths, src_offsets=range(4), dst_offsets=range(4), threads=32, seed
 
 
 # Every head/body/tail split of up to three vectors (lengths to 52 bytes, every source and
-# destination word offset), around the end of one unrolled round of 32 threads (2 KiB),
-# and the edges of 4 KiB.
+# destination word offset), around the end of a round of four vectors a thread on 32
+# threads (2 KiB) and of eight (4 KiB), and past it into the round of four after it and
+# the single vectors (6 KiB and the edges of 8 KiB); and lengths that leave a thread seven
+# vectors after its last round of eight, with 32 threads (3200 B: 200 vectors) and with the
+# simulator's 3 (4160 B: 260), where a round that started one vector early would overrun.
 SHORT_LENGTHS = range(1, 53)
-LONG_LENGTHS = (61, 64, 67, 2047, 2048, 2049, 2063, 4093, 4094, 4095, 4096)
+LONG_LENGTHS = (61, 64, 67, 2047, 2048, 2049, 2063, 3200, 4093, 4094, 4095, 4096, 4160, 6160,
+                8191, 8192)
 
 
 # A whole warp (32 threads) on the CUDA simulator deadlocks in this harness when gpuwrite is
