@@ -371,6 +371,51 @@ def verdict(report: dict) -> str:
     return text + f"; but {why}; best that runs here: {best['best_runnable']}"
 
 
+def _cpu_ranges(cpus: list[int]) -> str:
+    """0,1,2,3,8 -> "0-3,8"."""
+    out, start = [], None
+    for k, c in enumerate(cpus):
+        if start is None:
+            start = c
+        if k + 1 == len(cpus) or cpus[k + 1] != c + 1:
+            out.append(f"{start}" if start == c else f"{start}-{c}")
+            start = None
+    return ",".join(out)
+
+
+def emulated_cpus(cpus: list[int] | None = None) -> dict:
+    """What emulated mode's busy threads get here (``cpus``: this process's, by default).
+
+    Each engine worker busy-polls its queues while a context runs, copy helpers spin for
+    a while after each delivery, and the host thread spins in its wait for the GPU: where
+    they outnumber the CPUs they share them, and the emulated timings include the sharing.
+    On a GPU a default context runs one worker and ``copy_threads_for`` helpers; ``gpuwrite
+    bench`` runs its rate and bandwidth with more workers, leaving ``HOST_CPUS`` to the
+    host thread and the GPU driver."""
+    from gpuwrite.bench import suite
+    from gpuwrite.host.verbs import HOST_THREADS, copy_threads_for, process_cpus
+
+    cpus = sorted(cpus if cpus is not None else process_cpus())
+    n = len(cpus)
+    helpers = copy_threads_for(n, 1)
+    out = {"cpus": _cpu_ranges(cpus), "ncpus": n, "default_workers": 1,
+           "default_copy_helpers": helpers,
+           "bench_rate_workers": suite.engine_workers(14),
+           "bench_bandwidth_workers": suite.engine_workers(12),
+           "bench_host_cpus": suite.HOST_CPUS, "notes": []}
+    if n < 1 + HOST_THREADS:
+        out["notes"].append(
+            f"{n} CPU(s): the engine's worker shares CPUs with the host's own threads (the one "
+            "that waits for the GPU, the driver's); emulated latencies include the sharing "
+            f"(give the process at least {1 + HOST_THREADS} CPUs)")
+    if n < suite.HOST_CPUS + 2:
+        out["notes"].append(
+            f"{n} CPU(s): gpuwrite bench's rate and bandwidth runs get "
+            f"{suite.engine_workers(14)} engine worker(s) here (12 on a 16-CPU host): "
+            "their numbers are this machine's, not comparable with BENCHMARKS.md")
+    return out
+
+
 def diagnose(sysfs_root: str | Path = "/sys", proc_root: str | Path = "/proc",
              size_bytes: int = DEFAULT_SIZE_BYTES, nvidia_smi: bool | None = None) -> dict:
     """The whole report as a dict (what ``gpuwrite doctor --json`` prints).
@@ -403,6 +448,9 @@ def diagnose(sysfs_root: str | Path = "/sys", proc_root: str | Path = "/proc",
     }
     if nvidia_smi if nvidia_smi is not None else str(sysfs_root) == "/sys":
         report["nvidia_smi_topo"] = _nvidia_smi_topo()
+    if str(proc_root) == "/proc":
+        # Live only: a fixture tree's CPUs are not this process's.
+        report["emulated"] = emulated_cpus()
     report["ready"] = bool(pairs) and any(p["best_runnable"] for p in pairs)
     report["verdict"] = verdict(report)
     return report

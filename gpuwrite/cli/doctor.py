@@ -48,6 +48,16 @@ def main(args) -> int:
                   + (f" (dma-buf: {'; '.join(reg['dmabuf_missing'])})" if reg["dmabuf_missing"] else ""))
     for note in reg["notes"]:
         console.print(f"  note: {note}")
+    emu = report.get("emulated")
+    if emu:
+        console.print(f"emulated mode: this process may use {emu['ncpus']} CPU(s) ({emu['cpus']}); "
+                      f"a default context busy-polls with {emu['default_workers']} engine worker "
+                      f"and {emu['default_copy_helpers']} copy helper(s) on a GPU; gpuwrite bench's "
+                      f"rate runs get {emu['bench_rate_workers']} workers, its bandwidth runs "
+                      f"{emu['bench_bandwidth_workers']} (it leaves {emu['bench_host_cpus']} CPUs, "
+                      "where there are enough, to the host thread and the driver)")
+        for note in emu["notes"]:
+            console.print(f"  note: {note}")
     if report["pairs"]:
         rows = []
         for p in report["pairs"]:
