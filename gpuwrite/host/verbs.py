@@ -218,12 +218,7 @@ def default_copy_threads(workers: int) -> int:
     project's H100 machine (BENCHMARKS.md, session 7)."""
     if SIMULATOR:
         return 0
-    return copy_threads_for(len(process_cpus()), workers)
-
-
-def copy_threads_for(ncpus: int, workers: int) -> int:
-    """The copy helpers a context of ``workers`` gets on a GPU with ``ncpus`` CPUs."""
-    return max(0, min(6, ncpus - workers - HOST_THREADS))
+    return max(0, min(6, len(process_cpus()) - workers - HOST_THREADS))
 
 
 def engine_thread_cpus(workers: int, copy_threads: int, pin=False) -> tuple[int, ...]:

@@ -162,7 +162,13 @@ def test_emulated_mode_says_what_the_engine_threads_get_here(monkeypatch):
     """The CPUs emulated mode's busy threads get: a default context's worker and copy
     helpers, the bench's workers, and a note where they must share CPUs."""
     from gpuwrite.bench import suite
+    from gpuwrite.host import verbs
 
+    monkeypatch.setattr(verbs, "SIMULATOR", False)       # the copy helpers a GPU run gets
+    for n in (1, 2, 3, 4, 8, 9, 16, 64):
+        monkeypatch.setattr(verbs, "process_cpus", lambda n=n: list(range(n)))
+        assert doctor.emulated_cpus(list(range(n)))["default_copy_helpers"] == \
+            verbs.default_copy_threads(1)
     monkeypatch.setattr(suite, "process_cpus", lambda: list(range(16)))
     big = doctor.emulated_cpus(list(range(16)))
     assert (big["cpus"], big["ncpus"], big["default_workers"]) == ("0-15", 16, 1)
