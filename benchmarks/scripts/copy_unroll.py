@@ -5,50 +5,51 @@ from numba import cuda
 from gpuwrite.device.intrinsics import ld_v4_u32, st_v4_u32
 from gpuwrite.host.memory import mapped
 
-def make(U):
-    ld = "\n".join(f"            x{k} = ld_v4_u32(src, s0 + 4 * (j + {k} * step))" for k in range(U))
-    st = "\n".join(f"            st_v4_u32(dst, 4 * (j + {k} * step), x{k}[0], x{k}[1], x{k}[2], x{k}[3])" for k in range(U))
-    code = f'''
+# Every kernel copies `reps` ranges of nwords words (range r from word r * stride_words of
+# src; stride 0: the same range, from L2 after the first) to the same destination; `body`
+# is the loop over one range (generated: U vectors held in named registers, not an array).
+_HEAD = """
 def kern(dst, src, nwords, reps, stride_words):
     step = cuda.blockDim.x
     nvec = nwords // 4
     for r in range(reps):
         s0 = (r * stride_words) % (src.shape[0] - nwords + 1)
         j = cuda.threadIdx.x
-        while j + {U - 1} * step < nvec:
-{ld}
-{st}
-            j += {U} * step
-        cuda.syncthreads()
-'''
+"""
+
+
+def _compile(body):
     ns = dict(cuda=cuda, ld_v4_u32=ld_v4_u32, st_v4_u32=st_v4_u32)
-    exec(code, ns)
+    exec(_HEAD + body + "        cuda.syncthreads()\n", ns)
     return cuda.jit(ns["kern"])
 
+
+def _lines(fmt, U, indent):
+    return "".join(" " * indent + fmt.format(k=k) + "\n" for k in range(U))
+
+
+def make(U):
+    """U loads in flight, then their U stores."""
+    return _compile(
+        f"        while j + {U - 1} * step < nvec:\n"
+        + _lines("x{k} = ld_v4_u32(src, s0 + 4 * (j + {k} * step))", U, 12)
+        + _lines("st_v4_u32(dst, 4 * (j + {k} * step), x{k}[0], x{k}[1], x{k}[2], x{k}[3])", U, 12)
+        + f"            j += {U} * step\n")
+
+
 def make_pipe(U):
-    # software pipelined: the next U loads are issued before this round's U stores
-    ld = lambda p: "\n".join(f"                {p}{k} = ld_v4_u32(src, s0 + 4 * (j + ({U} + {k}) * step))" for k in range(U))
-    code = f'''
-def kern(dst, src, nwords, reps, stride_words):
-    step = cuda.blockDim.x
-    nvec = nwords // 4
-    for r in range(reps):
-        s0 = (r * stride_words) % (src.shape[0] - nwords + 1)
-        j = cuda.threadIdx.x
-''' + "\n".join(f"        a{k} = ld_v4_u32(src, s0 + 4 * (j + {k} * step))" for k in range(U)) + f'''
-        while j + {U - 1} * step < nvec:
-            if j + {2 * U - 1} * step < nvec:
-{ld("b")}
-            else:
-''' + "\n".join(f"                b{k} = a{k}" for k in range(U)) + "\n" + \
-    "\n".join(f"            st_v4_u32(dst, 4 * (j + {k} * step), a{k}[0], a{k}[1], a{k}[2], a{k}[3])" for k in range(U)) + "\n" + \
-    "\n".join(f"            a{k} = b{k}" for k in range(U)) + f'''
-            j += {U} * step
-        cuda.syncthreads()
-'''
-    ns = dict(cuda=cuda, ld_v4_u32=ld_v4_u32, st_v4_u32=st_v4_u32)
-    exec(code, ns)
-    return cuda.jit(ns["kern"])
+    """Software pipelined: the next U loads are issued before this round's U stores."""
+    return _compile(
+        _lines("a{k} = ld_v4_u32(src, s0 + 4 * (j + {k} * step))", U, 8)
+        + f"        while j + {U - 1} * step < nvec:\n"
+        + f"            if j + {2 * U - 1} * step < nvec:\n"
+        + _lines("b{k} = ld_v4_u32(src, s0 + 4 * (j + (%d + {k}) * step))" % U, U, 16)
+        + "            else:\n"
+        + _lines("b{k} = a{k}", U, 16)
+        + _lines("st_v4_u32(dst, 4 * (j + {k} * step), a{k}[0], a{k}[1], a{k}[2], a{k}[3])", U, 12)
+        + _lines("a{k} = b{k}", U, 12)
+        + f"            j += {U} * step\n")
+
 
 nbytes = 1 << 20
 nw = nbytes // 4
