@@ -9,7 +9,8 @@ under ``<results>/cache/<name>/`` let an interrupted sweep resume.
 Every row: ``figure`` (the file's name), ``sweep``, ``backend``, ``measure``, ``output``,
 the configuration columns the sweep names, the measured columns, then ``device`` (a GPU's
 name, ``cudasim`` or ``model``), ``date``, ``gpuwrite_version``, ``git_commit`` (the
-checkout's commit, ``+dirty`` with uncommitted changes; empty for an installed package)
+checkout's commit, ``+dirty`` with uncommitted changes; for an installed package the commit
+it was built from, empty where it was built from no checkout)
 and ``config_hash`` (the SHA-256 of the point's whole resolved configuration, which holds
 every parameter, so a row says exactly how it was made).
 
@@ -24,15 +25,15 @@ from __future__ import annotations
 import functools
 import io
 import os
-import subprocess
 from pathlib import Path
 
 import pandas as pd
 
+from gpuwrite._commit import DIRTY, built_commit, checkout_commit  # noqa: F401 (DIRTY: store.DIRTY)
+
 FRAME_COLUMNS = ("figure", "sweep", "backend", "measure", "output")
 META_COLUMNS = ("device", "date", "gpuwrite_version", "git_commit", "config_hash")
 DEFAULT_RESULTS = Path("experiments") / "results"
-DIRTY = "+dirty"     # git_commit's suffix: made by a checkout with uncommitted changes
 
 
 def gpuwrite_version() -> str:
@@ -52,22 +53,17 @@ def gpuwrite_version() -> str:
 @functools.lru_cache(maxsize=None)
 def git_commit() -> str | None:
     """The commit of the checkout gpuwrite runs from (``+dirty`` with uncommitted changes to
-    tracked files), or None for an installed package. ``GPUWRITE_GIT_COMMIT`` names it
-    instead for a copy of a checkout whose ``.git`` is not its own (the GPU machines
-    receive the working tree beside an older ``.git``)."""
+    tracked files); for an installed package, the commit it was built from (setup.py
+    writes it in), or None where it was built from no checkout. ``GPUWRITE_GIT_COMMIT``
+    names it instead for a copy of a checkout whose ``.git`` is not its own (the GPU
+    machines receive the working tree beside an older ``.git``)."""
     if os.environ.get("GPUWRITE_GIT_COMMIT"):
         return os.environ["GPUWRITE_GIT_COMMIT"]
-    root = Path(__file__).resolve().parents[2]
-    if not (root / ".git").exists():
-        return None
-    try:
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
-                              text=True, timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return head + (DIRTY if dirty else "") if head else None
+    package = Path(__file__).resolve().parents[1]
+    root = package.parent
+    if (root / ".git").exists():
+        return checkout_commit(root)
+    return built_commit(package)
 
 
 def table_path(results_dir: Path, name: str, gpu: bool = False) -> Path:
