@@ -371,39 +371,29 @@ def verdict(report: dict) -> str:
     return text + f"; but {why}; best that runs here: {best['best_runnable']}"
 
 
-def _cpu_ranges(cpus: list[int]) -> str:
-    """0,1,2,3,8 -> "0-3,8"."""
-    out, start = [], None
-    for k, c in enumerate(cpus):
-        if start is None:
-            start = c
-        if k + 1 == len(cpus) or cpus[k + 1] != c + 1:
-            out.append(f"{start}" if start == c else f"{start}-{c}")
-            start = None
-    return ",".join(out)
-
-
 def emulated_cpus(cpus: list[int] | None = None) -> dict:
     """What emulated mode's busy threads get here (``cpus``: this process's, by default).
 
     Each engine worker busy-polls its queues while a context runs, copy helpers spin for
     a while after each delivery, and the host thread spins in its wait for the GPU: where
     they outnumber the CPUs they share them, and the emulated timings include the sharing.
-    On a GPU a default context runs one worker and ``copy_threads_for`` helpers; ``gpuwrite
-    bench`` runs its rate and bandwidth with more workers, leaving ``HOST_CPUS`` to the
-    host thread and the GPU driver."""
+    On a GPU a default context runs one worker and ``default_copy_threads(1)`` helpers;
+    ``gpuwrite bench`` runs its rate and bandwidth with more workers, leaving ``HOST_CPUS``
+    to the host thread and the GPU driver."""
     from gpuwrite.bench import suite
-    from gpuwrite.host.verbs import HOST_THREADS, process_cpus
+    from gpuwrite.host.verbs import HOST_THREADS, _cpu_list, process_cpus
 
     cpus = sorted(cpus if cpus is not None else process_cpus())
     n = len(cpus)
     # host.verbs.default_copy_threads(1) on a GPU (it answers 0 on the simulator, whose
-    # timings are Python's; a test holds the two equal).
+    # timings are Python's; a test holds the two equal). Written here, not shared through
+    # host/verbs.py: that file is part of the emulated code's fingerprint, and an edit to
+    # it marks every stored GPU table as measured with other code.
     helpers = max(0, min(6, n - 1 - HOST_THREADS))
-    out = {"cpus": _cpu_ranges(cpus), "ncpus": n, "default_workers": 1,
-           "default_copy_helpers": helpers,
-           "bench_rate_workers": suite.engine_workers(14),
-           "bench_bandwidth_workers": suite.engine_workers(12),
+    rate_workers = suite.engine_workers(14, n)
+    out = {"cpus": _cpu_list(cpus), "ncpus": n, "default_workers": 1,
+           "default_copy_helpers": helpers, "bench_rate_workers": rate_workers,
+           "bench_bandwidth_workers": suite.engine_workers(12, n),
            "bench_host_cpus": suite.HOST_CPUS, "notes": []}
     if n < 1 + HOST_THREADS:
         out["notes"].append(
@@ -413,7 +403,7 @@ def emulated_cpus(cpus: list[int] | None = None) -> dict:
     if n < suite.HOST_CPUS + 2:
         out["notes"].append(
             f"{n} CPU(s): gpuwrite bench's rate and bandwidth runs get "
-            f"{suite.engine_workers(14)} engine worker(s) here (12 on a 16-CPU host): "
+            f"{rate_workers} engine worker(s) here (12 on a 16-CPU host): "
             "their numbers are this machine's, not comparable with BENCHMARKS.md")
     return out
 

@@ -84,10 +84,10 @@ BW_CHUNKS_IN_FLIGHT = 8
 HOST_CPUS = 4
 
 
-def engine_workers(wanted: int) -> int:
-    """``wanted`` engine workers, or fewer where this process's CPUs, less HOST_CPUS,
-    cannot give each one a CPU of its own (at least one)."""
-    return max(1, min(wanted, len(process_cpus()) - HOST_CPUS))
+def engine_workers(wanted: int, ncpus: int | None = None) -> int:
+    """``wanted`` engine workers, or fewer where this process's CPUs (or ``ncpus``), less
+    HOST_CPUS, cannot give each one a CPU of its own (at least one)."""
+    return max(1, min(wanted, (len(process_cpus()) if ncpus is None else ncpus) - HOST_CPUS))
 
 
 RATE_WORKERS = engine_workers(14)

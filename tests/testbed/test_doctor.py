@@ -161,7 +161,6 @@ def test_runs_on_this_machine(capsys):
 def test_emulated_mode_says_what_the_engine_threads_get_here(monkeypatch):
     """The CPUs emulated mode's busy threads get: a default context's worker and copy
     helpers, the bench's workers, and a note where they must share CPUs."""
-    from gpuwrite.bench import suite
     from gpuwrite.host import verbs
 
     monkeypatch.setattr(verbs, "SIMULATOR", False)       # the copy helpers a GPU run gets
@@ -169,16 +168,15 @@ def test_emulated_mode_says_what_the_engine_threads_get_here(monkeypatch):
         monkeypatch.setattr(verbs, "process_cpus", lambda n=n: list(range(n)))
         assert doctor.emulated_cpus(list(range(n)))["default_copy_helpers"] == \
             verbs.default_copy_threads(1)
-    monkeypatch.setattr(suite, "process_cpus", lambda: list(range(16)))
     big = doctor.emulated_cpus(list(range(16)))
     assert (big["cpus"], big["ncpus"], big["default_workers"]) == ("0-15", 16, 1)
     assert big["default_copy_helpers"] == 6          # at most six; 16 - 1 - 2 would be 13
     assert big["bench_rate_workers"] == big["bench_bandwidth_workers"] == 12
     assert big["notes"] == []
-    monkeypatch.setattr(suite, "process_cpus", lambda: [0, 1])
     small = doctor.emulated_cpus([0, 1])
     assert small["default_copy_helpers"] == 0 and small["bench_rate_workers"] == 1
     assert len(small["notes"]) == 2 and "at least 3 CPUs" in small["notes"][0]
-    assert doctor._cpu_ranges([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
+    assert doctor.emulated_cpus([0, 1, 2, 5, 7, 8])["cpus"] == "0-2,5,7-8"
+    assert doctor.emulated_cpus([0, 1, 2, 5, 7, 8])["bench_rate_workers"] == 2   # 6 CPUs less 4
     # a fixture tree is not this machine: no CPUs of its own to report
     assert "emulated" not in diagnose("same_switch")
