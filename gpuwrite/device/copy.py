@@ -38,8 +38,12 @@ from gpuwrite.device.intrinsics import address_of, ld_v4_u32, st_u8, st_v4_u32
 # in L2, one warp 5.5 / 9.7 / 15.3 / 20.9 and a 256-thread block 36 / 44 / 45 / 45; a source
 # read for the first time, 2.5 / 4.7 / 8.3 / 12.3 and 18 / 30 / 43 / 44. Sixteen would
 # take 64 registers for data alone; kernels that call the verbs are held to 128
-# (``verbs.MAX_REGISTERS``), so eight.
+# (``verbs.MAX_REGISTERS``), so eight. With 512 threads four moved a first read at 43.4 GB/s
+# already (eight: 43.9), and the bench's 1 MiB runs (128 blocks of 512) had slow runs with
+# eight that they did not have with four (3 of 24 against 0 of 24, session 19): groups of
+# more than DEEP_GROUP_MAX threads keep four.
 UNROLL = 8
+DEEP_GROUP_MAX = 256
 
 
 @cuda.jit(device=True, inline=True)
@@ -55,42 +59,43 @@ def _st16(dst, word, x):
     st_v4_u32(dst, word, x[0], x[1], x[2], x[3])
 
 
+@cuda.jit(device=True, inline=True)
+def _ld4(src, s0, j, step, aligned):
+    """Vectors j, j + step, j + 2 step and j + 3 step of ``src`` from word ``s0``: four
+    loads issued before any of them is used."""
+    return (_ld16(src, s0 + 4 * j, aligned), _ld16(src, s0 + 4 * (j + step), aligned),
+            _ld16(src, s0 + 4 * (j + 2 * step), aligned),
+            _ld16(src, s0 + 4 * (j + 3 * step), aligned))
+
+
+@cuda.jit(device=True, inline=True)
+def _st4(dst, d0, j, step, x):
+    """Stores what ``_ld4`` loaded to the same vectors of ``dst`` from word ``d0``."""
+    _st16(dst, d0 + 4 * j, x[0])
+    _st16(dst, d0 + 4 * (j + step), x[1])
+    _st16(dst, d0 + 4 * (j + 2 * step), x[2])
+    _st16(dst, d0 + 4 * (j + 3 * step), x[3])
+
+
 @cuda.jit(device=True)
 def _copy_vectors(dst, d0, src, s0, nvec, rank, nranks, aligned):
     """Copies ``nvec`` 16-byte vectors from word ``s0`` to word ``d0`` (16-byte aligned)."""
     j = rank
     step = nranks
-    # UNROLL (8) loads in flight per thread; the stores follow. Vectors of one round are
-    # ``nranks`` apart, so a warp's accesses stay contiguous (coalesced) in each. Written
-    # out: a register array indexed in a loop would go to local memory.
-    while j + 7 * step < nvec:
-        a = _ld16(src, s0 + 4 * j, aligned)
-        b = _ld16(src, s0 + 4 * (j + step), aligned)
-        c = _ld16(src, s0 + 4 * (j + 2 * step), aligned)
-        e = _ld16(src, s0 + 4 * (j + 3 * step), aligned)
-        f = _ld16(src, s0 + 4 * (j + 4 * step), aligned)
-        g = _ld16(src, s0 + 4 * (j + 5 * step), aligned)
-        h = _ld16(src, s0 + 4 * (j + 6 * step), aligned)
-        k = _ld16(src, s0 + 4 * (j + 7 * step), aligned)
-        _st16(dst, d0 + 4 * j, a)
-        _st16(dst, d0 + 4 * (j + step), b)
-        _st16(dst, d0 + 4 * (j + 2 * step), c)
-        _st16(dst, d0 + 4 * (j + 3 * step), e)
-        _st16(dst, d0 + 4 * (j + 4 * step), f)
-        _st16(dst, d0 + 4 * (j + 5 * step), g)
-        _st16(dst, d0 + 4 * (j + 6 * step), h)
-        _st16(dst, d0 + 4 * (j + 7 * step), k)
-        j += 8 * step
-    # A remainder of four to seven rounds keeps four in flight.
-    if j + 3 * step < nvec:
-        a = _ld16(src, s0 + 4 * j, aligned)
-        b = _ld16(src, s0 + 4 * (j + step), aligned)
-        c = _ld16(src, s0 + 4 * (j + 2 * step), aligned)
-        e = _ld16(src, s0 + 4 * (j + 3 * step), aligned)
-        _st16(dst, d0 + 4 * j, a)
-        _st16(dst, d0 + 4 * (j + step), b)
-        _st16(dst, d0 + 4 * (j + 2 * step), c)
-        _st16(dst, d0 + 4 * (j + 3 * step), e)
+    # Groups of up to DEEP_GROUP_MAX threads keep UNROLL (8) loads in flight per thread,
+    # larger ones four (which already fill the bus with 512 threads); the stores follow.
+    # Vectors of one round are ``nranks`` apart, so a warp's accesses stay contiguous
+    # (coalesced) in each. In named tuples: a register array indexed in a loop would go
+    # to local memory.
+    if nranks <= DEEP_GROUP_MAX:
+        while j + 7 * step < nvec:
+            a = _ld4(src, s0, j, step, aligned)
+            b = _ld4(src, s0, j + 4 * step, step, aligned)
+            _st4(dst, d0, j, step, a)
+            _st4(dst, d0, j + 4 * step, step, b)
+            j += 8 * step
+    while j + 3 * step < nvec:
+        _st4(dst, d0, j, step, _ld4(src, s0, j, step, aligned))
         j += 4 * step
     while j < nvec:
         _st16(dst, d0 + 4 * j, _ld16(src, s0 + 4 * j, aligned))

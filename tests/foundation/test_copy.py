@@ -32,6 +32,15 @@ def _copy_cases(dst, src, cases):
 
 
 @cuda.jit
+def _copy_cases_ranks_in_turn(dst, src, cases, nranks):
+    # One thread plays every rank of a group of nranks in turn: each rank's share of a copy
+    # is its own, so this lands what nranks threads would, without nranks simulator threads.
+    for c in range(cases.shape[0]):
+        for rank in range(nranks):
+            copy_bytes(dst, cases[c, 2], src, cases[c, 1], cases[c, 0], rank, nranks)
+
+
+@cuda.jit
 def _preload_cases(dst, src, cases):
     for c in range(cases.shape[0]):
         if preload_fits(cases[c, 0], cuda.blockDim.x):
@@ -62,7 +71,7 @@ def _aligned(nwords, fill):
 
 
 def _check(lengths, src_offsets=range(4), dst_offsets=range(4), threads=32, seed=0,
-           kernel=_copy_cases):
+           kernel=_copy_cases, ranks=None):
     rng = np.random.default_rng(seed)
     cases, dst_words = _cases(lengths, src_offsets, dst_offsets)
     src = _aligned(max(lengths) // 4 + 8, rng.integers(0, 2**32, max(lengths) // 4 + 8,
@@ -70,7 +79,10 @@ def _check(lengths, src_offsets=range(4), dst_offsets=range(4), threads=32, seed
     canary = _aligned(dst_words, rng.integers(0, 2**32, dst_words, dtype=np.uint32))
     d_dst = cuda.to_device(canary)
     d_src = cuda.to_device(src)
-    kernel[1, threads](d_dst, d_src, cuda.to_device(cases))
+    if ranks is None:
+        kernel[1, threads](d_dst, d_src, cuda.to_device(cases))
+    else:
+        _copy_cases_ranks_in_turn[1, 1](d_dst, d_src, cuda.to_device(cases), ranks)
     got = d_dst.copy_to_host().view(np.uint8)
     want = canary.copy().view(np.uint8)
     for n, sw, dw in cases:
@@ -125,6 +137,18 @@ _SIM_SLOW = [pytest.mark.slow] if SIMULATOR else []
 def test_preloaded_copy_exact_bytes_and_canaries(threads):
     """Loads first, stores later (the pushes' preload): every length up to its limit."""
     _check(range(1, 64 * threads + 1), threads=threads, kernel=_preload_cases)
+
+
+@pytest.mark.parametrize("ranks", [256, 257, 512])
+def test_groups_on_each_side_of_the_deep_copy_limit(ranks):
+    """Groups of up to DEEP_GROUP_MAX threads keep eight loads in flight, larger ones four:
+    exact bytes on both sides, around one round of four and of eight of each group (the
+    group's ranks played in turn by one thread)."""
+    from gpuwrite.device.copy import DEEP_GROUP_MAX
+    assert DEEP_GROUP_MAX == 256
+    four, eight = 64 * ranks, 128 * ranks
+    _check((61, four - 4, four + 20, eight + 4, eight + four + 12), src_offsets=(0, 1),
+           dst_offsets=(0, 3), threads=ranks, ranks=ranks)
 
 
 def test_zero_bytes_writes_nothing():
