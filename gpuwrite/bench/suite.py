@@ -23,7 +23,11 @@ run, and each judged on every run, not only on the median:
     copied and fenced before each answer, as the agent must): each nic_pull point also
     reports ``least_us``, floor + the 64-byte reverse trip + the rest of its bytes /
     ceiling, and whether its target lies below it (``target_below_least``: no stand-in
-    that keeps the host playing the NIC can meet it).
+    that keeps the host playing the NIC can meet it). gpu_push and host_staged points with
+    BLOCK_COPY_THREADS threads report theirs too (``least_push_us``): the sweep posts each
+    message from one block, whose copy into host memory cannot go faster than that block's
+    vector copy of a first-read source (``block256_copy_fresh_gbytes``, measured in the
+    same run), while the bound divides by the whole GPU's bulk stores.
 Every repeated figure is reported as min, median and max. Where a run misses a target,
 ``lost_in`` names the step that took the time: the engine (doorbell seen to CQE written,
 its mean turnaround) or the GPU side (the rest of the round trip), whichever exceeds its
@@ -376,13 +380,34 @@ def least_pull_us(size, threads, floor_us, reverse_us, ceilings):
     return _sweep_bound_us("nic_pull", rest, threads, floor_us, ceilings) + reverse_us
 
 
+# The block whose copy the bench measures (``block256_copy_*``): a push's least is known
+# only for sweep points of this many threads.
+BLOCK_COPY_THREADS = 256
+
+
+def least_push_us(path, size, threads, floor_us, ceilings):
+    """The least a gpu_push or host_staged message of ``size`` bytes can take when one
+    block of ``threads`` copies it, or None where the bench did not measure that block's
+    copy: the floor and the block's copy into host memory at its ceiling for a first-read
+    source (host_staged's second crossing at the bound's bulk stores, as in the bound).
+    The bound divides by the whole GPU's bulk stores, which one block cannot reach: where
+    ``size`` / the block's copy exceeds the target's slack, no single-block sender can
+    meet the target, whatever the engine does."""
+    block = ceilings.get("block256_copy_fresh_gbytes")
+    if path not in ("gpu_push", "host_staged") or threads != BLOCK_COPY_THREADS or not block:
+        return None
+    second = size / (ceilings["bulk_store_gbytes"] * 1e3) if path == "host_staged" else 0.0
+    return floor_us + size / (block * 1e3) + second
+
+
 def latency_sweep(floor_us: float, ceilings: dict, *, sizes=SWEEP_SIZES, paths=SWEEP_PATHS,
                   threads=SWEEP_THREADS, n_qps: int = 1, iters: int = SWEEP_ITERS,
                   repeats: int = SWEEP_REPEATS, step=lambda msg: None,
                   reverse_us: float | None = None) -> list[dict]:
     """Latency vs size, one message in flight per QP, every point run ``repeats`` times in
     turn with the others; each run judged against floor + size / ceiling. With the reverse
-    floor, nic_pull's points also carry their least (``least_pull_us``)."""
+    floor, nic_pull's points also carry their least (``least_pull_us``); with the block's
+    copy ceiling, gpu_push's and host_staged's points of that block (``least_push_us``)."""
     points = [(p, n, t) for t in threads for p in paths for n in sizes
               if not (p == "gpu_push_inline" and n > runner.INLINE_SIZES[-1])]
     runs: dict = {pt: [] for pt in points}
@@ -419,8 +444,10 @@ def latency_sweep(floor_us: float, ceilings: dict, *, sizes=SWEEP_SIZES, paths=S
             judged.append(row)
         point = {"path": path, "size_bytes": size, "threads": th, "bound_us": bound,
                  "target_ratio": target}
-        if path == "nic_pull" and reverse_us is not None:
-            least = least_pull_us(size, th, floor_us, reverse_us, ceilings)
+        least = (least_pull_us(size, th, floor_us, reverse_us, ceilings)
+                 if path == "nic_pull" and reverse_us is not None
+                 else least_push_us(path, size, th, floor_us, ceilings))
+        if least is not None:
             point.update(least_us=least, least_ratio=least / bound)
             if target is not None:
                 point["target_below_least"] = point["least_ratio"] > target
@@ -458,8 +485,8 @@ def run_suite(quick: bool = False, progress=None, *, sizes=SWEEP_SIZES, paths=SW
     ceilings = {"bulk_store_gbytes": bulk_store_gbytes(64 << 20 if quick else 256 << 20),
                 "warp_copy_gbytes": block_copy_gbytes(32),
                 "warp_copy_fresh_gbytes": block_copy_gbytes(32, fresh=True),
-                "block256_copy_gbytes": block_copy_gbytes(256),
-                "block256_copy_fresh_gbytes": block_copy_gbytes(256, fresh=True)}
+                "block256_copy_gbytes": block_copy_gbytes(BLOCK_COPY_THREADS),
+                "block256_copy_fresh_gbytes": block_copy_gbytes(BLOCK_COPY_THREADS, fresh=True)}
     out.update(ceilings)
     out["engine_copy_threads"] = default_copy_threads(1)
     floors = [floor_pingpong_us(lat_n) for _ in range(3)]

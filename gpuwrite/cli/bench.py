@@ -246,6 +246,7 @@ def _print(out: dict) -> None:
         console.print(f"  {path}: {next(pt['emulation'] for pt in out['sweep'] if pt['path'] == path)}")
     below = out.get("targets_below_least", {})
     for k, ok in out["verdict"].items():
-        why = (f" (below emulation's least: floor + the 64-byte reverse trip + the rest's "
-               f"copy = {below[k]:.2f}x the bound)") if k in below else ""
+        least = ("floor + the 64-byte reverse trip + the rest's copy" if " nic_pull " in k
+                 else "floor + size / the copy of the one block that sends it")
+        why = f" (below the least: {least} = {below[k]:.2f}x the bound)" if k in below else ""
         console.print(f"target {k}: {'[green]met[/green]' if ok else '[red]missed[/red]'}{why}")

@@ -1,7 +1,12 @@
 """``gpuwrite bench``'s account of a missed sweep point: which step took the time."""
+import json
+from pathlib import Path
+
 import pytest
 
 from gpuwrite.bench import suite
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _splits(rows):
@@ -74,6 +79,36 @@ def test_a_pull_target_below_the_emulated_least_is_named(monkeypatch):
     plain = suite.latency_sweep(3.27, ceilings, sizes=(64,), paths=("nic_pull",),
                                 threads=(256,), repeats=1)
     assert "least_us" not in plain[0] and "target_below_least" not in plain[0]
+
+
+def test_a_push_target_below_one_blocks_copy_is_named(monkeypatch):
+    """A 256-thread push's least is the floor + its size over that block's copy of a
+    first-read source (session 20's H100: floor 3.2 us, bulk stores 51.6 GB/s, the block
+    36.1): at 1 MiB 32.2 us, 1.37x the bound, above the 1.25x target; at 64 KiB 5.0 us,
+    1.12x, below it. host_staged counts its second crossing at bulk stores (52.5 us, 1.20x
+    at 1 MiB: reachable). 32-thread points have none (their bound is the warp's copy),
+    nor do points of a block the bench did not measure, nor files without the block's
+    copy."""
+    monkeypatch.setattr(suite.runner, "run", lambda path, sizes, **kw: _Run(60.0, 0.2))
+    ceilings = {"bulk_store_gbytes": 51.6, "warp_copy_fresh_gbytes": 11.8,
+                "block256_copy_fresh_gbytes": 36.1}
+    mib, kib64 = 1 << 20, 65536
+    pts = suite.latency_sweep(3.2, ceilings, sizes=(kib64, mib), paths=("gpu_push", "host_staged"),
+                              threads=(32, 256, 128), repeats=1)
+    by = {(p["path"], p["size_bytes"], p["threads"]): p for p in pts}
+    big, small = by[("gpu_push", mib, 256)], by[("gpu_push", kib64, 256)]
+    assert abs(big["least_us"] - (3.2 + mib / 36.1e3)) < 1e-9
+    assert abs(small["least_us"] - (3.2 + kib64 / 36.1e3)) < 1e-9
+    assert big["target_below_least"] is True and small["target_below_least"] is False
+    assert abs(big["least_ratio"] - big["least_us"] / big["bound_us"]) < 1e-12
+    staged = by[("host_staged", mib, 256)]
+    assert abs(staged["least_us"] - (3.2 + mib / 36.1e3 + mib / 51.6e3)) < 1e-9
+    assert staged["target_below_least"] is False
+    for th in (32, 128):
+        assert "least_us" not in by[("gpu_push", mib, th)]
+    old = suite.latency_sweep(3.2, {"bulk_store_gbytes": 51.6, "warp_copy_gbytes": 9.6},
+                              sizes=(mib,), paths=("gpu_push",), threads=(256,), repeats=1)
+    assert "least_us" not in old[0]
 
 
 @pytest.mark.timeout(20)
@@ -206,3 +241,19 @@ def test_the_one_warp_bound_uses_the_copy_of_a_source_read_for_the_first_time():
     line = _copies({**both, "block256_copy_gbytes": 40.0, "block256_copy_fresh_gbytes": 35.0})
     assert "one warp: 8.0 (from L2 16.0) GB/s" in line and "35.0 (from L2 40.0)" in line
     assert "one warp: 16.0 GB/s" in _copies({**old, "block256_copy_gbytes": 40.0})
+
+
+def test_the_bench_names_which_least_a_target_lies_below(capsys):
+    """Printed, a target below its least says which least: the pull's two round trips,
+    or the copy of the one block that sends a push (session 20's stored bench, with a
+    push target marked below its least)."""
+    from gpuwrite.cli.bench import _print
+    out = json.load(open(REPO / "benchmarks" / "h100-2026-11-27-bench-session20.json"))
+    out["targets_below_least"]["sweep gpu_push 1048576 B 256 thr"] = 1.37
+    _print(out)
+    text = " ".join(capsys.readouterr().out.split())
+    assert ("target sweep gpu_push 1048576 B 256 thr: missed (below the least: floor + size / "
+            "the copy of the one block that sends it = 1.37x the bound)") in text
+    assert ("target sweep nic_pull 65536 B 256 thr: missed (below the least: floor + the "
+            "64-byte reverse trip + the rest's copy = 1.85x the bound)") in text
+    assert "gpu_push 65536 B 256 thr: missed (" not in text
