@@ -44,6 +44,7 @@ except ModuleNotFoundError:  # Python 3.10: the tomli backport (pyproject.toml)
     import tomli as tomllib
 
 from gpuwrite import MAX_MESSAGE_BYTES
+from gpuwrite.experiments import inputs
 from gpuwrite.experiments.backends import SIMULATOR_DEVICE
 from gpuwrite.model import pcie
 from gpuwrite.model.errors import ParamError
@@ -277,6 +278,8 @@ def _load_sweep(file: Path, index: int, data: dict) -> Sweep:
     if not isinstance(data, dict):
         raise SpecError(f"{file}: sweep {index + 1} is not allowed as {data!r}; allowed: a [[sweep]] table")
     name = data.get("name", f"sweep{index + 1}")
+    if not isinstance(name, str) or not name.strip():
+        raise SpecError(f"{file}: sweep {index + 1}: name={name!r} is not allowed; allowed: a non-empty text")
     where = f"{file}: sweep {name!r}"
     _check_keys(where, data, SWEEP_KEYS)
     backend = data.get("backend")
@@ -320,11 +323,16 @@ def load_spec(path: str | Path) -> ExperimentSpec:
     if not file.is_file():
         raise SpecError(f"experiment file {str(path)!r} is not allowed; allowed: an existing TOML file")
     try:
-        data = tomllib.loads(file.read_text())
+        data = tomllib.loads(file.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"experiment file {str(path)!r} is not allowed (byte {exc.start} is not UTF-8); "
+                        "allowed: a TOML file of UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{file}: not valid TOML ({exc})") from None
     _check_keys(str(file), data, ("figure", "sweep"))
     figure = data.get("figure", {})
+    if not isinstance(figure, dict):
+        raise SpecError(f"{file}: figure={figure!r} is not allowed; allowed: a [figure] table")
     _check_keys(f"{file}: figure", figure, FIGURE_KEYS)
     raw_sweeps = data.get("sweep", [])
     if not isinstance(raw_sweeps, list) or not raw_sweeps:
@@ -373,6 +381,7 @@ def resolve(sweep: Sweep, values: dict, device: str) -> dict:
     config: dict = {"schema": CONFIG_SCHEMA, "backend": sweep.backend, "measure": sweep.measure,
                     "output": sweep.output, "code": code_fingerprint(sweep.backend)}
     try:
+        inputs.check_finite(values)
         if sweep.backend == "emulated":
             run = {**EMULATED_DEFAULTS, **values}
             _check_emulated(run)
@@ -382,22 +391,30 @@ def resolve(sweep: Sweep, values: dict, device: str) -> dict:
             size = values.get("size_bytes", 512)
             _check_size(size, 0)
             start = values.get("start_address", 0)
+            inputs.check_start_address(start, size, link.address_bits)
             operation = values.get("operation", "read")
             pcie.wire_bytes(link, operation, size, start)
             config.update(link=link.to_dict(), operation=operation, size_bytes=size, start_address=start)
         else:
             params = Params()
             if "calibration" in values:
+                if not isinstance(values["calibration"], str):
+                    raise ParamError("calibration", values["calibration"], "a TOML file's path (text)")
                 calibration = Path(values["calibration"])
                 if not calibration.is_absolute():
                     calibration = sweep.base_dir / calibration
+                data = inputs.read_toml(calibration, "calibration")
+                inputs.check_params(data.get("params", data))
                 params = params.with_calibration(calibration)
             overrides = _nest({k: v for k, v in values.items() if k in PARAMS_KEYS})
+            inputs.check_params(overrides)
             params = params.updated(overrides) if overrides else params
             config["params"] = params.to_dict()
             if sweep.measure == "simulate":
-                workload = Workload.from_dict({k[len("workload."):]: v for k, v in values.items()
-                                               if k.startswith("workload.")})
+                workload = {k[len("workload."):]: v for k, v in values.items() if k.startswith("workload.")}
+                inputs.check_workload(workload)
+                inputs.check_samples(values.get("samples", 1000))
+                workload = Workload.from_dict(workload)
                 seed = values.get("seed", 0)
                 if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
                     raise ParamError("seed", seed, "an integer >= 0")
@@ -431,6 +448,17 @@ def _check_emulated(run: dict) -> None:
             raise ParamError(key, value, "an integer >= 0")
     if run["policy"] not in ("hold", "drop"):
         raise ParamError("policy", run["policy"], "hold, drop")
+    # the runner checks chunk_bytes's range, not its type; it divides by stage_slot_bytes
+    # before gpuwrite.host.verbs checks it (a power of two, 64 B to 1 MiB)
+    if isinstance(run["chunk_bytes"], bool) or not isinstance(run["chunk_bytes"], int):
+        raise ParamError("chunk_bytes", run["chunk_bytes"], "an integer (a multiple of 4, at least 64)")
+    if isinstance(run["seed"], bool) or not isinstance(run["seed"], int) or run["seed"] < 0:
+        raise ParamError("seed", run["seed"], "an integer >= 0")
+    slot = run["stage_slot_bytes"]
+    if isinstance(slot, bool) or not isinstance(slot, int) or not 64 <= slot <= 1 << 20 or slot & (slot - 1):
+        raise ParamError("stage_slot_bytes", slot, "a power of two from 64 to 1,048,576")
+    if not isinstance(run["wait_each"], bool):
+        raise ParamError("wait_each", run["wait_each"], "true, false")
 
 
 def fingerprint_files(root: Path, patterns) -> str:

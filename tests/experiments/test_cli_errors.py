@@ -31,6 +31,24 @@ def _spec(tmp: Path, vary_size: str) -> str:
     return str(path)
 
 
+def _file(tmp: Path, name: str, content) -> str:
+    """A file of ``content`` (text, or bytes as they are) in the tmp folder."""
+    path = tmp / name
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    return str(path)
+
+
+def _sweep(tmp: Path, body: str, measure: str | None = "simulate") -> list[str]:
+    """``gpuwrite sweep`` of a one-sweep experiment file: ``body`` after its first lines."""
+    head = '[[sweep]]\nname = "s"\nbackend = "model"\n' + (f'measure = "{measure}"\n' if measure else "")
+    if measure is None:
+        head = '[[sweep]]\nname = "s"\nbackend = "emulated"\n'
+    return ["sweep", _file(tmp, "spec.toml", head + body), "--results", str(tmp / "r")]
+
+
 # (id, argv builder given a tmp folder, text the message must contain)
 CASES = [
     ("demo-messages-zero", lambda t: ["demo", "--messages", "0"], "--messages=0"),
@@ -76,6 +94,33 @@ CASES = [
     ("sim-out-is-file", lambda t: ["sim", str(EXPERIMENTS / "model" / "gpu_push_inline_small.toml"),
                                    "--messages", "20", "--out", str(ROOT / "README.md")], "README.md"),
     ("sim-missing-config", lambda t: ["sim", str(t / "none.toml")], "none.toml"),
+    # experiment files: what the model's classes and the runner do not check themselves
+    ("sweep-file-not-utf8", lambda t: ["sweep", _file(t, "binary.toml", b"\xff\xfe[[sweep]]")], "binary.toml"),
+    ("sweep-figure-not-table", lambda t: ["sweep", _file(t, "fig.toml", 'figure = 3\n[[sweep]]\nname = "s"\n'
+                                                         'backend = "model"\nmeasure = "latency"\n')], "figure=3"),
+    ("sweep-name-not-text", lambda t: ["sweep", _file(t, "name.toml", '[[sweep]]\nname = ["a"]\nbackend = "model"\n'
+                                                      'measure = "latency"\n')], "name=['a']"),
+    ("sweep-nan-parameter", lambda t: _sweep(t, '[sweep.fixed]\n"network.rate_gbps" = nan\n'), "network.rate_gbps=nan"),
+    ("sweep-inf-interval", lambda t: _sweep(t, '[sweep.fixed]\n"workload.arrival" = "open"\n'
+                                               '"workload.interval_ns" = inf\n'), "workload.interval_ns=inf"),
+    ("sweep-topology-not-text", lambda t: _sweep(t, "[sweep.fixed]\ntopology = 5\n"), "topology=5"),
+    ("sweep-calibration-not-text", lambda t: _sweep(t, "[sweep.fixed]\ncalibration = 5\n"), "calibration=5"),
+    ("sweep-calibration-not-utf8", lambda t: _sweep(t, '[sweep.fixed]\ncalibration = "%s"\n'
+                                                       % _file(t, "c.toml", b"\xff")), "c.toml"),
+    ("sweep-n-qps-huge", lambda t: _sweep(t, '[sweep.fixed]\n"workload.n_qps" = 9223372036854775807\n'),
+     "workload.n_qps=9223372036854775807"),
+    ("sweep-n-messages-huge", lambda t: _sweep(t, '[sweep.fixed]\n"workload.n_messages" = 9223372036854775807\n'),
+     "workload.n_messages=9223372036854775807"),
+    ("sweep-weights-not-numbers", lambda t: _sweep(t, '[sweep.fixed]\n"workload.arrival" = "open"\n'
+                                                      '"workload.qp_weights" = ["a"]\n'), "workload.qp_weights=['a']"),
+    ("sweep-samples-text", lambda t: _sweep(t, '[sweep.fixed]\nsamples = "x"\n'), "samples='x'"),
+    ("sweep-start-address-huge", lambda t: _sweep(t, "[sweep.fixed]\nstart_address = 1180591620717411303424\n",
+                                                  "efficiency"), "start_address=1180591620717411303424"),
+    ("sweep-emulated-slot-zero", lambda t: _sweep(t, "[sweep.fixed]\nstage_slot_bytes = 0\n", None),
+     "stage_slot_bytes=0"),
+    ("sweep-emulated-wait-each-text", lambda t: _sweep(t, '[sweep.fixed]\nwait_each = "yes"\n', None),
+     "wait_each='yes'"),
+    ("sweep-emulated-seed-negative", lambda t: _sweep(t, "[sweep.fixed]\nseed = -1\n", None), "seed=-1"),
 ]
 if SIMULATOR:   # without a GPU these commands refuse, and must say so in JSON too
     CASES += [
