@@ -11,26 +11,34 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 
 from gpuwrite.cli import UsageError
 from gpuwrite.cli.common import check_result_path, check_writable, parse_size, parse_sizes, provenance, write_rows
+from gpuwrite.experiments.inputs import check_start_address
 from gpuwrite.model import paths, pcie, sysfs
 from gpuwrite.model import topology as topo
 from gpuwrite.model.errors import ParamError
 from gpuwrite.model.params import PATHS, Params
 
+def _read_params_file(file, name: str) -> dict:
+    """The parameters of a ``--config`` or ``--calibration`` file (its ``[params]`` table
+    where it has one), checked for what the model does not check itself (not UTF-8, not a
+    finite number, a topology that is not text); errors name the option and the file."""
+    from gpuwrite.experiments import inputs
+
+    data = inputs.read_toml(file, name)     # a ParamError naming the option and the file
+    try:
+        inputs.check_params(data.get("params", data) if name == "--calibration" else data)
+    except ParamError as exc:
+        raise UsageError(f"{name} {file}: {exc}", value=exc.value, allowed=exc.allowed) from None
+    return data
+
+
 def _check_calibration(file) -> None:
     """A calibration file must hold measurements of a real GPU: an empty file, or one that
     ``gpuwrite calibrate --allow-simulator`` wrote (Python's timings), is refused."""
-    from pathlib import Path
-
-    from gpuwrite.model.params import _load_toml
-
-    path = Path(file)
-    if not path.is_file():
-        raise UsageError(f"--calibration={file!r} is not allowed; allowed: an existing TOML file",
-                         value=str(file), allowed="an existing TOML file")
-    data = _load_toml(path)
+    data = _read_params_file(file, "--calibration")
     if not data.get("params", data):
         raise UsageError(f"--calibration={file!r} is not allowed (it sets no parameter); allowed: a file "
                          "`gpuwrite calibrate` wrote on a GPU", value=str(file), allowed="a calibration file")
@@ -41,11 +49,17 @@ def _check_calibration(file) -> None:
 
 
 def _params(args) -> Params:
+    from pathlib import Path
+
     try:
-        params = Params.from_toml(args.config) if getattr(args, "config", None) else Params()
-        if getattr(args, "calibration", None):
-            _check_calibration(args.calibration)
-            params = params.with_calibration(args.calibration)
+        config, calibration = getattr(args, "config", None), getattr(args, "calibration", None)
+        params = Params()
+        if config is not None:      # "" too: an empty name is refused, not ignored
+            _read_params_file(config, "--config")
+            params = Params.from_toml(Path(config))
+        if calibration is not None:
+            _check_calibration(calibration)
+            params = params.with_calibration(Path(calibration))
         overrides = {}
         if getattr(args, "path", None):
             overrides["path"] = args.path
@@ -144,6 +158,7 @@ def cmd_pcie(args) -> int:
         link = pcie.LinkConfig(args.gen, args.width, args.mps, args.mrrs, args.rcb, args.address_bits,
                                args.ecrc, args.rcb_chunks)
         size = parse_size(args.size, "--size")
+        check_start_address(args.start, size, link.address_bits)
         wire = pcie.wire_bytes(link, args.operation, size, args.start)
     except ParamError as exc:
         raise UsageError(str(exc)) from None
@@ -198,6 +213,9 @@ def cmd_params(args) -> int:
         for key in _flat_keys(_config_overrides(args.config)):
             sources[key] = f"config file {args.config}"
     rows = [{"parameter": key, "value": value, "source": sources[key]} for key, value in params.flat().items()]
+    if args.dump is not None and not args.dump.strip():
+        raise UsageError(f"--dump={args.dump!r} is not allowed; allowed: a file path this user can write",
+                         value=args.dump, allowed="a writable path")
     if args.dump:
         check_writable(args.dump, "--dump").write_text(params.to_toml())
     table = _table("model parameters" + (f" (written to {args.dump})" if args.dump else ""),
@@ -213,6 +231,11 @@ def cmd_buffer(args) -> int:
     from gpuwrite.model import buffer
 
     params = _params(args)
+    for flag, value in (("--stall-period", args.stall_period), ("--stall-duration", args.stall_duration),
+                        ("--poll-interval", args.poll_interval)):
+        if value is not None and not math.isfinite(value):
+            raise UsageError(f"{flag}={value} is not allowed; allowed: a finite number of ns", value=value,
+                             allowed="a finite number")
     overrides = {}
     if args.stall_period is not None or args.stall_duration is not None:
         overrides["receiver"] = {"stall_period_ns": args.stall_period or 0.0,

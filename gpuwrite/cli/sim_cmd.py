@@ -9,16 +9,29 @@ import json
 from pathlib import Path
 
 from gpuwrite.cli import UsageError
-from gpuwrite.cli.common import check_writable, provenance, write_rows
+from gpuwrite.cli.common import provenance, write_rows
+from gpuwrite.cli.sweep import check_dir
 from gpuwrite.model.errors import ParamError
 from gpuwrite.model.params import SimConfig
 
 
 def load_config(args) -> SimConfig:
+    from gpuwrite.experiments import inputs
+
     path = Path(args.config)
-    if not path.is_file():
+    if not str(args.config).strip() or not path.is_file():
         raise UsageError(f"CONFIG {args.config!r} is not allowed; allowed: an existing TOML file")
     try:
+        raw = inputs.read_toml(path, "CONFIG")
+    except ParamError as exc:
+        raise UsageError(str(exc), value=exc.value, allowed=exc.allowed) from None
+    try:
+        # what the model does not check itself: finite numbers, types, upper bounds
+        inputs.check_params(raw.get("params", {}))
+        workload = raw.get("workload", {})
+        if isinstance(workload, dict) and args.messages is not None:
+            workload = {**workload, "n_messages": args.messages}
+        inputs.check_workload(workload)
         config = SimConfig.from_toml(path)
         data = config.to_dict()
         if args.seed is not None:
@@ -34,7 +47,7 @@ def cmd_sim(args) -> int:
     from gpuwrite.model.sim import simulate_config
 
     config = load_config(args)
-    out = check_writable(args.out, "--out", folder=True) if args.out else None
+    out = check_dir(args.out, "--out") if args.out is not None else None
     try:
         if args.json:
             result = simulate_config(config)
