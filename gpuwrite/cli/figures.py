@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from gpuwrite.cli import UsageError
 from gpuwrite.cli.common import console, print_json, table
-from gpuwrite.cli.sweep import add_run_options, check_dir, check_workers, progress_bar
+from gpuwrite.cli.sweep import add_run_options, check_dir, check_dir_name, check_workers, progress_bar
 
 
 def register(sub) -> None:
@@ -33,15 +33,18 @@ def main(args) -> int:
     from gpuwrite.experiments.render import regenerate
     from gpuwrite.experiments.spec import SpecError
 
-    check_dir(args.results, "--results")
-    if args.check:
+    workers = check_workers(args.workers)   # with --check too: every option given is checked
+    if args.check:                          # which writes nothing and makes no folder
+        check_dir_name(args.results, "--results")
+        check_dir_name(args.out, "--out")
         return check(args)
+    check_dir(args.results, "--results")
     check_dir(args.out, "--out")
     started = time.perf_counter()
     try:
         with progress_bar(args.json) as progress:
             made = regenerate(args.specs, args.results, args.out, only=args.only, fresh=args.fresh,
-                              workers=check_workers(args.workers), progress=progress)
+                              workers=workers, progress=progress)
     except SpecError as exc:
         raise UsageError(str(exc)) from None
     if args.json:
@@ -65,6 +68,11 @@ def check(args) -> int:
     from gpuwrite.experiments.sweep import gpu_rows_of_other_code, stale_tables
 
     specs = [load_spec(path) for path in find_specs(args.specs)]
+    names = sorted(spec.name for spec in specs if spec.figure_kind)
+    for name in args.only or ():
+        if name not in names:   # as regenerate says it
+            raise UsageError(f"figure {name!r} is not allowed; allowed: {', '.join(names)}", value=name,
+                             allowed=", ".join(names))
     specs = [spec for spec in specs if spec.figure_kind and (not args.only or spec.name in args.only)]
     stale = [line for spec in specs for line in stale_tables(spec, args.results)]
     other = [line for spec in specs for line in gpu_rows_of_other_code(spec, args.results)]

@@ -37,9 +37,9 @@ def check_workers(workers):
     return workers
 
 
-def check_dir(value: str, name: str) -> Path:
-    """A directory a command writes into: not empty text (which would mean the current
-    directory, silently) and not an existing file."""
+def check_dir_name(value: str, name: str) -> Path:
+    """A directory a command would write into, named as one: not empty text (which would
+    mean the current directory, silently) and not an existing file; nothing is made."""
     if not str(value).strip():
         raise UsageError(f"{name}={value!r} is not allowed; allowed: a directory path (e.g. experiments/results)",
                          value=value, allowed="a directory path")
@@ -47,7 +47,12 @@ def check_dir(value: str, name: str) -> Path:
     if path.exists() and not path.is_dir():
         raise UsageError(f"{name}={value!r} is not allowed (it is a file); allowed: a directory",
                          value=value, allowed="a directory")
-    return check_writable(path, name, folder=True)
+    return path
+
+
+def check_dir(value: str, name: str) -> Path:
+    """A directory a command writes into: ``check_dir_name``'s, made if missing and writable."""
+    return check_writable(check_dir_name(value, name), name, folder=True)
 
 
 def register(sub) -> None:

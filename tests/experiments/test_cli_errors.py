@@ -127,6 +127,13 @@ CASES = [
                                      "--messages", str(2**70)], f"workload.n_messages={2**70}"),
     ("sim-out-empty-name", lambda t: ["sim", str(EXPERIMENTS / "model" / "gpu_push_inline_small.toml"),
                                       "--messages", "20", "--out", ""], "--out=''"),
+    # figures --check checks the options it does not use too, and makes no folder
+    ("figures-check-only-unknown", lambda t: ["figures", "--check", "--specs", str(EXPERIMENTS), "--results",
+                                             str(t / "r"), "--only", "fig99"],
+     "fig99"),
+    ("figures-check-workers-zero", lambda t: ["figures", "--check", "--results", str(t / "r"), "--workers", "0"],
+     "--workers=0"),
+    ("figures-check-out-empty", lambda t: ["figures", "--check", "--results", str(t / "r"), "--out", ""], "--out=''"),
     # experiment files: what the model's classes and the runner do not check themselves
     ("sweep-file-not-utf8", lambda t: ["sweep", _file(t, "binary.toml", b"\xff\xfe[[sweep]]")], "binary.toml"),
     ("sweep-figure-not-table", lambda t: ["sweep", _file(t, "fig.toml", 'figure = 3\n[[sweep]]\nname = "s"\n'
@@ -213,3 +220,11 @@ def test_doctor_exits_1_when_not_ready(capsys):
         assert main(["doctor", "--sysfs-root", str(fixtures / name / "sys"), "--proc-root",
                      str(fixtures / name / "proc"), "--json"]) == status
         assert json.loads(capsys.readouterr().out)["ready"] is (status == 0)
+
+
+def test_figures_check_makes_no_folder(tmp_path, capsys):
+    """--check writes nothing: a results folder that is not there is all stale, not made."""
+    assert main(["figures", "--check", "--specs", str(EXPERIMENTS), "--results", str(tmp_path / "none"),
+                 "--out", str(tmp_path / "figs"), "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["stale"]
+    assert not (tmp_path / "none").exists() and not (tmp_path / "figs").exists()
