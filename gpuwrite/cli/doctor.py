@@ -1,6 +1,7 @@
 """``gpuwrite doctor``: GPU-NIC paths, IOMMU, ACS, peer memory, and the path to expect to win."""
 from __future__ import annotations
 
+from gpuwrite.cli import UsageError
 from gpuwrite.cli.common import add_json_flag, console, parse_size, print_json, table
 
 
@@ -20,6 +21,11 @@ def main(args) -> int:
     from gpuwrite import doctor
 
     size = parse_size(args.size, "--size")
+    for flag, value in (("--sysfs-root", args.sysfs_root), ("--proc-root", args.proc_root)):
+        if not value.strip():   # the empty path is the working directory: never what was meant
+            raise UsageError(f"{flag}={value!r} is not allowed; allowed: a directory (e.g. "
+                             f"{'/sys' if flag == '--sysfs-root' else '/proc'})", value=value,
+                             allowed="a directory")
     report = doctor.diagnose(args.sysfs_root, args.proc_root, size)
     # ready: false is a result a script must be able to test: exit status 1
     status = 0 if report["ready"] else 1

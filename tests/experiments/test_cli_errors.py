@@ -134,6 +134,8 @@ CASES = [
     ("figures-check-workers-zero", lambda t: ["figures", "--check", "--results", str(t / "r"), "--workers", "0"],
      "--workers=0"),
     ("figures-check-out-empty", lambda t: ["figures", "--check", "--results", str(t / "r"), "--out", ""], "--out=''"),
+    ("doctor-sysfs-root-empty", lambda t: ["doctor", "--sysfs-root", ""], "--sysfs-root=''"),
+    ("doctor-proc-root-empty", lambda t: ["doctor", "--proc-root", ""], "--proc-root=''"),
     # experiment files: what the model's classes and the runner do not check themselves
     ("sweep-file-not-utf8", lambda t: ["sweep", _file(t, "binary.toml", b"\xff\xfe[[sweep]]")], "binary.toml"),
     ("sweep-figure-not-table", lambda t: ["sweep", _file(t, "fig.toml", 'figure = 3\n[[sweep]]\nname = "s"\n'
