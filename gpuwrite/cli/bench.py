@@ -51,10 +51,17 @@ def _list(text: str, what: str, parse, allowed: str) -> list:
     return [parse(t.strip()) for t in items]
 
 
-def _positive_int(what: str, text: str) -> int:
+def _positive_int(what: str, text: str, most: int | None = None) -> int:
     if not re.fullmatch(r"\s*\d+\s*", text or "") or int(text) < 1:
-        raise BenchInputError(what, text, "a whole number >= 1")
+        raise BenchInputError(what, text, "a whole number >= 1" if most is None else f"1 to {most:,}")
+    if most is not None and int(text) > most:
+        raise BenchInputError(what, text, f"1 to {most:,}")
     return int(text)
+
+
+# Upper bounds of the counts: the demo's (the emulated NIC's queue table, and messages
+# per run), and runs of a repeated figure (the default is 5).
+MAX_REPEATS = 1000
 
 
 def register(sub) -> None:
@@ -103,11 +110,12 @@ def _options(args) -> dict:
                 raise BenchInputError("threads", t, f"1 to {most} threads per block (the "
                                       "sending kernel's registers)")
         opts["threads"] = tuple(threads)
-    opts["n_qps"] = _positive_int("qps", args.qps)
+    from gpuwrite.cli.demo import MAX_MESSAGES, MAX_QPS
+    opts["n_qps"] = _positive_int("qps", args.qps, MAX_QPS)
     if args.iters is not None:
-        opts["iters"] = _positive_int("iters", args.iters)
+        opts["iters"] = _positive_int("iters", args.iters, MAX_MESSAGES)
     if args.repeats is not None:
-        opts["repeats"] = _positive_int("repeats", args.repeats)
+        opts["repeats"] = _positive_int("repeats", args.repeats, MAX_REPEATS)
     opts["sweep_only"] = args.sweep_only
     return opts
 

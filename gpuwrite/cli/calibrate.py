@@ -11,16 +11,18 @@ from pathlib import Path
 
 from gpuwrite.calibfiles import free_name
 from gpuwrite.cli import UsageError
-from gpuwrite.cli.common import add_json_flag, check_writable, console, print_json, table
+from gpuwrite.cli.common import add_json_flag, check_range, check_writable, console, print_json, table
 
 DEFAULT_DIR = Path("experiments") / "calibration"
+MAX_RUNS = 1000     # runs per measurement; the default is 5
 
 
 def register(sub) -> None:
     p = sub.add_parser("calibrate", help="measure this GPU and write a model parameter file (TOML)",
                        description=__doc__.splitlines()[0])
     p.add_argument("--out", help="file to write (default experiments/calibration/<device>-<date>.toml)")
-    p.add_argument("--runs", type=int, default=5, help="runs per measurement; the file keeps the median (default 5)")
+    p.add_argument("--runs", type=int, default=5, help=f"runs per measurement, 1 to {MAX_RUNS}; the file keeps the "
+                   "median (default 5)")
     p.add_argument("--quick", action="store_true", help="smaller transfers (64 MiB) and fewer round trips")
     p.add_argument("--allow-simulator", action="store_true",
                    help="run on the CUDA simulator anyway; the file is labelled simulator (timings meaningless)")
@@ -31,16 +33,21 @@ def register(sub) -> None:
 def main(args) -> int:
     from gpuwrite.cudaenv import SIMULATOR, world
 
+    # bad input first, as every command does, then the GPU
+    check_range("--runs", args.runs, 1, MAX_RUNS)
+    if args.out is not None and not args.out.strip():
+        raise UsageError(f"--out={args.out!r} is not allowed; allowed: a file path this user can write "
+                         f"(or no --out: {DEFAULT_DIR}/<device>-<date>.toml)", value=args.out,
+                         allowed="a writable path")
     if SIMULATOR and not args.allow_simulator:
         raise UsageError("calibrate measures a real GPU and none was found (NUMBA_ENABLE_CUDASIM=1); the "
                          "simulator's timings are Python's. Run it on a GPU machine, or pass "
-                         "--allow-simulator for a file labelled simulator (to check the format)")
-    if args.runs < 1:
-        raise UsageError(f"--runs={args.runs} is not allowed; allowed: an integer >= 1")
+                         "--allow-simulator for a file labelled simulator (to check the format)",
+                         value="NUMBA_ENABLE_CUDASIM=1", allowed="a CUDA GPU, or --allow-simulator")
     from gpuwrite.bench import calib
     from gpuwrite.model.params import Params
 
-    out = check_writable(args.out, "--out") if args.out else None
+    out = check_writable(args.out, "--out") if args.out is not None else None
     with console.status("calibrating", spinner="dots") as status:
         data = calib.calibrate(args.runs, args.quick,
                                progress=None if args.json else lambda message: status.update(message))

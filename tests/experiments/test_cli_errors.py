@@ -136,6 +136,12 @@ CASES = [
     ("figures-check-out-empty", lambda t: ["figures", "--check", "--results", str(t / "r"), "--out", ""], "--out=''"),
     ("doctor-sysfs-root-empty", lambda t: ["doctor", "--sysfs-root", ""], "--sysfs-root=''"),
     ("doctor-proc-root-empty", lambda t: ["doctor", "--proc-root", ""], "--proc-root=''"),
+    # checked before calibrate and bench look for a GPU
+    ("calibrate-runs-huge", lambda t: ["calibrate", "--runs", str(2**70)], f"--runs={2**70}"),
+    ("calibrate-out-empty", lambda t: ["calibrate", "--allow-simulator", "--out", ""], "--out=''"),
+    ("bench-qps-huge", lambda t: ["bench", "--qps", str(2**70)], str(2**70)),
+    ("bench-iters-huge", lambda t: ["bench", "--iters", str(2**70)], str(2**70)),
+    ("bench-repeats-huge", lambda t: ["bench", "--repeats", str(2**70)], str(2**70)),
     # experiment files: what the model's classes and the runner do not check themselves
     ("sweep-file-not-utf8", lambda t: ["sweep", _file(t, "binary.toml", b"\xff\xfe[[sweep]]")], "binary.toml"),
     ("sweep-figure-not-table", lambda t: ["sweep", _file(t, "fig.toml", 'figure = 3\n[[sweep]]\nname = "s"\n'
