@@ -13,6 +13,8 @@ as ``{"error", "value", "allowed"}``).
 """
 from __future__ import annotations
 
+import sys
+
 from gpuwrite.cli import UsageError
 from gpuwrite.cli.common import add_json_flag, console, print_json, print_path_results
 
@@ -43,6 +45,8 @@ def register(sub) -> None:
 
 MAX_QPS = 1024
 MAX_BATCH = 256         # WQEs per doorbell: at most the runner's send queue (sq_bbs=256)
+MAX_SEED = 2**32 - 1    # as the demo's
+MAX_BOOTSTRAP_TIMEOUT_S = 86_400.0   # a day; a socket takes no timeout past time_t (inf, 1e30)
 
 
 class _BadInput(Exception):
@@ -66,12 +70,17 @@ def _check_inputs(args) -> list[str]:
                                    ("--qps", args.qps, 1, MAX_QPS),
                                    ("--batch", args.batch, 1, MAX_BATCH),
                                    ("--port", args.port, 1, 255),
-                                   ("--gid-index", args.gid_index, 0, 255)):
+                                   ("--gid-index", args.gid_index, 0, 255),
+                                   ("--seed", args.seed, 0, MAX_SEED)):
         if not low <= value <= high:
             raise _BadInput(f"{flag} {value}: allowed {low} to {high}", value, f"{low} to {high}")
-    if not args.bootstrap_timeout > 0:
-        raise _BadInput(f"--bootstrap-timeout {args.bootstrap_timeout:g}: must be more than 0 seconds",
-                        args.bootstrap_timeout, "more than 0")
+    if not 0 < args.bootstrap_timeout <= MAX_BOOTSTRAP_TIMEOUT_S:
+        raise _BadInput(f"--bootstrap-timeout {args.bootstrap_timeout:g}: allowed more than 0 and at most "
+                        f"{MAX_BOOTSTRAP_TIMEOUT_S:g} seconds", args.bootstrap_timeout,
+                        f"more than 0, at most {MAX_BOOTSTRAP_TIMEOUT_S:g}")
+    if args.device is not None and not args.device.strip():
+        raise _BadInput(f"--device {args.device!r} names no device (leave it out for the first mlx5 one)",
+                        args.device, "an RDMA device name, e.g. mlx5_0")
     if args.listen is not None and args.connect is not None:
         raise _BadInput(f"--listen {args.listen!r} and --connect {args.connect!r}: give one (rank 0 "
                         "listens, rank 1 connects)", [args.listen, args.connect], "one of --listen, --connect")
@@ -91,9 +100,10 @@ def main(args) -> int:
     try:
         paths = _check_inputs(args)
     except _BadInput as exc:
-        if args.json:
+        if args.json:   # the one error line, and the JSON error with what testbed adds to it
+            print(f"gpuwrite testbed: error: {exc}", file=sys.stderr)
             print_json({"mode": "testbed", "ran": False, "error": str(exc), "value": exc.value,
-                        "allowed": exc.allowed})
+                        "allowed": exc.allowed, "exit_status": 2})
             return 2
         raise UsageError(str(exc)) from None
     if args.selftest:

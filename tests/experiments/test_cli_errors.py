@@ -142,6 +142,10 @@ CASES = [
     ("bench-qps-huge", lambda t: ["bench", "--qps", str(2**70)], str(2**70)),
     ("bench-iters-huge", lambda t: ["bench", "--iters", str(2**70)], str(2**70)),
     ("bench-repeats-huge", lambda t: ["bench", "--repeats", str(2**70)], str(2**70)),
+    # testbed: checked before any device is probed
+    ("testbed-seed-negative", lambda t: ["testbed", "--seed", "-1"], "--seed -1"),
+    ("testbed-bootstrap-timeout-inf", lambda t: ["testbed", "--bootstrap-timeout", "inf"], "--bootstrap-timeout inf"),
+    ("testbed-device-empty", lambda t: ["testbed", "--device", ""], "--device ''"),
     # experiment files: what the model's classes and the runner do not check themselves
     ("sweep-file-not-utf8", lambda t: ["sweep", _file(t, "binary.toml", b"\xff\xfe[[sweep]]")], "binary.toml"),
     ("sweep-figure-not-table", lambda t: ["sweep", _file(t, "fig.toml", 'figure = 3\n[[sweep]]\nname = "s"\n'
