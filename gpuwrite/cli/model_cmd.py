@@ -15,7 +15,6 @@ import math
 
 from gpuwrite.cli import UsageError
 from gpuwrite.cli.common import check_result_path, check_writable, parse_size, parse_sizes, provenance, write_rows
-from gpuwrite.experiments.inputs import check_start_address
 from gpuwrite.model import paths, pcie, sysfs
 from gpuwrite.model import topology as topo
 from gpuwrite.model.errors import ParamError
@@ -25,7 +24,7 @@ def _read_params_file(file, name: str) -> dict:
     """The parameters of a ``--config`` or ``--calibration`` file (its ``[params]`` table
     where it has one), checked for what the model does not check itself (not UTF-8, not a
     finite number, a topology that is not text); errors name the option and the file."""
-    from gpuwrite.experiments import inputs
+    from gpuwrite.model import checks as inputs
 
     data = inputs.read_toml(file, name)     # a ParamError naming the option and the file
     try:
@@ -158,7 +157,6 @@ def cmd_pcie(args) -> int:
         link = pcie.LinkConfig(args.gen, args.width, args.mps, args.mrrs, args.rcb, args.address_bits,
                                args.ecrc, args.rcb_chunks)
         size = parse_size(args.size, "--size")
-        check_start_address(args.start, size, link.address_bits)
         wire = pcie.wire_bytes(link, args.operation, size, args.start)
     except ParamError as exc:
         raise UsageError(str(exc)) from None

@@ -16,7 +16,7 @@ from gpuwrite.model.params import SimConfig
 
 
 def load_config(args) -> SimConfig:
-    from gpuwrite.experiments import inputs
+    from gpuwrite.model import checks as inputs
 
     path = Path(args.config)
     if not str(args.config).strip() or not path.is_file():

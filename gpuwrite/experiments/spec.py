@@ -44,7 +44,7 @@ except ModuleNotFoundError:  # Python 3.10: the tomli backport (pyproject.toml)
     import tomli as tomllib
 
 from gpuwrite import MAX_MESSAGE_BYTES
-from gpuwrite.experiments import inputs
+from gpuwrite.model import checks as inputs
 from gpuwrite.experiments.backends import SIMULATOR_DEVICE
 from gpuwrite.model import pcie
 from gpuwrite.model.errors import ParamError
@@ -391,7 +391,6 @@ def resolve(sweep: Sweep, values: dict, device: str) -> dict:
             size = values.get("size_bytes", 512)
             _check_size(size, 0)
             start = values.get("start_address", 0)
-            inputs.check_start_address(start, size, link.address_bits)
             operation = values.get("operation", "read")
             pcie.wire_bytes(link, operation, size, start)
             config.update(link=link.to_dict(), operation=operation, size_bytes=size, start_address=start)
@@ -404,15 +403,12 @@ def resolve(sweep: Sweep, values: dict, device: str) -> dict:
                 if not calibration.is_absolute():
                     calibration = sweep.base_dir / calibration
                 data = inputs.read_toml(calibration, "calibration")
-                inputs.check_params(data.get("params", data))
                 params = params.with_calibration(calibration)
             overrides = _nest({k: v for k, v in values.items() if k in PARAMS_KEYS})
-            inputs.check_params(overrides)
             params = params.updated(overrides) if overrides else params
             config["params"] = params.to_dict()
             if sweep.measure == "simulate":
                 workload = {k[len("workload."):]: v for k, v in values.items() if k.startswith("workload.")}
-                inputs.check_workload(workload)
                 inputs.check_samples(values.get("samples", 1000))
                 workload = Workload.from_dict(workload)
                 seed = values.get("seed", 0)

@@ -1,6 +1,8 @@
 """The one error the model raises for bad parameters."""
 from __future__ import annotations
 
+import math
+
 
 class ParamError(ValueError):
     """A model parameter is out of range: the message names the value and what is allowed.
@@ -22,8 +24,8 @@ def check_choice(name: str, value: object, allowed) -> None:
 
 
 def check_positive(name: str, value: float, *, zero_ok: bool = False) -> None:
-    """Raise ParamError unless ``value`` is a number > 0 (or >= 0 with ``zero_ok``)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ParamError(name, value, "a number")
+    """Raise ParamError unless ``value`` is a finite number > 0 (or >= 0 with ``zero_ok``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ParamError(name, value, "a finite number")
     if value < 0 or (value == 0 and not zero_ok):
         raise ParamError(name, value, "a number >= 0" if zero_ok else "a number > 0")

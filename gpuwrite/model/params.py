@@ -22,6 +22,7 @@ except ModuleNotFoundError:  # Python 3.10: the tomli backport (pyproject.toml)
 
 from gpuwrite.model import pcie
 from gpuwrite.model import topology as topo
+from gpuwrite.model import checks
 from gpuwrite.model.errors import ParamError, check_choice, check_positive
 from gpuwrite.model.nic import SOURCES as nic_sources
 from gpuwrite.model.nic import GpuParams, NetworkParams, NicParams, ReceiverParams
@@ -123,6 +124,7 @@ class Params:
     def from_dict(cls, data: dict) -> "Params":
         if not isinstance(data, dict):
             raise ParamError("params", data, "a table of keys")
+        checks.check_params(data)
         allowed = {f.name for f in fields(cls)}
         kwargs = {}
         for key, value in data.items():
@@ -176,7 +178,7 @@ def _load_toml(text_or_path: str | Path) -> dict:
     path = Path(text_or_path) if not isinstance(text_or_path, str) or "\n" not in text_or_path else None
     try:
         if path is not None and path.exists():
-            return tomllib.loads(path.read_text())
+            return checks.read_toml(path, "config file")
         if path is not None and "=" not in str(text_or_path) and "[" not in str(text_or_path):
             raise ParamError("config file", str(text_or_path), "an existing TOML file")
         return tomllib.loads(str(text_or_path))
@@ -267,6 +269,7 @@ class Workload:
 
     @classmethod
     def from_dict(cls, data: dict) -> "Workload":
+        checks.check_workload(data)
         return _section_from_dict(cls, "workload", data)
 
 

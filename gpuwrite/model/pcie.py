@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from gpuwrite.model import checks
 from gpuwrite.model.errors import ParamError, check_choice
 
 # --- constants from the PCIe Base Specification, via pcie-bench ---------------------
@@ -258,6 +259,7 @@ OPERATIONS = ("read", "write")
 def wire_bytes(link: LinkConfig, operation: str, size_bytes: int, start_address: int = 0) -> WireBytes:
     """Dispatch to ``read_wire_bytes`` or ``write_wire_bytes``."""
     check_choice("operation", operation, OPERATIONS)
+    checks.check_start_address(start_address, size_bytes, link.address_bits)
     if operation == "read":
         return read_wire_bytes(link, size_bytes, start_address)
     return write_wire_bytes(link, size_bytes, start_address)

@@ -1,14 +1,12 @@
-"""Checks of model inputs that the model's own classes leave out, made before the inputs
-reach them: a TOML file that is not UTF-8 text, numbers that are not finite (TOML writes
-``nan`` and ``inf``, and ``check_positive`` lets both through), a topology that is not
-text, weights that are not lists of numbers, and upper bounds on a simulated workload
-(past them numpy cannot allocate the simulator's arrays, or a run never ends).
+"""Checks of model inputs that the dataclasses' field checks leave out: a TOML file that is
+not UTF-8 text, numbers that are not finite (TOML writes ``nan`` and ``inf``), a topology
+that is not text, weights that are not lists of numbers, and upper bounds on a simulated
+workload (past them numpy cannot allocate the simulator's arrays, or a run never ends).
 
-They belong in gpuwrite/model/params.py and errors.py, but the model's code is part of
-every stored model table's configuration hash (``spec.BACKEND_CODE``): a check added
-there makes every committed model table stale until ``gpuwrite figures`` recomputes it.
-Every error is a ``ParamError`` naming the value and what is allowed, as the model's own;
-``gpuwrite sim``, ``gpuwrite model`` and experiment files (``spec.resolve``) use them.
+``Params.from_dict`` and ``Workload.from_dict`` apply them, so a library caller gets them
+too; ``gpuwrite sim``, ``gpuwrite model`` and experiment files (``spec.resolve``) call them
+first as well, to say which option or file a bad value came from. Every error is a
+``ParamError`` naming the value and what is allowed.
 """
 from __future__ import annotations
 

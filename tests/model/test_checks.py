@@ -1,0 +1,64 @@
+"""The model's own input checks (gpuwrite/model/checks.py), as a library caller meets them:
+``Params`` and ``Workload`` refuse what TOML can write but the model cannot use, with a
+``ParamError`` naming the key, without the CLI in between."""
+import math
+
+import pytest
+
+from gpuwrite.model import pcie
+from gpuwrite.model.checks import MAX_IN_FLIGHT, MAX_MESSAGES
+from gpuwrite.model.errors import ParamError, check_positive
+from gpuwrite.model.params import Params, SimConfig, Workload
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_params_refuse_numbers_that_are_not_finite(value):
+    with pytest.raises(ParamError) as info:
+        Params.from_dict({"link": {"width": 16, "generation": value}})
+    assert info.value.name == "link.generation" and "finite" in str(info.value)
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf])
+def test_a_positive_number_is_finite(value):
+    with pytest.raises(ParamError, match="finite"):
+        check_positive("x", value)
+    check_positive("x", 1e300)
+
+
+def test_params_refuse_a_topology_that_is_not_text():
+    with pytest.raises(ParamError) as info:
+        Params.from_dict({"topology": 5})
+    assert info.value.name == "topology" and "same_switch" in info.value.allowed
+
+
+@pytest.mark.parametrize("workload, key", [
+    ({"n_messages": MAX_MESSAGES + 1}, "workload.n_messages"),
+    ({"n_qps": 2, "outstanding": MAX_IN_FLIGHT}, "workload.outstanding"),
+    ({"weights": ["a"]}, "workload.weights"),
+    ({"interval_ns": math.nan}, "workload.interval_ns"),
+])
+def test_a_workload_past_what_the_simulator_can_run_is_refused(workload, key):
+    with pytest.raises(ParamError) as info:
+        Workload.from_dict(workload)
+    assert info.value.name == key
+    with pytest.raises(ParamError):
+        SimConfig.from_dict({"workload": workload})
+    Workload.from_dict({"n_messages": MAX_MESSAGES})
+
+
+def test_a_config_file_that_is_not_utf8_is_a_param_error(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_bytes(b"seed = 1\n# \xff\n")
+    with pytest.raises(ParamError, match="UTF-8"):
+        SimConfig.from_toml(bad)
+    with pytest.raises(ParamError, match="UTF-8"):
+        Params().with_calibration(bad)
+
+
+def test_a_transfer_past_the_address_space_is_refused():
+    link = pcie.LinkConfig()
+    top = 1 << link.address_bits
+    pcie.wire_bytes(link, "read", 4096, top - 4096)
+    with pytest.raises(ParamError) as info:
+        pcie.wire_bytes(link, "write", 4096, top - 4095)
+    assert info.value.name == "start_address"
