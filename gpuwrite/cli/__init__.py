@@ -46,6 +46,11 @@ class UsageError(Exception):
         self.allowed = allowed
 
 
+class NoGPUError(UsageError):
+    """The command measures a real GPU and this process has none (the CUDA simulator is
+    on): exit status 3, as when numba finds no usable GPU."""
+
+
 class Terminated(BaseException):
     """SIGTERM, raised in the main thread so that ``finally`` blocks run (worker pools end)."""
 
@@ -180,6 +185,8 @@ def _run(argv: list[str], state: dict) -> int:
         state["command"] = args.command
         state["json"] = bool(getattr(args, "json", state["json"]))
         return int(args.func(args) or 0)
+    except NoGPUError as exc:
+        return _report(state["command"], exc, state["json"], EXIT_NO_GPU)
     except (UsageError, ParamError, SpecError) as exc:
         return _report(state["command"], exc, state["json"], EXIT_USAGE)
     except OSError as exc:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from gpuwrite.cli import UsageError
+from gpuwrite.cli import NoGPUError, UsageError
 from gpuwrite.cli.common import add_json_flag, console, print_json, table
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20,
@@ -144,11 +144,9 @@ def main(args) -> int:
     from gpuwrite.cudaenv import SIMULATOR, world
 
     if SIMULATOR:
-        why = UsageError("bench needs a real GPU; this machine has none "
-                         "(NUMBA_ENABLE_CUDASIM=1). Run `gpuwrite demo` here, and bench on a "
-                         "GPU machine")
-        why.value, why.allowed = "NUMBA_ENABLE_CUDASIM=1", "a CUDA GPU"
-        return _refuse(args, why)
+        raise NoGPUError("bench needs a real GPU; this machine has none (NUMBA_ENABLE_CUDASIM=1). "
+                         "Run `gpuwrite demo` here, and bench on a GPU machine",
+                         value="NUMBA_ENABLE_CUDASIM=1", allowed="a CUDA GPU")
     with console.status("benchmarking", spinner="dots") as status:
         out = run_suite(quick=args.quick,
                         progress=None if args.json else lambda m: status.update(m), **opts)

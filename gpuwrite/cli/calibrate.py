@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpuwrite.calibfiles import free_name
-from gpuwrite.cli import UsageError
+from gpuwrite.cli import NoGPUError, UsageError
 from gpuwrite.cli.common import add_json_flag, check_range, check_writable, console, print_json, table
 
 DEFAULT_DIR = Path("experiments") / "calibration"
@@ -40,7 +40,7 @@ def main(args) -> int:
                          f"(or no --out: {DEFAULT_DIR}/<device>-<date>.toml)", value=args.out,
                          allowed="a writable path")
     if SIMULATOR and not args.allow_simulator:
-        raise UsageError("calibrate measures a real GPU and none was found (NUMBA_ENABLE_CUDASIM=1); the "
+        raise NoGPUError("calibrate measures a real GPU and none was found (NUMBA_ENABLE_CUDASIM=1); the "
                          "simulator's timings are Python's. Run it on a GPU machine, or pass "
                          "--allow-simulator for a file labelled simulator (to check the format)",
                          value="NUMBA_ENABLE_CUDASIM=1", allowed="a CUDA GPU, or --allow-simulator")

@@ -176,8 +176,6 @@ CASES = [
 ]
 if SIMULATOR:   # without a GPU these commands refuse, and must say so in JSON too
     CASES += [
-        ("bench-no-gpu", lambda t: ["bench"], "NUMBA_ENABLE_CUDASIM=1"),
-        ("calibrate-no-gpu", lambda t: ["calibrate"], "NUMBA_ENABLE_CUDASIM=1"),
         ("calibrate-out-unwritable", lambda t: ["calibrate", "--allow-simulator", "--quick", "--runs", "1",
                                                 "--out", "/proc/nope.toml"], "/proc/nope.toml"),
     ]
@@ -224,6 +222,23 @@ def test_no_gpu_when_a_gpu_is_demanded_is_one_line(tmp_path):
     assert done.returncode == 3, done.stderr
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert "NUMBA_ENABLE_CUDASIM" in json.loads(done.stdout)["error"]
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+@pytest.mark.parametrize("argv", [["bench"], ["calibrate"]], ids=["bench", "calibrate"])
+def test_a_command_that_measures_a_gpu_exits_3_on_the_simulator(argv, as_json, capsys):
+    """bench and calibrate measure a real GPU: on the CUDA simulator they refuse with one
+    line and exit status 3 (no usable GPU), as a command that finds no driver does; bad
+    options are still status 2 (checked first, in the cases above)."""
+    if not SIMULATOR:
+        pytest.skip("this machine has a GPU")
+    assert main(argv + (["--json"] if as_json else [])) == 3
+    out, err = capsys.readouterr()
+    errors = [line for line in err.splitlines() if ": error: " in line]
+    assert "Traceback" not in err and len(errors) == 1 and "NUMBA_ENABLE_CUDASIM=1" in errors[0], err
+    if as_json:
+        data = json.loads(out)
+        assert data["exit_status"] == 3 and data["value"] == "NUMBA_ENABLE_CUDASIM=1", out
 
 
 def test_doctor_exits_1_when_not_ready(capsys):
