@@ -15,7 +15,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 @pytest.mark.skipif(not SIMULATOR, reason="checks the refusal on a machine without a GPU")
 def test_refuses_the_simulator_without_the_flag(tmp_path, capsys):
-    assert main(["calibrate", "--out", str(tmp_path / "c.toml")]) == 2
+    assert main(["calibrate", "--out", str(tmp_path / "c.toml")]) == 3   # no usable GPU (NoGPUError)
     err = capsys.readouterr().err
     assert "--allow-simulator" in err and "none was found" in err
     assert not (tmp_path / "c.toml").exists()
