@@ -430,6 +430,11 @@ def _check_size(size, minimum: int) -> None:
                          "(gpuwrite.MAX_MESSAGE_BYTES)")
 
 
+# The QPs an emulated run can open: the default max_qps of gpuwrite.host.verbs.Context,
+# which the runner opens (a test holds them equal).
+EMULATED_MAX_QPS = 4096
+
+
 def _check_emulated(run: dict) -> None:
     if run["path"] not in PATHS:
         raise ParamError("path", run["path"], ", ".join(PATHS))
@@ -442,6 +447,9 @@ def _check_emulated(run: dict) -> None:
         value = run[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ParamError(key, value, "an integer >= 0")
+    if run["n_qps"] > EMULATED_MAX_QPS:
+        raise ParamError("n_qps", run["n_qps"], f"an integer from 1 to {EMULATED_MAX_QPS} (the emulated "
+                         "NIC's queue table)")
     if run["policy"] not in ("hold", "drop"):
         raise ParamError("policy", run["policy"], "hold, drop")
     # the runner checks chunk_bytes's range, not its type; it divides by stage_slot_bytes

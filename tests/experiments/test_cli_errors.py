@@ -173,6 +173,8 @@ CASES = [
     ("sweep-emulated-wait-each-text", lambda t: _sweep(t, '[sweep.fixed]\nwait_each = "yes"\n', None),
      "wait_each='yes'"),
     ("sweep-emulated-seed-negative", lambda t: _sweep(t, "[sweep.fixed]\nseed = -1\n", None), "seed=-1"),
+    ("sweep-emulated-qps-past-the-table", lambda t: _sweep(t, "[sweep.fixed]\nn_qps = 4097\n", None),
+     "n_qps=4097"),
 ]
 if SIMULATOR:   # without a GPU these commands refuse, and must say so in JSON too
     CASES += [
@@ -255,3 +257,12 @@ def test_figures_check_makes_no_folder(tmp_path, capsys):
                  "--out", str(tmp_path / "figs"), "--json"]) == 1
     assert json.loads(capsys.readouterr().out)["stale"]
     assert not (tmp_path / "none").exists() and not (tmp_path / "figs").exists()
+
+
+def test_an_emulated_sweeps_qp_bound_is_the_contexts():
+    """spec.EMULATED_MAX_QPS is the default max_qps of the Context the runner opens."""
+    import inspect
+
+    from gpuwrite.experiments import spec
+    from gpuwrite.host.verbs import Context
+    assert inspect.signature(Context).parameters["max_qps"].default == spec.EMULATED_MAX_QPS
