@@ -412,8 +412,7 @@ def resolve(sweep: Sweep, values: dict, device: str) -> dict:
                 inputs.check_samples(values.get("samples", 1000))
                 workload = Workload.from_dict(workload)
                 seed = values.get("seed", 0)
-                if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-                    raise ParamError("seed", seed, "an integer >= 0")
+                inputs.check_seed(seed)
                 config.update(workload=workload.to_dict(), seed=seed, samples=values.get("samples", 1000))
             else:
                 size = values.get("size_bytes", 4096)
@@ -456,8 +455,7 @@ def _check_emulated(run: dict) -> None:
     # before gpuwrite.host.verbs checks it (a power of two, 64 B to 1 MiB)
     if isinstance(run["chunk_bytes"], bool) or not isinstance(run["chunk_bytes"], int):
         raise ParamError("chunk_bytes", run["chunk_bytes"], "an integer (a multiple of 4, at least 64)")
-    if isinstance(run["seed"], bool) or not isinstance(run["seed"], int) or run["seed"] < 0:
-        raise ParamError("seed", run["seed"], "an integer >= 0")
+    inputs.check_seed(run["seed"])
     slot = run["stage_slot_bytes"]
     if isinstance(slot, bool) or not isinstance(slot, int) or not 64 <= slot <= 1 << 20 or slot & (slot - 1):
         raise ParamError("stage_slot_bytes", slot, "a power of two from 64 to 1,048,576")

@@ -111,6 +111,16 @@ def check_workload(data) -> None:
                          f"(n_qps x outstanding <= {MAX_IN_FLIGHT:,}: the simulator's issue heap)")
 
 
+# Seeds are written into TOML files and result tables, whose integers are 64-bit signed.
+MAX_SEED = 2**63 - 1
+
+
+def check_seed(value, name: str = "seed") -> None:
+    """A random seed: an integer from 0 to MAX_SEED (what TOML and parquet can hold)."""
+    if not _is_int(value) or not 0 <= value <= MAX_SEED:
+        raise ParamError(name, value, f"an integer from 0 to {MAX_SEED:,} (2**63 - 1)")
+
+
 def check_samples(value) -> None:
     """The ``samples`` of an experiment file's simulate sweep: points of its time series."""
     if not _is_int(value) or not 1 <= value <= MAX_SAMPLES:

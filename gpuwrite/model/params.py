@@ -294,8 +294,7 @@ class SimConfig:
             if key not in allowed:
                 raise ParamError(key, data[key], "keys " + ", ".join(allowed))
         seed = data.get("seed", 0)
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise ParamError("seed", seed, "an integer >= 0")
+        checks.check_seed(seed)
         return cls(Params.from_dict(data.get("params", {})), Workload.from_dict(data.get("workload", {})), seed)
 
     @classmethod

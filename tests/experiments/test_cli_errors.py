@@ -173,6 +173,10 @@ CASES = [
     ("sweep-emulated-wait-each-text", lambda t: _sweep(t, '[sweep.fixed]\nwait_each = "yes"\n', None),
      "wait_each='yes'"),
     ("sweep-emulated-seed-negative", lambda t: _sweep(t, "[sweep.fixed]\nseed = -1\n", None), "seed=-1"),
+    ("sweep-emulated-seed-past-64-bits", lambda t: _sweep(t, f"[sweep.fixed]\nseed = {2**64}\n", None),
+     f"seed={2**64}"),
+    ("sim-seed-past-64-bits", lambda t: ["sim", str(EXPERIMENTS / "model" / "gpu_push_inline_small.toml"),
+                                         "--messages", "20", "--seed", str(2**70)], f"seed={2**70}"),
     ("sweep-emulated-qps-past-the-table", lambda t: _sweep(t, "[sweep.fixed]\nn_qps = 4097\n", None),
      "n_qps=4097"),
 ]

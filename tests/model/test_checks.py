@@ -62,3 +62,12 @@ def test_a_transfer_past_the_address_space_is_refused():
     with pytest.raises(ParamError) as info:
         pcie.wire_bytes(link, "write", 4096, top - 4095)
     assert info.value.name == "start_address"
+
+
+@pytest.mark.parametrize("seed", [-1, 2**63, True, 1.5])
+def test_a_seed_fits_64_bits(seed):
+    """A seed goes into TOML files and result tables, whose integers are 64-bit."""
+    with pytest.raises(ParamError) as info:
+        SimConfig.from_dict({"seed": seed})
+    assert info.value.name == "seed"
+    assert SimConfig.from_dict({"seed": 2**63 - 1}).seed == 2**63 - 1
