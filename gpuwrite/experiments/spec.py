@@ -141,6 +141,7 @@ class Sweep:
     vary: dict
     exclude: tuple = ()
     base_dir: Path = Path(".")
+    file: Path | None = None    # the experiment file it came from, named in its errors
 
     def points(self, device: str | None = None) -> list[dict]:
         """Every point of the cross product (fixed values merged in), in file order, minus
@@ -314,7 +315,7 @@ def _load_sweep(file: Path, index: int, data: dict) -> Sweep:
         raise SpecError(f"{where}: exclude={exclude!r} is not allowed; allowed: a list of tables of key = value")
     for rule in exclude:
         _check_keys(f"{where}: exclude", rule, allowed)
-    return Sweep(name, backend, measure, output, require, fixed, vary, tuple(exclude), file.parent)
+    return Sweep(name, backend, measure, output, require, fixed, vary, tuple(exclude), file.parent, file)
 
 
 def load_spec(path: str | Path) -> ExperimentSpec:
@@ -369,7 +370,8 @@ def _nest(values: dict) -> dict:
 
 def _point_error(sweep: Sweep, values: dict, exc: Exception) -> SpecError:
     varied = {k: values[k] for k in sweep.vary}
-    return SpecError(f"sweep {sweep.name!r}, point {varied}: {exc}")
+    where = f"{sweep.file}: " if sweep.file is not None else ""
+    return SpecError(f"{where}sweep {sweep.name!r}, point {varied}: {exc}")
 
 
 def resolve(sweep: Sweep, values: dict, device: str) -> dict:

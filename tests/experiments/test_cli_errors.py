@@ -263,6 +263,15 @@ def test_figures_check_makes_no_folder(tmp_path, capsys):
     assert not (tmp_path / "none").exists() and not (tmp_path / "figs").exists()
 
 
+def test_a_bad_point_names_its_file(tmp_path, capsys):
+    """An error found at one point of a sweep names the experiment file, the sweep and the
+    point."""
+    argv = _sweep(tmp_path, "[sweep.vary]\nsize_bytes = [64, -5]\n", "latency")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'spec.toml'}: sweep 's', point {{'size_bytes': -5}}: size_bytes=-5" in err, err
+
+
 def test_an_emulated_sweeps_qp_bound_is_the_contexts():
     """spec.EMULATED_MAX_QPS is the default max_qps of the Context the runner opens."""
     import inspect
