@@ -6,13 +6,13 @@ import inspect
 from gpuwrite.cli import UsageError
 from gpuwrite.cli.common import (add_json_flag, check_range, check_result_path, console, parse_sizes,
                                  print_json, print_path_results, provenance, write_rows)
+from gpuwrite.experiments.spec import EMULATED_MAX_PAYLOAD_BYTES, EMULATED_MAX_QPS
 
 ALL_PATHS = "gpu_push,gpu_push_inline,nic_pull,host_staged"
 MAX_MESSAGES = 1_000_000
-MAX_QPS = 4096          # the emulated NIC's queue table (gpuwrite.host.verbs.Context max_qps)
-# The demo holds its payload three times (the GPU source, the destination region and the
-# host copy it checks against): messages x largest size stays within this.
-MAX_PAYLOAD_BYTES = 1 << 30
+# The emulated NIC's queue table, and the payload a run may hold (three times over), as
+# for a sweep file's emulated points.
+MAX_QPS, MAX_PAYLOAD_BYTES = EMULATED_MAX_QPS, EMULATED_MAX_PAYLOAD_BYTES
 MAX_SEED = 2**32 - 1    # numpy's default_rng takes any integer >= 0; 32 bits is plenty
 
 

@@ -45,7 +45,7 @@ except ModuleNotFoundError:  # Python 3.10: the tomli backport (pyproject.toml)
 
 from gpuwrite import MAX_MESSAGE_BYTES
 from gpuwrite.model import checks as inputs
-from gpuwrite.experiments.backends import SIMULATOR_DEVICE
+from gpuwrite.experiments.backends import SIMULATOR_DEVICE, message_count
 from gpuwrite.model import pcie
 from gpuwrite.model.errors import ParamError
 from gpuwrite.model.params import PATHS, Params, Workload
@@ -434,6 +434,10 @@ def _check_size(size, minimum: int) -> None:
 # The QPs an emulated run can open: the default max_qps of gpuwrite.host.verbs.Context,
 # which the runner opens (a test holds them equal).
 EMULATED_MAX_QPS = 4096
+# An emulated run holds its payload three times (the GPU source, the destination region
+# and the host copy it checks against): its messages x size stays within this, on a GPU
+# as on the simulator, so that a file valid on one is valid on the other.
+EMULATED_MAX_PAYLOAD_BYTES = 1 << 30
 
 
 def _check_emulated(run: dict) -> None:
@@ -451,6 +455,11 @@ def _check_emulated(run: dict) -> None:
     if run["n_qps"] > EMULATED_MAX_QPS:
         raise ParamError("n_qps", run["n_qps"], f"an integer from 1 to {EMULATED_MAX_QPS} (the emulated "
                          "NIC's queue table)")
+    count = message_count(run, simulator=False)
+    if count * run["size_bytes"] > EMULATED_MAX_PAYLOAD_BYTES:
+        raise ParamError("size_bytes", run["size_bytes"],
+                         f"messages x size_bytes <= {EMULATED_MAX_PAYLOAD_BYTES:,} B (here {count:,} "
+                         "messages on a GPU: lower messages, total_bytes or max_messages)")
     if run["policy"] not in ("hold", "drop"):
         raise ParamError("policy", run["policy"], "hold, drop")
     # the runner checks chunk_bytes's range, not its type; it divides by stage_slot_bytes

@@ -177,6 +177,8 @@ CASES = [
      f"seed={2**64}"),
     ("sim-seed-past-64-bits", lambda t: ["sim", str(EXPERIMENTS / "model" / "gpu_push_inline_small.toml"),
                                          "--messages", "20", "--seed", str(2**70)], f"seed={2**70}"),
+    ("sweep-emulated-payload-past-1GiB", lambda t: _sweep(t, "[sweep.fixed]\nsize_bytes = 1048576\n"
+                                                         "messages = 1025\n", None), "size_bytes=1048576"),
     ("sweep-emulated-qps-past-the-table", lambda t: _sweep(t, "[sweep.fixed]\nn_qps = 4097\n", None),
      "n_qps=4097"),
 ]
