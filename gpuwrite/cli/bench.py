@@ -52,11 +52,10 @@ def _list(text: str, what: str, parse, allowed: str) -> list:
 
 
 def _positive_int(what: str, text: str, most: int | None = None) -> int:
-    if not re.fullmatch(r"\s*\d+\s*", text or "") or int(text) < 1:
+    value = int(text) if re.fullmatch(r"\s*\d+\s*", text or "") else 0
+    if value < 1 or (most is not None and value > most):
         raise BenchInputError(what, text, "a whole number >= 1" if most is None else f"1 to {most:,}")
-    if most is not None and int(text) > most:
-        raise BenchInputError(what, text, f"1 to {most:,}")
-    return int(text)
+    return value
 
 
 # Upper bounds of the counts: the demo's (the emulated NIC's queue table, and messages

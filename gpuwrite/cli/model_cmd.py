@@ -24,11 +24,11 @@ def _read_params_file(file, name: str) -> dict:
     """The parameters of a ``--config`` or ``--calibration`` file (its ``[params]`` table
     where it has one), checked for what the model does not check itself (not UTF-8, not a
     finite number, a topology that is not text); errors name the option and the file."""
-    from gpuwrite.model import checks as inputs
+    from gpuwrite.model import checks
 
-    data = inputs.read_toml(file, name)     # a ParamError naming the option and the file
+    data = checks.read_toml(file, name)     # a ParamError naming the option and the file
     try:
-        inputs.check_params(data.get("params", data) if name == "--calibration" else data)
+        checks.check_params(data.get("params", data) if name == "--calibration" else data)
     except ParamError as exc:
         raise UsageError(f"{name} {file}: {exc}", value=exc.value, allowed=exc.allowed) from None
     return data
@@ -54,8 +54,7 @@ def _params(args) -> Params:
         config, calibration = getattr(args, "config", None), getattr(args, "calibration", None)
         params = Params()
         if config is not None:      # "" too: an empty name is refused, not ignored
-            _read_params_file(config, "--config")
-            params = Params.from_toml(Path(config))
+            params = Params.from_dict(_read_params_file(config, "--config"))
         if calibration is not None:
             _check_calibration(calibration)
             params = params.with_calibration(Path(calibration))

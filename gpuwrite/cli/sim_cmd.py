@@ -16,24 +16,17 @@ from gpuwrite.model.params import SimConfig
 
 
 def load_config(args) -> SimConfig:
-    from gpuwrite.model import checks as inputs
+    from gpuwrite.model import checks
 
     path = Path(args.config)
     if not str(args.config).strip() or not path.is_file():
         raise UsageError(f"CONFIG {args.config!r} is not allowed; allowed: an existing TOML file")
     try:
-        raw = inputs.read_toml(path, "CONFIG")
+        raw = checks.read_toml(path, "CONFIG")
     except ParamError as exc:
         raise UsageError(str(exc), value=exc.value, allowed=exc.allowed) from None
     try:
-        # what the model does not check itself: finite numbers, types, upper bounds
-        inputs.check_params(raw.get("params", {}))
-        workload = raw.get("workload", {})
-        if isinstance(workload, dict) and args.messages is not None:
-            workload = {**workload, "n_messages": args.messages}
-        inputs.check_workload(workload)
-        config = SimConfig.from_toml(path)
-        data = config.to_dict()
+        data = SimConfig.from_dict(raw).to_dict()     # the model checks its own inputs
         if args.seed is not None:
             data["seed"] = args.seed
         if args.messages is not None:

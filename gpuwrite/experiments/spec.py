@@ -44,9 +44,8 @@ except ModuleNotFoundError:  # Python 3.10: the tomli backport (pyproject.toml)
     import tomli as tomllib
 
 from gpuwrite import MAX_MESSAGE_BYTES
-from gpuwrite.model import checks as inputs
 from gpuwrite.experiments.backends import SIMULATOR_DEVICE, message_count
-from gpuwrite.model import pcie
+from gpuwrite.model import checks, pcie
 from gpuwrite.model.errors import ParamError
 from gpuwrite.model.params import PATHS, Params, Workload
 
@@ -383,7 +382,7 @@ def resolve(sweep: Sweep, values: dict, device: str) -> dict:
     config: dict = {"schema": CONFIG_SCHEMA, "backend": sweep.backend, "measure": sweep.measure,
                     "output": sweep.output, "code": code_fingerprint(sweep.backend)}
     try:
-        inputs.check_finite(values)
+        checks.check_finite(values)
         if sweep.backend == "emulated":
             run = {**EMULATED_DEFAULTS, **values}
             _check_emulated(run)
@@ -404,17 +403,16 @@ def resolve(sweep: Sweep, values: dict, device: str) -> dict:
                 calibration = Path(values["calibration"])
                 if not calibration.is_absolute():
                     calibration = sweep.base_dir / calibration
-                data = inputs.read_toml(calibration, "calibration")
                 params = params.with_calibration(calibration)
             overrides = _nest({k: v for k, v in values.items() if k in PARAMS_KEYS})
             params = params.updated(overrides) if overrides else params
             config["params"] = params.to_dict()
             if sweep.measure == "simulate":
                 workload = {k[len("workload."):]: v for k, v in values.items() if k.startswith("workload.")}
-                inputs.check_samples(values.get("samples", 1000))
+                checks.check_samples(values.get("samples", 1000))
                 workload = Workload.from_dict(workload)
                 seed = values.get("seed", 0)
-                inputs.check_seed(seed)
+                checks.check_seed(seed)
                 config.update(workload=workload.to_dict(), seed=seed, samples=values.get("samples", 1000))
             else:
                 size = values.get("size_bytes", 4096)
@@ -466,7 +464,7 @@ def _check_emulated(run: dict) -> None:
     # before gpuwrite.host.verbs checks it (a power of two, 64 B to 1 MiB)
     if isinstance(run["chunk_bytes"], bool) or not isinstance(run["chunk_bytes"], int):
         raise ParamError("chunk_bytes", run["chunk_bytes"], "an integer (a multiple of 4, at least 64)")
-    inputs.check_seed(run["seed"])
+    checks.check_seed(run["seed"])
     slot = run["stage_slot_bytes"]
     if isinstance(slot, bool) or not isinstance(slot, int) or not 64 <= slot <= 1 << 20 or slot & (slot - 1):
         raise ParamError("stage_slot_bytes", slot, "a power of two from 64 to 1,048,576")

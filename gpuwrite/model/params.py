@@ -168,9 +168,10 @@ class Params:
         """A copy overridden by a measured parameter file (TOML, same shape as ``to_dict``).
 
         This is how ``gpuwrite calibrate`` output becomes a "this machine" preset. A
-        ``[params]`` table, if present, is used; otherwise the whole file.
+        ``[params]`` table, if present, is used; otherwise the whole file. Its errors name
+        it ``calibration``, the key an experiment file gives it under.
         """
-        data = _load_toml(file)
+        data = checks.read_toml(file, "calibration")
         return self.updated(data.get("params", data))
 
 
