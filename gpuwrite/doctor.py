@@ -380,6 +380,7 @@ def emulated_cpus(cpus: list[int] | None = None) -> dict:
     On a GPU a default context runs one worker and ``default_copy_threads(1)`` helpers;
     ``gpuwrite bench`` runs its rate and bandwidth with more workers, leaving ``HOST_CPUS``
     to the host thread and the GPU driver."""
+    from gpuwrite import kernel_cache
     from gpuwrite.bench import suite
     from gpuwrite.host.verbs import HOST_THREADS, _cpu_list, process_cpus
 
@@ -394,7 +395,8 @@ def emulated_cpus(cpus: list[int] | None = None) -> dict:
     out = {"cpus": _cpu_list(cpus), "ncpus": n, "default_workers": 1,
            "default_copy_helpers": helpers, "bench_rate_workers": rate_workers,
            "bench_bandwidth_workers": suite.engine_workers(12, n),
-           "bench_host_cpus": suite.HOST_CPUS, "notes": []}
+           "bench_host_cpus": suite.HOST_CPUS, "kernel_cache": kernel_cache.describe(),
+           "notes": []}
     if n < 1 + HOST_THREADS:
         out["notes"].append(
             f"{n} CPU(s): the engine's worker shares CPUs with the host's own threads (the one "

@@ -31,6 +31,7 @@ from numba import int64
 from experiments.apps import common
 from gpuwrite.cudaenv import SIMULATOR, cuda, preload
 from gpuwrite.device import api
+from gpuwrite.kernel_cache import cached
 
 WARPS = 2                       # QPs per block: one per warp
 SLOTS = api.slots_shape(WARPS)  # shared-memory rows for the block's handles
@@ -40,6 +41,7 @@ P_SRC_WORD, P_BYTES, P_DST_ADDR, P_RKEY, P_LKEY, P_SIG_ADDR, P_SIG_RKEY, P_SIG_V
 P_COLS = 8
 
 
+@cached
 @cuda.jit(**api.KERNEL_OPTIONS)
 def dispatch(Q, cfg, send, plan, path, status):
     sh = cuda.shared.array(SLOTS, int64)

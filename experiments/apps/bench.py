@@ -39,6 +39,7 @@ from gpuwrite.bench import suite
 from gpuwrite.cudaenv import SIMULATOR, cuda
 from gpuwrite.device import api
 from gpuwrite.device.intrinsics import globaltimer_ns
+from gpuwrite.kernel_cache import cached
 from gpuwrite.paths import runner
 
 TARGET_LATENCY_RATIO_MAX = 1.05
@@ -87,6 +88,7 @@ def _latency_loop(Q, cfg, src, prm, path, t_ns, status):
         status[0] = st
 
 
+@cached
 @cuda.jit(**api.KERNEL_OPTIONS)
 def put_latency(Q, cfg, src, prm, path, t_ns, status):
     """The latency loop with ``path`` a kernel argument: every path's code is compiled in."""
@@ -102,6 +104,7 @@ def put_latency_kernel(path_id: int):
     a 64-byte put + quiet took 1.03 to 1.05x send_messages' time this way, and 1.06 to
     1.12x with the path a kernel argument (BENCHMARKS.md, session 14)."""
     if path_id not in _LATENCY_KERNELS:
+        @cached
         @cuda.jit(**api.KERNEL_OPTIONS)
         def put_latency_constant(Q, cfg, src, prm, t_ns, status):
             _latency_loop(Q, cfg, src, prm, path_id, t_ns, status)
@@ -110,6 +113,7 @@ def put_latency_kernel(path_id: int):
     return _LATENCY_KERNELS[path_id]
 
 
+@cached
 @cuda.jit(**api.KERNEL_OPTIONS)
 def put_stream(Q, cfg, src, prm, path, warp_scope, t_first, t_last, status):
     """Block b drives QP b (the whole block, or its one warp): its messages are put one

@@ -32,6 +32,7 @@ from experiments.apps import common
 from gpuwrite.cudaenv import SIMULATOR, cuda, preload
 from gpuwrite.device import api
 from gpuwrite.device.intrinsics import globaltimer_ns
+from gpuwrite.kernel_cache import cached
 
 SLOTS = api.slots_shape(1)
 CANARY = 0xDEADBEEF
@@ -39,6 +40,7 @@ CANARY = 0xDEADBEEF
 R_DST_ADDR, R_RKEY, R_LKEY, R_SIG_ADDR, R_SIG_RKEY, R_TILE_BYTES, R_TILES = range(7)
 
 
+@cached
 @cuda.jit(**api.KERNEL_OPTIONS)
 def produce(Q, cfg, tiles, prm, path, t_start, status):
     sh = cuda.shared.array(SLOTS, int64)
@@ -60,6 +62,7 @@ def produce(Q, cfg, tiles, prm, path, t_start, status):
         status[b] = st if st != api.OK else done
 
 
+@cached
 @cuda.jit(**api.KERNEL_OPTIONS)
 def consume(recv, sig, tile_words, timeout_ns, sums, t_seen, status):
     ready = cuda.shared.array(1, int64)

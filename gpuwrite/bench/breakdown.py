@@ -29,6 +29,7 @@ from gpuwrite.device import verbs as dv
 from gpuwrite.device.intrinsics import globaltimer_ns
 from gpuwrite.host.memory import mapped
 from gpuwrite.host.verbs import Context
+from gpuwrite.kernel_cache import cached
 
 STEPS = ("sq", "stage", "header", "wqe", "payload", "doorbell", "completion")
 # Bound here as globals: cuda.shared.array needs shapes Numba sees as constants, and
@@ -37,6 +38,7 @@ QP_STATE_SHAPE = dv.QP_STATE_SHAPE
 QP_INFO_SHAPE = dv.QP_INFO_SHAPE
 
 
+@cached
 @cuda.jit
 def _push_steps(Q, src, nbytes, raddr, rkey, timeout_ns, stamps, status):
     # dv.push_small's steps, in its order, on the same shared-memory QP state as the

@@ -43,6 +43,7 @@ from gpuwrite.bench import suite
 from gpuwrite.cudaenv import SIMULATOR, cuda
 from gpuwrite.device.intrinsics import globaltimer_ns, ld_acquire_sys_u32
 from gpuwrite.host.memory import mapped
+from gpuwrite.kernel_cache import cached
 from gpuwrite.model import pcie, requester
 from gpuwrite.model.nic import GpuParams
 from gpuwrite.model import topology as topo
@@ -51,6 +52,7 @@ from gpuwrite.model import topology as topo
 CHAIN_STRIDE_WORDS = 32
 
 
+@cached
 @cuda.jit
 def _read_chain(chain, n_loads, out_ns):
     """One thread follows the chain: every load's address is the previous load's value."""
@@ -64,6 +66,7 @@ def _read_chain(chain, n_loads, out_ns):
     out_ns[1] = index  # keeps the chain live
 
 
+@cached
 @cuda.jit
 def _load_chains(chain, n_chains, n_loads, spacing, out_ns, sink):
     """``n_chains`` threads each follow their own dependent chain: that many loads in flight."""
@@ -85,6 +88,7 @@ WARP_READ_LINES_IN_FLIGHT = 8
 GATE_TIMEOUT_NS = 2_000_000_000
 
 
+@cached
 @cuda.jit
 def _warp_read_lines(src, words, repeats, out_ns):
     """One warp reads ``words`` 4-byte words of a fresh region, ``repeats`` regions in a row,
@@ -110,6 +114,7 @@ def _warp_read_lines(src, words, repeats, out_ns):
         out_ns[1] = total
 
 
+@cached
 @cuda.jit
 def _gate(flag, timeout_ns, timed_out):
     """Holds its stream until the host sets ``flag`` (or ``timeout_ns`` passes), so the
@@ -121,6 +126,7 @@ def _gate(flag, timeout_ns, timed_out):
             return
 
 
+@cached
 @cuda.jit
 def _bulk_load(src, sink):
     """Full-grid loads; each thread's sum is stored so no load is dead."""

@@ -52,6 +52,7 @@ from gpuwrite.bench.breakdown import push_breakdown
 from gpuwrite.device.copy import copy_bytes
 from gpuwrite.host.memory import mapped
 from gpuwrite.host.verbs import default_copy_threads, process_cpus
+from gpuwrite.kernel_cache import cached
 from gpuwrite.paths import runner
 
 TARGET_LATENCY_RATIO = 1.10
@@ -113,6 +114,7 @@ POLL_DELAYS_NS = (100, 200, 300, 400, 600)
 ANSWER_DELAYS_NS = (0, 100, 200, 300, 400, 500, 600, 800, 1000, 1200)
 
 
+@cached
 @cuda.jit
 def _pingpong(ping, pong, iters, out_ns, timeout_ns, poll_delay_ns):
     if cuda.threadIdx.x != 0 or cuda.blockIdx.x != 0:
@@ -129,6 +131,7 @@ def _pingpong(ping, pong, iters, out_ns, timeout_ns, poll_delay_ns):
         out_ns[k] = globaltimer_ns() - t0
 
 
+@cached
 @cuda.jit
 def _gpu_pong(ping, pong, iters, timeout_ns, answered, data, src, nbytes):
     """The GPU side of the reverse floor, launched as one block of one warp: it answers
@@ -167,6 +170,7 @@ def _gpu_pong(ping, pong, iters, timeout_ns, answered, data, src, nbytes):
         answered[0] = iters
 
 
+@cached
 @cuda.jit
 def _bulk_store(dst, reps):
     start = cuda.grid(1)
@@ -178,6 +182,7 @@ def _bulk_store(dst, reps):
             k += stride
 
 
+@cached
 @cuda.jit
 def _block_copy(dst, src, nbytes, reps, stride_words):
     # Copy k reads the source from word k * stride_words: 0 copies one range again and

@@ -62,6 +62,7 @@ def main(args) -> int:
                       f"rate runs get {emu['bench_rate_workers']} workers, its bandwidth runs "
                       f"{emu['bench_bandwidth_workers']} (it leaves {emu['bench_host_cpus']} CPUs, "
                       "where there are enough, to the host thread and the driver)")
+        console.print(f"compiled kernels are kept in: {emu['kernel_cache']}")
         for note in emu["notes"]:
             console.print(f"  note: {note}")
     if report["pairs"]:

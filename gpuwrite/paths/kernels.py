@@ -21,6 +21,7 @@ from gpuwrite.cudaenv import SIMULATOR, cuda
 from gpuwrite.device import verbs as dv
 from gpuwrite.device.copy import copy_bytes, preload, preload_fits, store_preloaded
 from gpuwrite.device.intrinsics import globaltimer_ns, warp_sync
+from gpuwrite.kernel_cache import cached
 
 PUSH, INLINE, PULL, STAGED = 0, 1, 2, 3
 PATH_IDS = {"gpu_push": PUSH, "gpu_push_inline": INLINE, "nic_pull": PULL, "host_staged": STAGED}
@@ -71,6 +72,7 @@ MAX_BLOCK_THREADS = 65536 // MAX_REGISTERS
 _LIMITS = dv.KERNEL_OPTIONS
 
 
+@cached
 @cuda.jit(**_LIMITS)
 def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
     i = cuda.blockIdx.x

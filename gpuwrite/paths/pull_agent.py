@@ -45,6 +45,7 @@ from gpuwrite.device.intrinsics import (fence_sys, globaltimer_ns, ld_acquire_gp
                                         ld_acquire_sys_u64, st_relaxed_sys_u32, st_relaxed_sys_u64,
                                         warp_sync, words_at)
 from gpuwrite.host.memory import mapped
+from gpuwrite.kernel_cache import cached
 
 PULL_AGENTS = ("gpu", "copy_engine")
 STOP_BYTES = lib.GW_PULL_STOP_BYTES
@@ -246,6 +247,7 @@ def _split(sh, m, nbytes, desc, ctl, seq, finished, min_chunk, idle_timeout_ns, 
     return shc[S_COUNT]
 
 
+@cached
 @cuda.jit
 def _agent(ring, done, idle_timeout_ns, split_bytes, min_chunk, ctl, desc, outcome):
     # Block 0 leads: its first warp polls the ring, it copies every batch smaller than
