@@ -40,8 +40,9 @@ from gpuwrite.device.intrinsics import address_of, ld_v4_u32, st_u8, st_v4_u32
 # take 64 registers for data alone; kernels that call the verbs are held to 128
 # (``verbs.MAX_REGISTERS``), so eight. With 512 threads four moved a first read at 43.4 GB/s
 # already (eight: 43.9), and the bench's 1 MiB runs (128 blocks of 512) had slow runs with
-# eight that they did not have with four (3 of 24 against 0 of 24, session 19): groups of
-# more than DEEP_GROUP_MAX threads keep four.
+# eight that they did not have with four: 4 of 48 against 0 of 60 over sessions 19 and 20,
+# two hosts (Fisher's exact test on the pooled counts, p about 0.04): groups of more than
+# DEEP_GROUP_MAX threads keep four.
 UNROLL = 8
 DEEP_GROUP_MAX = 256
 
