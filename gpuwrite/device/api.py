@@ -674,18 +674,25 @@ class Thresholds:
         """The fastest path per size by the model's zero-load latency
         (``gpuwrite.model.rank_paths``) on ``topology``, with this machine's calibration
         file applied where one exists (``"newest"``: the newest file in
-        experiments/calibration/; None: the model's defaults). The crossovers are the
+        experiments/calibration/ measured on this GPU, the model's defaults where there is
+        none, and on the simulator the newest of any GPU; None: the model's defaults). The crossovers are the
         model's, on real hardware; emulated mode's costs differ (its staging region is
         host memory), so measure before trusting them there."""
         from gpuwrite.model import Params, preset, rank_paths
 
         params = Params()
         used = "model defaults"
+        whose = ""
         if calibration == "newest":
-            calibration = newest_calibration()
+            device = _this_gpu()
+            calibration = newest_calibration(device=device)
+            if device is not None and calibration is None:
+                used = f"model defaults (no calibration of the {device} stored)"
+            elif device is None:
+                whose = " (another machine's: the simulator has no GPU of its own)"
         if calibration:
             params = params.with_calibration(calibration)
-            used = f"calibration {os.path.basename(calibration)}"
+            used = f"calibration {os.path.basename(calibration)}{whose}"
 
         topo = preset(topology)
         known: dict[int, str] = {}
@@ -746,14 +753,31 @@ def default_thresholds() -> Thresholds:
                                                  f"not import: {exc})")
 
 
-def newest_calibration(folder: str | None = None) -> str | None:
+def newest_calibration(folder: str | None = None, device: str | None = None) -> str | None:
     """The newest ``gpuwrite calibrate`` file in ``folder`` (default: the checkout's
-    experiments/calibration/ beside this package; an installed package has none)."""
+    experiments/calibration/ beside this package; an installed package has none); with
+    ``device``, the newest measured on a GPU of that name (``[device] name``), None if
+    there is none: one GPU's crossovers are not another's."""
+    import tomllib
+
     if folder is None:
         here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         folder = os.path.join(here, "experiments", "calibration")
-    files = newest_first(folder)
-    return str(files[0]) if files else None
+    for file in newest_first(folder):
+        if device is None:
+            return str(file)
+        head = tomllib.loads(file.read_text()).get("device", {})
+        if head.get("name") == device and not head.get("simulator", False):
+            return str(file)
+    return None
+
+
+def _this_gpu() -> str | None:
+    """The current GPU's name, None on the simulator."""
+    if SIMULATOR:
+        return None
+    name = cuda.get_current_device().name
+    return name.decode() if isinstance(name, bytes) else name
 
 
 class TestbedNotReady(RuntimeError):

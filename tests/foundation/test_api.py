@@ -498,3 +498,30 @@ def test_the_readme_example_runs():
     section = text.split("## Write your own kernel", 1)[1].split("\n## ", 1)[0]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     exec(compile(code, "README.md: Write your own kernel", "exec"), {"__name__": "readme"})
+
+
+def _calibration_file(folder, name, measured, device, simulator=False):
+    (folder / name).write_text(f'[device]\nname = "{device}"\nsimulator = {str(simulator).lower()}\n'
+                               f'measured_at_utc = "{measured}"\n')
+
+
+def test_auto_takes_the_calibration_of_this_gpu_or_none(tmp_path, monkeypatch):
+    """One GPU's crossovers are not another's: ``auto`` applies the newest calibration of
+    the GPU it runs on, the model's defaults where none is stored (on an H200 the newest
+    file was an H100's, and its thresholds came from there)."""
+    _calibration_file(tmp_path, "a.toml", "2026-11-21T00:00:00Z", "NVIDIA H200")
+    _calibration_file(tmp_path, "b.toml", "2026-11-27T00:00:00Z", "NVIDIA H100 80GB HBM3")
+    _calibration_file(tmp_path, "c.toml", "2026-11-28T00:00:00Z", "NVIDIA H200", simulator=True)
+    assert api.newest_calibration(str(tmp_path), device="NVIDIA H200").endswith("a.toml")
+    assert api.newest_calibration(str(tmp_path), device="NVIDIA H100 80GB HBM3").endswith("b.toml")
+    assert api.newest_calibration(str(tmp_path), device="NVIDIA A100-SXM4-80GB") is None
+    assert api.newest_calibration(str(tmp_path)).endswith("c.toml")     # no device: the newest
+    pytest.importorskip("pandas")         # gpuwrite.model's simulator needs it
+    monkeypatch.setattr(api, "_MODEL_CACHE", {})
+    monkeypatch.setattr(api, "_this_gpu", lambda: "NVIDIA A100-SXM4-80GB")
+    t = api.Thresholds.from_model()
+    assert t.source.endswith("model defaults (no calibration of the NVIDIA A100-SXM4-80GB stored)")
+    assert t.rules == api.Thresholds.from_model(calibration=None).rules
+    monkeypatch.setattr(api, "_this_gpu", lambda: None)
+    api._MODEL_CACHE.clear()              # computed once per process: the GPU does not change
+    assert "another machine's" in api.Thresholds.from_model().source
