@@ -75,9 +75,9 @@ CODE_ROOT = Path(__file__).resolve().parents[2]     # where the patterns below a
 _POINT = ("gpuwrite/__init__.py", "gpuwrite/experiments/backends.py")
 BACKEND_CODE = {
     "model": (*_POINT, "gpuwrite/model/*.py"),
-    "emulated": (*_POINT, "gpuwrite/cudaenv.py", "gpuwrite/layouts.py", "gpuwrite/paths/*.py",
-                 "gpuwrite/device/__init__.py", "gpuwrite/device/copy.py", "gpuwrite/device/intrinsics.py",
-                 "gpuwrite/device/verbs.py", "gpuwrite/host/*.py"),
+    "emulated": (*_POINT, "gpuwrite/cudaenv.py", "gpuwrite/kernel_cache.py", "gpuwrite/layouts.py",
+                 "gpuwrite/paths/*.py", "gpuwrite/device/__init__.py", "gpuwrite/device/copy.py",
+                 "gpuwrite/device/intrinsics.py", "gpuwrite/device/verbs.py", "gpuwrite/host/*.py"),
 }
 BACKEND_ENGINE = {"emulated": True}
 
