@@ -91,8 +91,8 @@ def run(tiles: int = 6, tile_bytes: int = 1000, producers: int = 2, consumers: i
         threads: int | None = None, paths=common.PATH_CHOICES, repeats: int | None = None,
         world_name: str = "emulated", seed: int = 9, session_kwargs: dict | None = None,
         pull_agent: str | None = None, workers: int | None = None) -> dict:
-    """Runs the pipeline once per path (after a warm-up on a GPU), checking everything
-    each time; returns the table the CLI prints. ``pull_agent``: see
+    """Runs the pipeline ``repeats`` times per path, in rounds of every path in turn
+    (after a warm-up of each on a GPU), checking everything each time; returns the table the CLI prints. ``pull_agent``: see
     ``common.pull_agent_for``; ``workers``: the emulated NIC's threads
     (``common.default_workers``)."""
     if tiles < 1 or tile_bytes < 1 or producers < 1 or consumers < 1:
@@ -142,48 +142,58 @@ def run(tiles: int = 6, tile_bytes: int = 1000, producers: int = 2, consumers: i
         preload(produce, session.Q, session.cfg, src, d_prm, 0, t_start, p_status)
         session.start()
         out["world"] = common.header(session)
+        def one_run(path: str) -> dict:
+            """One run of the pipeline by ``path``: its time and its checks."""
+            recv.host[:] = np.uint32(CANARY)
+            sig.host[:] = 0
+            sums, t_seen, t_start, p_status, c_status = outputs()
+            c_args = (recv.kernel, sig.kernel, tile_words, timeout_ns, sums, t_seen, c_status)
+            p_args = (session.Q, session.cfg, src, d_prm, api.PATH_IDS[path], t_start, p_status)
+            if SIMULATOR:
+                produce[producers, threads](*p_args)
+                consume[consumers, threads](*c_args)
+            else:
+                s_consumer, s_producer = cuda.stream(), cuda.stream()
+                with session.agent_running():
+                    consume[consumers, threads, s_consumer](*c_args)
+                    produce[producers, threads, s_producer](*p_args)
+                    common.sync(s_consumer, s_producer)
+            ps, cs = p_status.copy_to_host(), c_status.copy_to_host()
+            got = recv.host.reshape(tiles, tile_words)
+            sig_ok = np.array_equal(sig.host.view(np.uint64), np.arange(1, tiles + 1))
+            bytes_ok = np.array_equal(got, want)
+            sums_ok = np.array_equal(sums.copy_to_host(), want_sums)
+            seen = t_seen.copy_to_host()
+            return {"seconds": (int(seen.max()) - int(t_start.copy_to_host()[0])) / 1e9,
+                    "verified": bool(sig_ok and bytes_ok and sums_ok and not ps.any() and not cs.any()),
+                    "producer_errors": session.qp_errors(ps),
+                    "consumer_errors": {int(c): api.error_name(v) for c, v in enumerate(cs) if v}}
+
+        live = []
         for path in paths:
             if path == "gpu_push_inline" and tile_bytes > api._MAX_INLINE:
                 out["paths"][path] = {"skipped": f"tiles of {tile_bytes} bytes; an inline WQE "
                                                  f"holds {api._MAX_INLINE}"}
-                continue
-            runs = []
-            for k in range(repeats + (0 if SIMULATOR else 1)):    # a GPU warms up first
-                recv.host[:] = np.uint32(CANARY)
-                sig.host[:] = 0
-                sums, t_seen, t_start, p_status, c_status = outputs()
-                c_args = (recv.kernel, sig.kernel, tile_words, timeout_ns, sums, t_seen, c_status)
-                p_args = (session.Q, session.cfg, src, d_prm, api.PATH_IDS[path], t_start,
-                          p_status)
-                if SIMULATOR:
-                    produce[producers, threads](*p_args)
-                    consume[consumers, threads](*c_args)
-                else:
-                    s_consumer, s_producer = cuda.stream(), cuda.stream()
-                    with session.agent_running():
-                        consume[consumers, threads, s_consumer](*c_args)
-                        produce[producers, threads, s_producer](*p_args)
-                        common.sync(s_consumer, s_producer)
-                ps, cs = p_status.copy_to_host(), c_status.copy_to_host()
-                got = recv.host.reshape(tiles, tile_words)
-                sig_ok = np.array_equal(sig.host.view(np.uint64), np.arange(1, tiles + 1))
-                bytes_ok = np.array_equal(got, want)
-                sums_ok = np.array_equal(sums.copy_to_host(), want_sums)
-                seen = t_seen.copy_to_host()
-                runs.append({"seconds": (int(seen.max()) - int(t_start.copy_to_host()[0])) / 1e9,
-                             "verified": bool(sig_ok and bytes_ok and sums_ok and
-                                              not ps.any() and not cs.any()),
-                             "producer_errors": session.qp_errors(ps),
-                             "consumer_errors": {int(c): api.error_name(v)
-                                                 for c, v in enumerate(cs) if v}})
-            timed = runs[-repeats:]
-            seconds = common.median([r["seconds"] for r in timed])
+            else:
+                live.append(path)
+        # A GPU warms up on each path first; then rounds of every path in turn, so that a
+        # host's slow minute lands on one run of each path, not on every run of one (as in
+        # the all-to-all: alltoall.run).
+        warm = {path: ([] if SIMULATOR else [one_run(path)]) for path in live}
+        timed = {path: [] for path in live}
+        for _ in range(repeats):
+            for path in live:
+                timed[path].append(one_run(path))
+        for path in live:
+            runs = warm[path] + timed[path]
+            seconds = common.median([r["seconds"] for r in timed[path]])
             out["paths"][path] = {
-                "seconds": seconds, "runs_seconds": [r["seconds"] for r in timed],
+                "seconds": seconds, "runs_seconds": [r["seconds"] for r in timed[path]],
                 "gbytes_per_s": tiles * tile_bytes / seconds / 1e9 if seconds > 0 else None,
                 "verified": all(r["verified"] for r in runs),
                 "producer_errors": {k: v for r in runs for k, v in r["producer_errors"].items()},
                 "consumer_errors": {k: v for r in runs for k, v in r["consumer_errors"].items()}}
+        out["paths"] = {path: out["paths"][path] for path in paths}     # in the order asked
     return common.verdict(out, "the producer runs before the consumer (one kernel at a "
                                "time) and times are a Python interpreter's; only the checks "
                                "mean anything here")
