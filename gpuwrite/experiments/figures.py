@@ -406,12 +406,26 @@ PUSH_MAP_CAVEAT = (
     "Model (gpuwrite model params lists every value and its source). Latency: push wins because the NIC "
     "reads nothing; the margin grows with the read round trip, i.e. with the assumed switch (150 ns) and "
     "derived root-complex (200 ns) latencies; the socket penalty (+107 ns per round trip) is pcie-bench's. "
+    "From 16 KiB it also rests on the push NIC forwarding each packet as its bytes arrive, before the "
+    "doorbell behind the payload (nic.push_forwarding = on_arrival, an assumption: the NIC tracks the "
+    "staging lines it receives). The third panel stores each message whole first (after_doorbell, as the "
+    "emulated NIC does; a 2 MiB staging buffer so that 1 MiB fits): push then loses to nic_pull from 64 KiB "
+    "on one switch and to host_staged from 256 KiB across the root complex. "
     "Throughput: every path streams per packet through the 256 KiB VL buffer, so at large sizes all reach "
     "the 400 Gb/s line rate unless PCIe reads are slower; pull's and staged's loss across the root complex "
     "comes from the NIC's read engine (nic.read_outstanding = 64 requests x MRRS 512 B per round trip, an "
     "assumption) and, when set, a platform P2P read cap (off by default). The bottom panel moves both: the "
     "margin follows the reads in flight; a P2P cap moves nothing here because the best other path across a "
     "root complex is host_staged, whose reads of host memory are not peer-to-peer.")
+
+
+# Fig. 6's maps: (sweep, measure, panel title), drawn where the table has the sweep.
+PUSH_MAPS = (
+    ("latency", "latency", "zero-load latency: gpu_push vs the best other path"),
+    ("throughput", "throughput", "saturated throughput: gpu_push vs the best other path"),
+    ("latency_after_doorbell", "latency",
+     "zero-load latency, the NIC forwarding a push only after its doorbell (nic.push_forwarding)"),
+)
 
 
 def _margin_map(fig, ax, grid, winners, title, xlabels, ylabels, gid):
@@ -445,27 +459,27 @@ def _margin_map(fig, ax, grid, winners, title, xlabels, ylabels, gid):
     if losses:
         ax.legend(handles=[Rectangle((0, 0), 1, 1, facecolor="white", edgecolor="0.5", hatch=style.LOSS_HATCH,
                                      label="push loses (the winner is named)")],
-                  loc="upper left", bbox_to_anchor=(0.0, -0.28), fontsize=6.5)
+                  loc="upper right", bbox_to_anchor=(1.0, -0.46), fontsize=6.5)
 
 
 @style.styled
 def push_wins_map(df: pd.DataFrame):
     """Where gpu_push wins: topology x size, coloured by its margin, losses hatched and named;
     then the throughput margin's sensitivity to the read engine and the P2P read cap."""
-    maps = [m for m in ("latency", "throughput") if len(_select(df, backend="model", measure=m, sweep=m))]
+    maps = [(name, measure, title) for name, measure, title in PUSH_MAPS
+            if len(_select(df, backend="model", measure=measure, sweep=name))]
     sensitivity = _select(df, backend="model", measure="throughput", sweep="sensitivity")
     panels = len(maps) + (1 if len(sensitivity) else 0)
     fig, axes = style.new_figure(panels, 1, height=2.3 * panels + 0.6)
-    for ax, measure in zip(axes.flat, maps):
-        margins = push_margin(_select(df, sweep=measure), measure)
+    for ax, (name, measure, title) in zip(axes.flat, maps):
+        margins = push_margin(_select(df, sweep=name), measure)
         topologies = _topologies(margins)
         sizes = sorted(margins["size_bytes"].unique())
         grid = margins.pivot(index="topology", columns="size_bytes", values="margin_pct").loc[topologies, sizes]
         winners = margins.pivot(index="topology", columns="size_bytes", values="winner").loc[topologies, sizes]
-        what = "zero-load latency" if measure == "latency" else "saturated throughput"
-        _margin_map(fig, ax, grid, winners, f"{what}: gpu_push vs the best other path",
+        _margin_map(fig, ax, grid, winners, title,
                     [style.bytes_label(s) for s in sizes], [style.TOPOLOGY_LABELS.get(t, t) for t in topologies],
-                    f"margin|{measure}")
+                    f"margin|{name}")
         ax.set_xlabel("message size (bytes)")
     if len(sensitivity):
         ax = axes.flat[len(maps)]

@@ -26,6 +26,8 @@ STAGE_HEADER_BYTES = 16
 # register ("blueflame", the NIC reads nothing), or posted in GPU memory and fetched by
 # the NIC after the doorbell ("fetch", as the emulated software NIC does).
 WQE_DELIVERIES = ("blueflame", "fetch")
+# gpu_push: when the NIC forwards pushed packets (NicParams.push_forwarding).
+PUSH_FORWARDINGS = ("on_arrival", "after_doorbell")
 # InfiniBand: credits are counted in 64-byte blocks (IBTA spec Vol 1, 7.9.4 flow control).
 CREDIT_BLOCK_BYTES = 64
 # RDMA WRITE packet headers: LRH 8 + BTH 12 + RETH 16 + ICRC 4 + VCRC 2 (IBTA spec Vol 1,
@@ -110,6 +112,13 @@ class NicParams:
     bounce_chunk_bytes: int = 64 * 1024
     # gpu_push: how the WQE reaches the NIC (WQE_DELIVERIES).
     push_wqe_delivery: str = "blueflame"
+    # gpu_push: when the NIC forwards a pushed packet (PUSH_FORWARDINGS). on_arrival: once
+    # its bytes are in, before the doorbell that follows the payload: the NIC sees every
+    # write TLP to its staging memory and tracks the lines of each slot (the proposal's
+    # NIC; an assumption). after_doorbell: a NIC that learns of a message from its doorbell
+    # forwards nothing before it, so the message is stored whole, then sent (what
+    # gpuwrite's emulated NIC does: a CPU thread cannot see which lines have landed).
+    push_forwarding: str = "on_arrival"
     # Read engine (nic_pull, host_staged): read requests the NIC keeps outstanding at
     # once (PCIe tags; 8-bit tags allow 256): assumption, 64 x MRRS 512 = 32 KiB in
     # flight. Bandwidth = min(link, outstanding bytes / read round trip).
@@ -141,6 +150,7 @@ class NicParams:
         _check_int("nic.inline_max_bytes", self.inline_max_bytes, 0)
         _check_int("nic.bounce_chunk_bytes", self.bounce_chunk_bytes, 1)
         check_choice("nic.push_wqe_delivery", self.push_wqe_delivery, WQE_DELIVERIES)
+        check_choice("nic.push_forwarding", self.push_forwarding, PUSH_FORWARDINGS)
         _check_int("nic.read_outstanding", self.read_outstanding, 1)
         check_positive("nic.read_request_overhead_ns", self.read_request_overhead_ns, zero_ok=True)
         check_positive("nic.read_engine_fixed_ns", self.read_engine_fixed_ns, zero_ok=True)
@@ -266,6 +276,9 @@ SOURCES = {
     "nic.inline_max_bytes": "mlx5 layout: 256 B BlueFlame minus 16+16+4 B of headers",
     "nic.bounce_chunk_bytes": "assumption: host_staged pipeline chunk",
     "nic.push_wqe_delivery": "model choice: BlueFlame (WQE with the doorbell) or fetch",
+    "nic.push_forwarding": "assumption: on_arrival, the NIC forwards a pushed packet once its bytes are in, "
+                           "before the doorbell (it tracks the staging lines it receives); after_doorbell: "
+                           "the whole message first (Fig. 6's third panel shows what rests on it)",
     "nic.read_outstanding": "assumption: 64 outstanding read requests (8-bit PCIe tags allow 256)",
     "nic.read_request_overhead_ns": "pcie-bench/data bw_dma_sz_sweep.csv: NFP6000 16 ns per 64 B DMA; assumed 4x faster",
     "nic.read_engine_fixed_ns": "assumption: 0, a ConnectX-class engine's time per request is its issue cost "

@@ -247,6 +247,17 @@ def _with_network(path, size_bytes, steps, transfers, params, to_nic, topology, 
     shares = staged if path.startswith("gpu_push") else payloads
     total_share = sum(shares)
     ingress_p = [ingress * share / total_share if total_share else ingress / len(shares) for share in shares]
+    stored = path == "gpu_push" and params.nic.push_forwarding == "after_doorbell"
+    if stored:
+        # The NIC learns of the message from its doorbell, behind the whole payload: no
+        # packet is ready before every byte is in. As one ingress of the whole message,
+        # the fast simulator and the SimPy reference take the same schedule from it.
+        if sum(staged) > params.nic.staging_buffer_bytes:
+            raise ParamError("nic.staging_buffer_bytes", params.nic.staging_buffer_bytes,
+                             f"at least the {sum(staged)} B of a {size_bytes} B message with its slot "
+                             "headers: nic.push_forwarding = after_doorbell holds a whole message before "
+                             "its doorbell")
+        ingress_p = [ingress] + [0.0] * (len(shares) - 1)
     wire_p = [(payload + network.header_bytes) * 8.0 / network.rate_gbps for payload in payloads]
     drain_p = [(payload + network.header_bytes) * 8.0 / params.receiver.drain_rate_gbps for payload in payloads]
     credits_p = [nicmod.packet_credits(network, payload) for payload in payloads]
@@ -257,9 +268,11 @@ def _with_network(path, size_bytes, steps, transfers, params, to_nic, topology, 
     last_tx_end = cut_through_ns(ingress_p, post, wire_p, drain_p, credits_p, network.credits_total,
                                  network.propagation_ns, credit_return)
     from_nic = topology.route(nic_name, gpu_name)
+    overlap = ("after the doorbell (nic.push_forwarding = after_doorbell: the message is stored "
+               "whole, then sent)" if stored else "(the part not overlapped with PCIe: cut-through)")
     steps = list(steps) + [
-        Step(f"NIC serialises {len(payloads)} packet(s) onto the network (the part not overlapped "
-             "with PCIe: cut-through)", last_tx_end - ingress - post, "wire"),
+        Step(f"NIC serialises {len(payloads)} packet(s) onto the network {overlap}",
+             last_tx_end - ingress - post, "wire"),
         Step("propagation to the remote NIC", network.propagation_ns, "flight"),
         Step("acknowledgement propagates back", network.propagation_ns, "tail"),
         Step("NIC writes the CQE into GPU memory", from_nic.one_way_latency_ns
@@ -384,10 +397,17 @@ def resource_times_ns(timing: PathTiming, params: Params) -> dict[str, float]:
     }
     if timing.path.startswith("gpu_push") and params.nic.policy == "hold":
         pre, post = timing.stage_ns("pre"), timing.stage_ns("post")
-        staging_time = 0.0
+        stored = timing.path == "gpu_push" and params.nic.push_forwarding == "after_doorbell"
+        staging_time = sent = 0.0
         for ingress, wire, staged in zip(timing.packet_ingress_ns, timing.packet_wire_ns,
                                          timing.packet_staging_bytes):
-            loop = pre + ingress + post + wire + timing.staging_return_ns
+            if stored:
+                # Every packet is held from before the whole payload's ingress until it
+                # leaves behind the packets before it.
+                sent += wire
+                loop = pre + timing.stage_ns("ingress") + post + sent + timing.staging_return_ns
+            else:
+                loop = pre + ingress + post + wire + timing.staging_return_ns
             staging_time += loop * staged / params.nic.staging_buffer_bytes
         out["staging"] = staging_time
     return out

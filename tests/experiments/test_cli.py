@@ -20,11 +20,12 @@ def test_sweep_json_csv_and_resume(tmp_path, capsys):
     args = ["sweep", str(spec), "--results", str(tmp_path / "results"), "--csv", "--workers", "1", "--json"]
     assert main(args) == 0
     first = json.loads(capsys.readouterr().out)
-    assert [s["computed"] for s in first["sweeps"]] == [36, 36] and first["rows"] == 72
+    assert [s["computed"] for s in first["sweeps"]] == [36, 36, 36] and first["rows"] == 108
     assert sorted(p.rsplit(".", 1)[1] for p in first["tables"]) == ["csv", "parquet"]
     assert main(args) == 0
     again = json.loads(capsys.readouterr().out)
-    assert [s["computed"] for s in again["sweeps"]] == [0, 0] and [s["cached"] for s in again["sweeps"]] == [36, 36]
+    assert [s["computed"] for s in again["sweeps"]] == [0, 0, 0] and \
+        [s["cached"] for s in again["sweeps"]] == [36, 36, 36]
     out = tmp_path / "latency.csv"
     assert main(["sweep", str(spec), "--sweep", "latency", "--results", str(tmp_path / "results"),
                  "--out", str(out), "--json"]) == 0

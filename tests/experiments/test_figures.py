@@ -176,8 +176,10 @@ def test_fig5_says_no_gpu_and_draws_gpu_cdfs(tiny_results):
 def test_fig6_map_equals_margins_computed_from_the_table(tiny_results):
     fig, table = stored(tiny_results, "fig6_push_wins")
     images = {image.get_gid(): image for ax in fig.axes for image in ax.images}
-    for measure, column in (("latency", "latency_ns"), ("throughput", "throughput_gbps")):
-        rows = table[table["measure"] == measure]
+    for sweep, measure, column in (("latency", "latency", "latency_ns"),
+                                   ("throughput", "throughput", "throughput_gbps"),
+                                   ("latency_after_doorbell", "latency", "latency_ns")):
+        rows = table[table["sweep"] == sweep]
         topologies = [t for t in PRESETS if t in set(rows["topology"])]
         sizes = sorted(rows["size_bytes"].unique())
         expected = np.empty((len(topologies), len(sizes)))
@@ -186,8 +188,12 @@ def test_fig6_map_equals_margins_computed_from_the_table(tiny_results):
                 here = rows[(rows["topology"] == topology) & (rows["size_bytes"] == size)].set_index("path")[column]
                 push, others = here["gpu_push"], here.drop("gpu_push")
                 expected[i, j] = (others.min() / push - 1 if measure == "latency" else push / others.max() - 1) * 100
-        np.testing.assert_allclose(np.asarray(images[f"margin|{measure}"].get_array()), expected)
+        np.testing.assert_allclose(np.asarray(images[f"margin|{sweep}"].get_array()), expected)
     assert "+" in texts(fig)
+    # stored whole before the doorbell, push loses at 1 MiB on one switch (the third map)
+    whole = table[(table["sweep"] == "latency_after_doorbell") & (table["size_bytes"] == 1048576) &
+                  (table["topology"] == "same_switch")].set_index("path")["latency_ns"]
+    assert whole["gpu_push"] > whole["nic_pull"]
 
 
 @pytest.mark.parametrize("name", ["fig1_latency", "fig2_pcie_efficiency", "fig3_buffer_stall",

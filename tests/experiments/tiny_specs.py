@@ -19,7 +19,8 @@ SHRINK = {
                         "emulated": {"path": ["gpu_push"], "size_bytes": [64, 256]}},
     "fig5_latency_cdf": {"cdf": {"size_bytes": [64]}},
     "fig6_push_wins": {"latency": {"size_bytes": [64, 65536, 1048576]},
-                       "throughput": {"size_bytes": [64, 65536, 1048576]}},
+                       "throughput": {"size_bytes": [64, 65536, 1048576]},
+                       "latency_after_doorbell": {"size_bytes": [64, 65536, 1048576]}},
 }
 # Sweeps left out of the tiny copies (a test of their own draws them).
 DROP = {"fig6_push_wins": ("sensitivity",)}

@@ -24,6 +24,16 @@ def test_zero_load_latency_equals_the_sum_of_the_hops(path, name):
         assert np.all(np.abs(latencies - expected) < 0.01), (size, latencies, expected)
 
 
+@pytest.mark.parametrize("name", topo.PATH_CLASSES)
+def test_zero_load_latency_of_a_push_stored_whole_equals_the_sum_of_the_hops(name):
+    params = Params(path="gpu_push", topology=name).updated({"nic": {"push_forwarding": "after_doorbell"}})
+    for size in sizes_for("gpu_push"):
+        workload = Workload(n_messages=3, arrival="open", process="periodic", interval_ns=1e6, size_bytes=size)
+        latencies = sim.simulate(params, workload, seed=0).messages["latency_ns"].to_numpy()
+        expected = sum(step.latency_ns for step in paths.steps("gpu_push", name, size, params))
+        assert np.all(np.abs(latencies - expected) < 0.01), (size, latencies, expected)
+
+
 def test_stage_times_of_one_message_follow_the_steps():
     params = Params(path="gpu_push", topology="across_sockets")
     row = sim.simulate(params, Workload(n_messages=1, size_bytes=4096), 0).messages.iloc[0]

@@ -66,3 +66,14 @@ def test_a_completion_at_the_same_time_as_a_first_issue_goes_after_it(scheduler)
     assert list(fast["qp"][:3]) == [0, 1, 0]
     for key in fast:
         assert np.array_equal(fast[key], reference[key]), key
+
+
+def test_identical_when_pushes_are_forwarded_after_the_doorbell():
+    params = Params(path="gpu_push", topology="across_sockets").updated(
+        {**STRAINED, "nic": {**STRAINED["nic"], "push_forwarding": "after_doorbell"}})
+    workload = Workload(n_messages=1200, n_qps=5, outstanding=6, size_kind="choice",
+                        sizes_bytes=(64, 4096, 16384, 40000))
+    inputs = sim.prepare(params, workload, seed=4)
+    fast, reference = sim.run_fast(inputs), run_simpy(inputs)
+    for key in fast:
+        assert np.array_equal(fast[key], reference[key]), key

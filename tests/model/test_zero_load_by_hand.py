@@ -69,3 +69,36 @@ def test_zero_load_latency_by_hand(path):
     assert paths.latency_ns(path, "same_switch", size, params) == pytest.approx(expected, abs=1e-6)
     one = sim.simulate(params, Workload(n_messages=1, size_bytes=size), 0).messages["latency_ns"].iloc[0]
     assert one == pytest.approx(expected, abs=0.01)
+
+
+def test_a_push_forwarded_after_its_doorbell_is_stored_whole_then_sent():
+    """nic.push_forwarding = after_doorbell: no packet leaves before the whole payload and
+    the doorbell behind it are in; on_arrival (the default) sends each packet once its own
+    bytes are in. With the network the slower link, the two differ by the payload's
+    ingress less its first packet's."""
+    size = 65536
+    packets = size // P.network.mtu_bytes
+    wire = packets * (P.network.mtu_bytes + P.network.header_bytes) * 8.0 / P.network.rate_gbps
+    ingress = write_ns(size + 16, P.gpu.store_rate_gbps)
+    stored = Params(path="gpu_push").updated({"nic": {"push_forwarding": "after_doorbell"}})
+    expected = (P.gpu.write_issue_ns + ingress + GPU_NIC_NS + small_write_after_ns(64) + P.nic.processing_ns
+                + wire + P.network.propagation_ns + TAIL_NS)
+    assert paths.latency_ns("gpu_push", "same_switch", size, stored) == pytest.approx(expected, abs=1e-6)
+    one = sim.simulate(stored, Workload(n_messages=1, size_bytes=size), 0).messages["latency_ns"].iloc[0]
+    assert one == pytest.approx(expected, abs=0.01)
+    timing = paths.path_timing("gpu_push", P.build_topology(), size, Params(path="gpu_push"))
+    assert max(timing.packet_ingress_ns) < min(timing.packet_wire_ns)      # the network is the slower link
+    streamed = paths.latency_ns("gpu_push", "same_switch", size, Params(path="gpu_push"))
+    assert expected - streamed == pytest.approx(ingress - timing.packet_ingress_ns[0], abs=1e-6)
+    # the inline path's payload comes with its WQE: nothing to forward before the doorbell
+    inline = Params(path="gpu_push_inline")
+    assert paths.latency_ns("gpu_push_inline", "same_switch", 200, inline.updated(
+        {"nic": {"push_forwarding": "after_doorbell"}})) == paths.latency_ns("gpu_push_inline", "same_switch", 200, inline)
+
+
+def test_after_the_doorbell_a_message_must_fit_the_staging_buffer():
+    stored = Params(path="gpu_push").updated({"nic": {"push_forwarding": "after_doorbell"}})
+    with pytest.raises(paths.ParamError, match="staging_buffer_bytes"):
+        paths.latency_ns("gpu_push", "same_switch", 1 << 20, stored)
+    big = stored.updated({"nic": {"staging_buffer_bytes": 2 << 20}})
+    assert paths.latency_ns("gpu_push", "same_switch", 1 << 20, big) > 0
