@@ -5,9 +5,10 @@ and every ``gpuwrite`` command on a GPU compiled it again. numba-cuda can keep c
 kernels on disk (``cache=True``), but it judges an entry fresh by the kernel's own source
 file alone (its mtime and size): a kernel in ``paths/kernels.py`` whose device functions in
 ``device/verbs.py`` had changed would load the old code, and a benchmark would measure code
-that is no longer in the tree. So gpuwrite keeps numba-cuda's cache (its files, its index,
-its key: the signature, the GPU's compute capability and numba-cuda's version) and gives it
-a stricter stamp: a digest of every byte that can reach a kernel, which is
+that is no longer in the tree. So gpuwrite keeps numba-cuda's cache (its serialised
+kernels and its key: the signature, the GPU's compute capability and numba-cuda's version),
+names each data file by that key and a stricter stamp, and finds it by name, with no index
+(``_Files``). The stamp is a digest of every byte that can reach a kernel, which is
 
 * every Python file of the gpuwrite package (any edit anywhere recompiles: a compile
   cache may be conservative, never stale);
@@ -86,8 +87,8 @@ try:
 except ImportError:             # the simulator, or a numba-cuda that moved them
     _CacheLocator = None
 
-# Data files of older code (other stamps) that no index names any more are removed once
-# they are this old: a younger one may be another process's, saved but not yet indexed.
+# A kernel's data files unused this long (older code's, mostly) are removed when it saves
+# a new one.
 PRUNE_AFTER_S = 24 * 3600
 
 
@@ -122,44 +123,40 @@ if _CacheLocator is not None:
             return self
 
     class _Files(IndexDataCacheFile):
-        """numba-cuda's index and data files, with each data file named by a digest of
-        its stamp and key, and written before the index names it.
+        """numba-cuda's data files, each named by a digest of its stamp and key and found
+        by that name alone: no index.
 
-        numba numbers data files 1, 2, ... and writes the index first, so while several
-        processes compile at once (pytest's workers) one can read an index entry whose
-        number still holds another key's kernel, or the old code's: a wrong kernel,
-        silently. Named by its stamp and key, a data file holds that key's kernel or does
-        not exist; a lost index update (two processes writing it at once) costs one
-        recompile, nothing else."""
+        numba numbers data files 1, 2, ... and finds them through an index written
+        beside them, so while several processes compile at once (pytest's workers) one
+        could read an index entry whose number still held another key's kernel, or the
+        old code's: a wrong kernel, silently. A file named by its stamp and key holds that
+        key's kernel or does not exist (it is written whole, then renamed into place), and
+        code that changes back (an A/B of two versions) finds its kernels again."""
 
         def _keyed_name(self, key) -> str:
             digest = hashlib.sha256(repr((self._source_stamp, key)).encode()).hexdigest()
             return self._data_name_pattern.replace("{number:d}", digest[:24])
 
         def save(self, key, data):
-            name = self._keyed_name(key)
-            self._save_data(name, data)
-            overloads = self._load_index()
-            overloads[key] = name
-            self._save_index(overloads)
-            self._prune(set(overloads.values()))
+            self._save_data(self._keyed_name(key), data)
+            self._prune()
 
         def load(self, key):
-            name = self._load_index().get(key)
-            if name is None or name != self._keyed_name(key):
-                return None
+            path = Path(self._data_path(self._keyed_name(key)))
             try:
-                return self._load_data(name)
-            except OSError:
+                data = self._load_data(path.name)
+                os.utime(path)          # in use: not pruned
+            except OSError:             # not cached (or removed meanwhile)
                 return None
+            return data
 
-        def _prune(self, keep: set) -> None:
+        def _prune(self) -> None:
             import time
 
             pattern = self._data_name_pattern.replace("{number:d}", "*")
             for file in Path(self._cache_path).glob(pattern):
                 try:
-                    if file.name not in keep and time.time() - file.stat().st_mtime > PRUNE_AFTER_S:
+                    if time.time() - file.stat().st_mtime > PRUNE_AFTER_S:
                         file.unlink()
                 except OSError:
                     pass
