@@ -779,8 +779,8 @@ def default_thresholds() -> Thresholds:
 
 def newest_calibration(folder: str | None = None, device: str | None = None) -> str | None:
     """The newest ``gpuwrite calibrate`` file in ``folder`` (default: the checkout's
-    experiments/calibration/ beside this package; an installed package has none); with
-    ``device``, the newest measured on a GPU of that name (``[device] name``), None if
+    experiments/calibration/ beside this package; an installed package has none) that was
+    measured on a GPU; with ``device``, on a GPU of that name (``[device] name``), None if
     there is none: one GPU's crossovers are not another's."""
     import tomllib
 
@@ -788,10 +788,10 @@ def newest_calibration(folder: str | None = None, device: str | None = None) -> 
         here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         folder = os.path.join(here, "experiments", "calibration")
     for file in newest_first(folder):
-        if device is None:
-            return str(file)
         head = tomllib.loads(file.read_text()).get("device", {})
-        if head.get("name") == device and not head.get("simulator", False):
+        if head.get("simulator", False):    # the simulator's timings are Python's
+            continue
+        if device is None or head.get("name") == device:
             return str(file)
     return None
 
