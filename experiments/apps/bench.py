@@ -91,7 +91,8 @@ def _latency_loop(Q, cfg, src, prm, path, t_ns, status):
 @cached
 @cuda.jit(**api.KERNEL_OPTIONS)
 def put_latency(Q, cfg, src, prm, path, t_ns, status):
-    """The latency loop with ``path`` a kernel argument: every path's code is compiled in."""
+    """The latency loop with ``path`` a kernel argument: every path's code is compiled in
+    (``put`` holds one copy of its post per path)."""
     _latency_loop(Q, cfg, src, prm, path, t_ns, status)
 
 
@@ -100,9 +101,10 @@ _LATENCY_KERNELS: dict = {}
 
 def put_latency_kernel(path_id: int):
     """The latency loop with ``path`` a compile-time constant, as a kernel of one's own
-    names its path (``api.GPU_PUSH``): the compiler drops the other paths' code. On an H100
-    a 64-byte put + quiet took 1.03 to 1.05x send_messages' time this way, and 1.06 to
-    1.12x with the path a kernel argument (BENCHMARKS.md, session 14)."""
+    names its path (``api.GPU_PUSH``): the compiler drops the other paths' code. Since
+    ``put`` holds one copy of its post per path, a path that is a kernel argument costs
+    one branch more (BENCHMARKS.md, session 21; 1.06 to 1.12x the time this way before,
+    session 14)."""
     if path_id not in _LATENCY_KERNELS:
         @cached
         @cuda.jit(**api.KERNEL_OPTIONS)
