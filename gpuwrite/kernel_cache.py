@@ -138,17 +138,19 @@ if _CacheLocator is not None:
             return self._data_name_pattern.replace("{number:d}", digest[:24])
 
         def save(self, key, data):
-            self._save_data(self._keyed_name(key), data)
+            # The key goes in with the data: a name is a digest of the key's text, and two
+            # keys whose text is the same (types that print alike) must not share a kernel.
+            self._save_data(self._keyed_name(key), (self._source_stamp, key, data))
             self._prune()
 
         def load(self, key):
             path = Path(self._data_path(self._keyed_name(key)))
             try:
-                data = self._load_data(path.name)
+                stamp, saved_key, data = self._load_data(path.name)
                 os.utime(path)          # in use: not pruned
-            except OSError:             # not cached (or removed meanwhile)
+            except (OSError, ValueError, TypeError):    # not cached, removed, or not ours
                 return None
-            return data
+            return data if (stamp, saved_key) == (self._source_stamp, key) else None
 
         def _prune(self) -> None:
             import time

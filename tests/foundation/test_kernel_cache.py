@@ -69,9 +69,19 @@ assert a.load(("sig", 1)) == {"kernel": "one"}      # and the old code finds its
 # another kernel of the same name base in another file of the folder: apart
 c = kc._Files(folder, "g-1.py311", "stamp A")
 assert c.load(("sig", 1)) is None
-# a file's name is all a load trusts: an index (numba's, or a stale one) changes nothing
+# a file's name is all a load looks for: an index (numba's, or a stale one) changes nothing
 a._save_index({("sig", 3): a._keyed_name(("sig", 1))})
 assert a.load(("sig", 3)) is None
+# and the key saved with the data must be the key asked for: two keys whose names collide
+# (types that print alike) never share a kernel
+class Alike:
+    def __init__(self, v): self.v = v
+    def __repr__(self): return "Alike"
+    def __eq__(self, other): return isinstance(other, Alike) and other.v == self.v
+    def __hash__(self): return hash(self.v)
+a.save(("sig", Alike(1)), {"kernel": "alike one"})
+assert a._keyed_name(("sig", Alike(1))) == a._keyed_name(("sig", Alike(2)))
+assert a.load(("sig", Alike(2))) is None and a.load(("sig", Alike(1))) == {"kernel": "alike one"}
 # files unused for a day are pruned when a kernel is saved, never younger ones
 old = os.path.join(folder, a._keyed_name(("sig", 2)))
 os.utime(old, (0, 0))
