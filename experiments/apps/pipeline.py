@@ -92,9 +92,9 @@ def run(tiles: int = 6, tile_bytes: int = 1000, producers: int = 2, consumers: i
         world_name: str = "emulated", seed: int = 9, session_kwargs: dict | None = None,
         pull_agent: str | None = None, workers: int | None = None) -> dict:
     """Runs the pipeline ``repeats`` times per path, in rounds of every path in turn
-    (after a warm-up of each on a GPU), checking everything each time; returns the table the CLI prints. ``pull_agent``: see
-    ``common.pull_agent_for``; ``workers``: the emulated NIC's threads
-    (``common.default_workers``)."""
+    (after a warm-up of each on a GPU), checking everything each time; returns the table
+    the CLI prints. ``pull_agent``: see ``common.pull_agent_for``; ``workers``: the
+    emulated NIC's threads (``common.default_workers``)."""
     if tiles < 1 or tile_bytes < 1 or producers < 1 or consumers < 1:
         raise ValueError(f"tiles={tiles}, tile_bytes={tile_bytes}, producers={producers}, "
                          f"consumers={consumers}: each at least 1")
@@ -142,6 +142,7 @@ def run(tiles: int = 6, tile_bytes: int = 1000, producers: int = 2, consumers: i
         preload(produce, session.Q, session.cfg, src, d_prm, 0, t_start, p_status)
         session.start()
         out["world"] = common.header(session)
+
         def one_run(path: str) -> dict:
             """One run of the pipeline by ``path``: its time and its checks."""
             recv.host[:] = np.uint32(CANARY)

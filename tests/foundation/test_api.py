@@ -517,8 +517,10 @@ def test_auto_takes_the_calibration_of_this_gpu_or_none(tmp_path, monkeypatch):
     assert api.newest_calibration(str(tmp_path), device="NVIDIA A100-SXM4-80GB") is None
     assert api.newest_calibration(str(tmp_path)).endswith("b.toml")     # no device: the newest of a GPU
     pytest.importorskip("pandas")         # gpuwrite.model's simulator needs it
-    newest = api.newest_calibration       # the folder here, not the checkout's (an installed package has none)
-    monkeypatch.setattr(api, "newest_calibration", lambda folder=None, device=None: newest(str(tmp_path), device))
+    # the folder here, not the checkout's (an installed package has none)
+    newest = api.newest_calibration
+    monkeypatch.setattr(api, "newest_calibration",
+                        lambda folder=None, device=None: newest(str(tmp_path), device))
     monkeypatch.setattr(api, "_MODEL_CACHE", {})
     monkeypatch.setattr(api, "_this_gpu", lambda: "NVIDIA A100-SXM4-80GB")
     t = api.Thresholds.from_model()
