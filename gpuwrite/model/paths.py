@@ -268,8 +268,13 @@ def _with_network(path, size_bytes, steps, transfers, params, to_nic, topology, 
     last_tx_end = cut_through_ns(ingress_p, post, wire_p, drain_p, credits_p, network.credits_total,
                                  network.propagation_ns, credit_return)
     from_nic = topology.route(nic_name, gpu_name)
-    overlap = ("after the doorbell (nic.push_forwarding = after_doorbell: the message is stored "
-               "whole, then sent)" if stored else "(the part not overlapped with PCIe: cut-through)")
+    if stored:
+        overlap = "after the doorbell (nic.push_forwarding = after_doorbell: the message is stored whole, then sent)"
+    elif path == "gpu_push":
+        overlap = ("as their bytes arrive, before the doorbell (nic.push_forwarding = on_arrival; the part "
+                   "not overlapped with PCIe)")
+    else:
+        overlap = "(the part not overlapped with PCIe: cut-through)"
     steps = list(steps) + [
         Step(f"NIC serialises {len(payloads)} packet(s) onto the network {overlap}",
              last_tx_end - ingress - post, "wire"),
