@@ -122,7 +122,9 @@ def latency_vs_size(df: pd.DataFrame):
     axes.flat[0].legend(loc="upper left")
     style.caveat(fig, (
         "Model, zero load, default parameters (gpuwrite model params: each value and its source). Every path "
-        "streams per packet (cut-through at the NIC). Push is faster because the NIC reads nothing: pull pays "
+        "streams per packet (cut-through at the NIC); push's packets leave as their bytes arrive, before the "
+        "doorbell (nic.push_forwarding = on_arrival, an assumption: stored whole first, push loses from 64 KiB "
+        "on one switch, Fig. 6). Push is faster because the NIC reads nothing: pull pays "
         "a WQE fetch and a payload read round trip, staged a copy plus a host-memory read. The gap scales with "
         "the read round trip: the assumed switch (150 ns) and derived root-complex (200 ns) latencies; the "
         "socket crossing (+107 ns per round trip) is pcie-bench's measurement."))
