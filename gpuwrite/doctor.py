@@ -371,6 +371,26 @@ def verdict(report: dict) -> str:
     return text + f"; but {why}; best that runs here: {best['best_runnable']}"
 
 
+def kernel_cache_state(simulator: bool | None = None) -> str:
+    """Where compiled kernels are kept (``gpuwrite.kernel_cache``), and whether that folder
+    can be written: where it cannot, every command compiles its kernels again, which
+    gpuwrite otherwise does without a word."""
+    import tempfile
+
+    from gpuwrite import kernel_cache
+
+    root = kernel_cache.cache_root()
+    if (kernel_cache.SIMULATOR if simulator is None else simulator) or root is None:
+        return kernel_cache.describe()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=root).close()
+    except OSError as exc:
+        return (f"{root} cannot be written ({exc.strerror or exc}): every command compiles its "
+                f"kernels again (set {kernel_cache.ENV} to a folder that can be written)")
+    return f"{root} (set {kernel_cache.ENV}=off to compile every time)"
+
+
 def emulated_cpus(cpus: list[int] | None = None) -> dict:
     """What emulated mode's busy threads get here (``cpus``: this process's, by default).
 
@@ -380,7 +400,6 @@ def emulated_cpus(cpus: list[int] | None = None) -> dict:
     On a GPU a default context runs one worker and ``default_copy_threads(1)`` helpers;
     ``gpuwrite bench`` runs its rate and bandwidth with more workers, leaving ``HOST_CPUS``
     to the host thread and the GPU driver."""
-    from gpuwrite import kernel_cache
     from gpuwrite.bench import suite
     from gpuwrite.host.verbs import HOST_THREADS, _cpu_list, process_cpus
 
@@ -395,7 +414,7 @@ def emulated_cpus(cpus: list[int] | None = None) -> dict:
     out = {"cpus": _cpu_list(cpus), "ncpus": n, "default_workers": 1,
            "default_copy_helpers": helpers, "bench_rate_workers": rate_workers,
            "bench_bandwidth_workers": suite.engine_workers(12, n),
-           "bench_host_cpus": suite.HOST_CPUS, "kernel_cache": kernel_cache.describe(),
+           "bench_host_cpus": suite.HOST_CPUS, "kernel_cache": kernel_cache_state(),
            "notes": []}
     if n < 1 + HOST_THREADS:
         out["notes"].append(

@@ -146,3 +146,16 @@ def test_a_kernel_is_loaded_from_the_cache_until_a_file_it_reads_changes(tmp_pat
     (code / "helper.py").write_text("VALUE = 9\n")
     assert run() == (9, 9, 0, 1)        # compiled again, with the new value
     assert run() == (9, 9, 1, 0)
+
+
+def test_doctor_says_when_the_folder_cannot_be_written(monkeypatch, tmp_path):
+    from gpuwrite import doctor
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv(kernel_cache.ENV, str(blocker / "kernels"))     # under a file: no folder
+    assert "cannot be written" in doctor.kernel_cache_state(simulator=False)
+    monkeypatch.setenv(kernel_cache.ENV, str(tmp_path / "kernels"))
+    assert doctor.kernel_cache_state(simulator=False).startswith(str(tmp_path / "kernels"))
+    monkeypatch.setenv(kernel_cache.ENV, "off")
+    assert "off" in doctor.kernel_cache_state(simulator=False)
