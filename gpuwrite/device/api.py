@@ -563,8 +563,11 @@ def _put(h, src, src_word, nbytes, raddr, rkey, lkey, path, with_sig, sig_raddr,
         path = path_for(cfg, nbytes)
     # One copy of the post per path, each with its path a constant: a path known only at
     # run time (an argument, or AUTO's choice) then costs this one branch, where every
-    # step of one shared copy tested it (64-byte put + quiet: 1.03 to 1.13x the time with
-    # the path a constant, sessions 20 and 21). A constant path keeps one copy.
+    # step of one shared copy tested it (64-byte put + quiet took 1.03 to 1.13x the time
+    # with the path a constant; with the copies, a median of 4.77 us against the
+    # constant's 4.80 to 4.86 on one H100, BENCHMARKS.md session 21). The branches are
+    # written out: each must pass its path as a literal for its inlined copy to fold.
+    # A constant path keeps one copy.
     if path == GPU_PUSH:
         return _put_by(h, src, src_word, nbytes, raddr, rkey, lkey, GPU_PUSH, with_sig, sig_raddr,
                        sig_rkey, sig_value)
