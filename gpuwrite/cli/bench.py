@@ -4,12 +4,7 @@ from __future__ import annotations
 import re
 
 from gpuwrite.cli import NoGPUError, UsageError
-from gpuwrite.cli.common import add_json_flag, console, print_json, table
-
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20,
-          "mb": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
-_SIZE_SYNTAX = ("a whole number of bytes, optionally with K, KiB, M, MiB, G or GiB (binary "
-                "units), e.g. 64, 4K, 1MiB")
+from gpuwrite.cli.common import add_json_flag, console, parse_sizes, print_json, table
 
 
 class BenchInputError(UsageError):
@@ -20,28 +15,6 @@ class BenchInputError(UsageError):
         Exception.__init__(self, f"{what}={value!r} is not allowed; allowed: {allowed}")
         self.value = value
         self.allowed = allowed
-
-
-def parse_size(text: str) -> int:
-    """Bytes from ``64``, ``4K``, ``4KiB``, ``1M``, ``1MiB`` (binary units: K = 1024)."""
-    m = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", text)
-    if not m or m.group(2).lower() not in _UNITS:
-        raise BenchInputError("size", text, _SIZE_SYNTAX)
-    return int(m.group(1)) * _UNITS[m.group(2).lower()]
-
-
-def _parse_sizes(text: str) -> list[int]:
-    """The sweep's sizes: the CLI's one size parser where it has one (issue 16), else
-    ``parse_size`` here; 1 byte to 1 GiB."""
-    try:
-        from gpuwrite.cli.common import parse_sizes
-    except ImportError:
-        sizes = _list(text, "sizes", parse_size, "sizes such as 64,4K,1MiB")
-        for n in sizes:
-            if not 1 <= n <= 1 << 30:
-                raise BenchInputError("size", n, "1 byte to 1 GiB")
-        return sizes
-    return parse_sizes(text, "--sizes", maximum=1 << 30)
 
 
 def _list(text: str, what: str, parse, allowed: str) -> list:
@@ -93,7 +66,7 @@ def _options(args) -> dict:
 
     opts: dict = {}
     if args.sizes is not None:
-        opts["sizes"] = tuple(_parse_sizes(args.sizes))
+        opts["sizes"] = tuple(parse_sizes(args.sizes, "--sizes", maximum=1 << 30))
     if args.paths is not None:
         paths = _list(args.paths, "paths", str, ", ".join(PATHS))
         for p in paths:
@@ -119,26 +92,8 @@ def _options(args) -> dict:
     return opts
 
 
-def _refuse(args, exc: UsageError) -> int:
-    """A bad option: raised to the CLI's one error path where it prints JSON errors itself
-    (issue 16); before it, the same line on stderr and JSON object here."""
-    import json
-    import sys
-
-    from gpuwrite import cli
-    if hasattr(cli, "error_fields") or not args.json:
-        raise exc
-    print(f"gpuwrite bench: error: {exc}", file=sys.stderr)
-    print(json.dumps({"error": str(exc), "value": getattr(exc, "value", None),
-                      "allowed": getattr(exc, "allowed", None), "exit_status": 2}, default=str))
-    return 2
-
-
 def main(args) -> int:
-    try:
-        opts = _options(args)
-    except UsageError as exc:
-        return _refuse(args, exc)
+    opts = _options(args)
     from gpuwrite.bench.suite import run_suite
     from gpuwrite.cudaenv import SIMULATOR, world
 
