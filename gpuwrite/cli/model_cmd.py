@@ -20,44 +20,45 @@ from gpuwrite.model import topology as topo
 from gpuwrite.model.errors import ParamError
 from gpuwrite.model.params import PATHS, Params
 
-def _read_params_file(file, name: str) -> dict:
-    """The parameters of a ``--config`` or ``--calibration`` file (its ``[params]`` table
-    where it has one), checked for what the model does not check itself (not UTF-8, not a
-    finite number, a topology that is not text); errors name the option and the file."""
+
+def _param_files(args) -> tuple[dict | None, dict | None]:
+    """The tables of ``--config`` and of ``--calibration`` (its ``[params]``), each file
+    read once; None where the option is not given. A calibration file must hold
+    measurements of a real GPU: an empty file, or one that ``gpuwrite calibrate
+    --allow-simulator`` wrote (Python's timings), is refused."""
     from gpuwrite.model import checks
 
-    data = checks.read_toml(file, name)     # a ParamError naming the option and the file
+    config, calibration = getattr(args, "config", None), getattr(args, "calibration", None)
+    if config is not None:      # "" too: an empty name is refused, not ignored
+        config = checks.read_toml(config, "--config")
+    if calibration is not None:
+        file, data = calibration, checks.read_toml(calibration, "--calibration")
+        calibration = data.get("params", data)
+        if not calibration:
+            raise UsageError(f"--calibration={file!r} is not allowed (it sets no parameter); allowed: a file "
+                             "`gpuwrite calibrate` wrote on a GPU", value=str(file), allowed="a calibration file")
+        if data.get("device", {}).get("simulator", False):
+            raise UsageError(f"--calibration={file!r} is not allowed (it was measured on the CUDA simulator, so "
+                             "its timings are Python's); allowed: a file `gpuwrite calibrate` wrote on a GPU",
+                             value=str(file), allowed="a calibration file measured on a GPU")
+    return config, calibration
+
+
+def _params(args, files: tuple[dict | None, dict | None] | None = None) -> Params:
+    """The model's parameters: its defaults, the ``--config`` file, the ``--calibration``
+    file over it (``files``: ``_param_files(args)``, read here when not given), then the
+    options. The model checks the values; an error in a file names the option and the file."""
     try:
-        checks.check_params(data.get("params", data) if name == "--calibration" else data)
-    except ParamError as exc:
-        raise UsageError(f"{name} {file}: {exc}", value=exc.value, allowed=exc.allowed) from None
-    return data
-
-
-def _check_calibration(file) -> None:
-    """A calibration file must hold measurements of a real GPU: an empty file, or one that
-    ``gpuwrite calibrate --allow-simulator`` wrote (Python's timings), is refused."""
-    data = _read_params_file(file, "--calibration")
-    if not data.get("params", data):
-        raise UsageError(f"--calibration={file!r} is not allowed (it sets no parameter); allowed: a file "
-                         "`gpuwrite calibrate` wrote on a GPU", value=str(file), allowed="a calibration file")
-    if data.get("device", {}).get("simulator", False):
-        raise UsageError(f"--calibration={file!r} is not allowed (it was measured on the CUDA simulator, so its "
-                         "timings are Python's); allowed: a file `gpuwrite calibrate` wrote on a GPU",
-                         value=str(file), allowed="a calibration file measured on a GPU")
-
-
-def _params(args) -> Params:
-    from pathlib import Path
-
-    try:
-        config, calibration = getattr(args, "config", None), getattr(args, "calibration", None)
+        config, calibration = files if files is not None else _param_files(args)
         params = Params()
-        if config is not None:      # "" too: an empty name is refused, not ignored
-            params = Params.from_dict(_read_params_file(config, "--config"))
-        if calibration is not None:
-            _check_calibration(calibration)
-            params = params.with_calibration(Path(calibration))
+        for option, table in (("--config", config), ("--calibration", calibration)):
+            if table is None:
+                continue
+            try:
+                params = Params.from_dict(table) if option == "--config" else params.updated(table)
+            except ParamError as exc:
+                raise UsageError(f"{option} {getattr(args, option[2:])}: {exc}", value=exc.value,
+                                 allowed=exc.allowed) from None
         overrides = {}
         if getattr(args, "path", None):
             overrides["path"] = args.path
@@ -70,7 +71,7 @@ def _params(args) -> Params:
             overrides["link"] = link
         return params.updated(overrides) if overrides else params
     except ParamError as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(str(exc), value=exc.value, allowed=exc.allowed) from None
 
 
 def _emit(args, data, table) -> int:
@@ -201,14 +202,12 @@ def cmd_topology(args) -> int:
 
 def cmd_params(args) -> int:
     """Every parameter, its value and its source; ``--dump`` writes them all as TOML."""
-    params = _params(args)
+    files = _param_files(args)
+    params = _params(args, files)
     sources = params.sources()
-    if args.calibration:
-        for key in _flat_keys(_calibration_overrides(args.calibration)):
-            sources[key] = f"calibration file {args.calibration}"
-    if args.config:
-        for key in _flat_keys(_config_overrides(args.config)):
-            sources[key] = f"config file {args.config}"
+    for what, file, table in (("calibration", args.calibration, files[1]), ("config", args.config, files[0])):
+        for key in _flat_keys(table or {}):
+            sources[key] = f"{what} file {file}"
     rows = [{"parameter": key, "value": value, "source": sources[key]} for key, value in params.flat().items()]
     if args.dump is not None and not args.dump.strip():
         raise UsageError(f"--dump={args.dump!r} is not allowed; allowed: a file path this user can write",
@@ -273,17 +272,6 @@ def cmd_buffer(args) -> int:
             cells.append(f"{row.get('simulated_longest_gpu_wait_ns', float('nan')):,.0f}")
         table.add_row(*cells)
     return _emit(args, {"rows": rows}, table)
-
-
-def _calibration_overrides(file) -> dict:
-    from gpuwrite.model.params import _load_toml
-    data = _load_toml(file)
-    return data.get("params", data)
-
-
-def _config_overrides(file) -> dict:
-    from gpuwrite.model.params import _load_toml
-    return _load_toml(file)
 
 
 def _flat_keys(data: dict) -> list[str]:
