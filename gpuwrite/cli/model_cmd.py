@@ -205,7 +205,8 @@ def cmd_params(args) -> int:
     files = _param_files(args)
     params = _params(args, files)
     sources = params.sources()
-    for what, file, table in (("calibration", args.calibration, files[1]), ("config", args.config, files[0])):
+    # in the order _params applies them: a key both files set has the calibration's value
+    for what, file, table in (("config", args.config, files[0]), ("calibration", args.calibration, files[1])):
         for key in _flat_keys(table or {}):
             sources[key] = f"{what} file {file}"
     rows = [{"parameter": key, "value": value, "source": sources[key]} for key, value in params.flat().items()]

@@ -76,3 +76,12 @@ def test_model_params_prints_every_value_with_its_source_and_dumps_a_config(tmp_
     assert by_name["platform.switch_latency_ns"]["value"] == 90.0
     assert "config file" in by_name["platform.switch_latency_ns"]["source"]
     assert Params.from_toml(dump).build_topology().node("sw0").latency_ns == 90.0
+    # a calibration over a config that sets every key: its keys are its own, in value and source
+    calibration = tmp_path / "cal.toml"
+    calibration.write_text("[device]\nname = \"Test GPU\"\n[params.gpu]\nstore_rate_gbps = 123.0\n")
+    code, out = run_cli(["model", "--json", "params", "--config", str(dump), "--calibration", str(calibration)],
+                        capsys)
+    by_name = {row["parameter"]: row for row in json.loads(out)["parameters"]}
+    assert by_name["gpu.store_rate_gbps"]["value"] == 123.0
+    assert by_name["gpu.store_rate_gbps"]["source"] == f"calibration file {calibration}"
+    assert "config file" in by_name["platform.switch_latency_ns"]["source"]
