@@ -382,9 +382,15 @@ def kernel_cache_state(simulator: bool | None = None) -> str:
     root = kernel_cache.cache_root()
     if (kernel_cache.SIMULATOR if simulator is None else simulator) or root is None:
         return kernel_cache.describe()
+    # Probed where it is or would be made (its nearest existing folder): a diagnosis
+    # leaves no folder behind.
+    existing = root
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
     try:
-        root.mkdir(parents=True, exist_ok=True)
-        tempfile.TemporaryFile(dir=root).close()
+        if not existing.is_dir():
+            raise NotADirectoryError(f"{existing} is not a folder")
+        tempfile.TemporaryFile(dir=existing).close()
     except OSError as exc:
         return (f"{root} cannot be written ({exc.strerror or exc}): every command compiles its "
                 f"kernels again (set {kernel_cache.ENV} to a folder that can be written)")

@@ -17,6 +17,7 @@ import sys
 
 from gpuwrite.cli import UsageError
 from gpuwrite.cli.common import add_json_flag, console, print_json, print_path_results
+from gpuwrite.cli.demo import MAX_SEED   # the same payload and size mix (runner.default_sizes)
 
 
 def register(sub) -> None:
@@ -45,7 +46,6 @@ def register(sub) -> None:
 
 MAX_QPS = 1024
 MAX_BATCH = 256         # WQEs per doorbell: at most the runner's send queue (sq_bbs=256)
-MAX_SEED = 2**32 - 1    # as the demo's
 MAX_BOOTSTRAP_TIMEOUT_S = 86_400.0   # a day; a socket takes no timeout past time_t (inf, 1e30)
 
 

@@ -155,7 +155,8 @@ def test_doctor_says_when_the_folder_cannot_be_written(monkeypatch, tmp_path):
     blocker.write_text("")
     monkeypatch.setenv(kernel_cache.ENV, str(blocker / "kernels"))     # under a file: no folder
     assert "cannot be written" in doctor.kernel_cache_state(simulator=False)
-    monkeypatch.setenv(kernel_cache.ENV, str(tmp_path / "kernels"))
-    assert doctor.kernel_cache_state(simulator=False).startswith(str(tmp_path / "kernels"))
+    monkeypatch.setenv(kernel_cache.ENV, str(tmp_path / "kernels" / "deeper"))
+    assert doctor.kernel_cache_state(simulator=False).startswith(str(tmp_path / "kernels" / "deeper"))
+    assert not (tmp_path / "kernels").exists()          # a diagnosis makes no folder
     monkeypatch.setenv(kernel_cache.ENV, "off")
     assert "off" in doctor.kernel_cache_state(simulator=False)
