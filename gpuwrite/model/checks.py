@@ -4,8 +4,9 @@ that is not text, weights that are not lists of numbers, and upper bounds on a s
 workload (past them numpy cannot allocate the simulator's arrays, or a run never ends).
 
 ``Params.from_dict`` and ``Workload.from_dict`` apply them, so a library caller gets them
-too; ``gpuwrite sim``, ``gpuwrite model`` and experiment files (``spec.resolve``) call them
-first as well, to say which option or file a bad value came from. Every error is a
+too; ``gpuwrite sim`` and ``gpuwrite model`` read their files with ``read_toml`` and name the
+option or file in front of the model's errors, and experiment files (``spec.resolve``) check
+a point's values whole first (the emulated ones reach no model class). Every error is a
 ``ParamError`` naming the value and what is allowed.
 """
 from __future__ import annotations
