@@ -234,6 +234,12 @@ def staging_return_ns(route_nic_to_gpu: topo.Route, params: Params) -> float:
             + params.gpu.poll_interval_ns)
 
 
+def stores_whole(path: str, params: Params) -> bool:
+    """Whether the NIC holds a ``path`` message whole before it sends a packet of it: a
+    gpu_push message where ``nic.push_forwarding`` is ``after_doorbell``."""
+    return path == "gpu_push" and params.nic.push_forwarding == "after_doorbell"
+
+
 def _with_network(path, size_bytes, steps, transfers, params, to_nic, topology, gpu_name, nic_name) -> PathTiming:
     """Cut the message into packets and add the network steps (cut-through at the NIC)."""
     network = params.network
@@ -247,7 +253,7 @@ def _with_network(path, size_bytes, steps, transfers, params, to_nic, topology, 
     shares = staged if path.startswith("gpu_push") else payloads
     total_share = sum(shares)
     ingress_p = [ingress * share / total_share if total_share else ingress / len(shares) for share in shares]
-    stored = path == "gpu_push" and params.nic.push_forwarding == "after_doorbell"
+    stored = stores_whole(path, params)
     if stored:
         # The NIC learns of the message from its doorbell, behind the whole payload: no
         # packet is ready before every byte is in. As one ingress of the whole message,
@@ -402,7 +408,7 @@ def resource_times_ns(timing: PathTiming, params: Params) -> dict[str, float]:
     }
     if timing.path.startswith("gpu_push") and params.nic.policy == "hold":
         pre, post = timing.stage_ns("pre"), timing.stage_ns("post")
-        stored = timing.path == "gpu_push" and params.nic.push_forwarding == "after_doorbell"
+        stored, whole = stores_whole(timing.path, params), timing.stage_ns("ingress")
         staging_time = sent = 0.0
         for ingress, wire, staged in zip(timing.packet_ingress_ns, timing.packet_wire_ns,
                                          timing.packet_staging_bytes):
@@ -410,7 +416,7 @@ def resource_times_ns(timing: PathTiming, params: Params) -> dict[str, float]:
                 # Every packet is held from before the whole payload's ingress until it
                 # leaves behind the packets before it.
                 sent += wire
-                loop = pre + timing.stage_ns("ingress") + post + sent + timing.staging_return_ns
+                loop = pre + whole + post + sent + timing.staging_return_ns
             else:
                 loop = pre + ingress + post + wire + timing.staging_return_ns
             staging_time += loop * staged / params.nic.staging_buffer_bytes
