@@ -800,11 +800,13 @@ def newest_calibration(folder: str | None = None, device: str | None = None) -> 
 
 
 def _this_gpu() -> str | None:
-    """The current GPU's name, None on the simulator."""
+    """The current GPU's name as calibration files record it (``device_name``), None on
+    the simulator."""
     if SIMULATOR:
         return None
-    name = cuda.get_current_device().name
-    return name.decode() if isinstance(name, bytes) else name
+    from gpuwrite.experiments.backends import device_name
+
+    return device_name()
 
 
 class TestbedNotReady(RuntimeError):
