@@ -702,9 +702,9 @@ class Thresholds:
         (``gpuwrite.model.rank_paths``) on ``topology``, with this machine's calibration
         file applied where one exists (``"newest"``: the newest file in
         experiments/calibration/ measured on this GPU, the model's defaults where there is
-        none, and on the simulator the newest of any GPU; None: the model's defaults). The crossovers are the
-        model's, on real hardware; emulated mode's costs differ (its staging region is
-        host memory), so measure before trusting them there."""
+        none, and on the simulator the newest of any GPU; None: the model's defaults). The
+        crossovers are the model's, on real hardware; emulated mode's costs differ (its
+        staging region is host memory), so measure before trusting them there."""
         from gpuwrite.model import Params, preset, rank_paths
 
         params = Params()
