@@ -198,32 +198,21 @@ def run(ranks: int = 4, tokens: int = 16, token_bytes: int = 64, paths=common.PA
                                                  f"bytes; an inline WQE holds {api._MAX_INLINE}"}
             else:
                 live.append(path)
-        checks = {path: [] for path in live}
-        times = {path: [] for path in live}
-        if not SIMULATOR:
-            for path in live:
-                a2a.reset()
-                with session.agent_running():
-                    a2a.launch(path)     # warm-up; checked too
-                    common.sync()
-                checks[path].append(a2a.check())
-        # Rounds of every path in turn: a host's slow minute then lands on one run of each
-        # path, not on every run of one. With the runs taken path by path (session 21),
-        # auto, which sent every pair as gpu_push does, took 1.06 to 1.11 ms against
-        # gpu_push's 1.36 to 1.63 in the same call.
-        for _ in range(repeats):
-            for path in live:
-                a2a.reset()
-                with session.agent_running(), common.Timer() as t:
-                    a2a.launch(path)
-                times[path].append(t.seconds)
-                checks[path].append(a2a.check())
-        for path in live:
-            seconds = common.median(times[path])
-            bad = sorted({p for c in checks[path] for p in c["bad_pairs"]})
-            errors = {k: v for c in checks[path] for k, v in c["errors"].items()}
+
+        def one_run(path: str) -> tuple[float, dict]:
+            """One all-to-all by ``path``: its time and its check of every byte."""
+            a2a.reset()
+            with session.agent_running(), common.Timer() as t:
+                a2a.launch(path)
+            return t.seconds, a2a.check()
+
+        for path, (warm, timed) in common.in_rounds(live, repeats, one_run).items():
+            seconds = common.median([t for t, _ in timed])
+            checks = [c for _, c in warm + timed]       # the warm-up is checked too
+            bad = sorted({p for c in checks for p in c["bad_pairs"]})
+            errors = {k: v for c in checks for k, v in c["errors"].items()}
             out["paths"][path] = {
-                "seconds": seconds, "runs_seconds": times[path],
+                "seconds": seconds, "runs_seconds": [t for t, _ in timed],
                 "gbytes_per_s": out["bytes_moved"] / seconds / 1e9,
                 "ratio_to_bulk_store_time": seconds / ideal_s if ideal_s == ideal_s else None,
                 "verified": not bad and not errors, "bad_pairs": bad[:10], "errors": errors}

@@ -177,19 +177,11 @@ def run(tiles: int = 6, tile_bytes: int = 1000, producers: int = 2, consumers: i
                                                  f"holds {api._MAX_INLINE}"}
             else:
                 live.append(path)
-        # A GPU warms up on each path first; then rounds of every path in turn, so that a
-        # host's slow minute lands on one run of each path, not on every run of one (as in
-        # the all-to-all: alltoall.run).
-        warm = {path: ([] if SIMULATOR else [one_run(path)]) for path in live}
-        timed = {path: [] for path in live}
-        for _ in range(repeats):
-            for path in live:
-                timed[path].append(one_run(path))
-        for path in live:
-            runs = warm[path] + timed[path]
-            seconds = common.median([r["seconds"] for r in timed[path]])
+        for path, (warm, timed) in common.in_rounds(live, repeats, one_run).items():
+            runs = warm + timed
+            seconds = common.median([r["seconds"] for r in timed])
             out["paths"][path] = {
-                "seconds": seconds, "runs_seconds": [r["seconds"] for r in timed[path]],
+                "seconds": seconds, "runs_seconds": [r["seconds"] for r in timed],
                 "gbytes_per_s": tiles * tile_bytes / seconds / 1e9 if seconds > 0 else None,
                 "verified": all(r["verified"] for r in runs),
                 "producer_errors": {k: v for r in runs for k, v in r["producer_errors"].items()},
