@@ -241,8 +241,12 @@ def test_inline_payloads_wrap_the_send_queue():
 @pytest.mark.parametrize("text, nbytes", [("64", 64), ("4K", 4096), ("4KiB", 4096),
                                           ("1MiB", 1 << 20), ("1m", 1 << 20), (" 2 kb ", 2048)])
 def test_bench_sizes_take_binary_units(text, nbytes):
-    from gpuwrite.cli.bench import parse_size
-    assert parse_size(text) == nbytes
+    import argparse
+
+    from gpuwrite.cli import bench
+    parser = argparse.ArgumentParser()
+    bench.register(parser.add_subparsers())
+    assert bench._options(parser.parse_args(["bench", "-s", text]))["sizes"] == (nbytes,)
 
 
 @pytest.mark.parametrize("argv, value", [(["-s", "4X"], "4X"), (["-n", "0"], "0"),
