@@ -86,7 +86,7 @@ def _clean(value):
     if isinstance(value, (list, tuple)):
         return [_clean(v) for v in value]
     if hasattr(value, "item"):
-        return value.item()
+        return _clean(value.item())     # a numpy float32 NaN is a Python NaN only now
     return value
 
 

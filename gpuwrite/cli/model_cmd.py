@@ -10,11 +10,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 
 from gpuwrite.cli import UsageError
-from gpuwrite.cli.common import check_result_path, check_writable, parse_size, parse_sizes, provenance, write_rows
+from gpuwrite.cli.common import (check_result_path, check_writable, parse_size, parse_sizes, print_json, provenance,
+                                 write_rows)
 from gpuwrite.model import paths, pcie, sysfs
 from gpuwrite.model import topology as topo
 from gpuwrite.model.errors import ParamError
@@ -76,7 +76,7 @@ def _params(args, files: tuple[dict | None, dict | None] | None = None) -> Param
 
 def _emit(args, data, table) -> int:
     if args.json:
-        print(json.dumps(data, indent=2, default=float))
+        print_json(data)    # strict JSON: a value the model cannot give (NaN, inf) is null
     else:
         from rich.console import Console
         Console().print(table)

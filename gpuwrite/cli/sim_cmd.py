@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from gpuwrite.cli import UsageError
-from gpuwrite.cli.common import provenance, write_rows
+from gpuwrite.cli.common import _clean, print_json, provenance, write_rows
 from gpuwrite.cli.sweep import check_dir
 from gpuwrite.model.errors import ParamError
 from gpuwrite.model.params import SimConfig
@@ -56,13 +56,13 @@ def cmd_sim(args) -> int:
     if out is not None:
         result.messages.to_parquet(out / "messages.parquet")
         result.timeseries().to_parquet(out / "timeseries.parquet")
-        (out / "summary.json").write_text(json.dumps(data, indent=2))
+        (out / "summary.json").write_text(json.dumps(_clean(data), indent=2))   # NaN (none delivered): null
         write_rows([{k: v for k, v in data.items() if k != "provenance"}], out / "summary.parquet",
                    data["provenance"])
         (out / "config.toml").write_text(config.to_toml())
         data["out"] = str(out)
     if args.json:
-        print(json.dumps(data, indent=2))
+        print_json(data)
         return 0
     from rich.console import Console
     from rich.table import Table

@@ -91,3 +91,42 @@ def test_benchmark_agrees_and_reports_a_speedup():
     for key in ("fast_messages_per_s_spread", "simpy_messages_per_s_spread", "speedup_spread"):
         spread = figures[key]
         assert spread["min"] <= spread["median"] <= spread["max"], key
+
+
+def _strict_json(text):
+    """JSON as any parser other than Python's reads it: no NaN, no Infinity."""
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
+ALL_DROPPED = """seed = 1
+[params]
+path = "gpu_push"
+[params.nic]
+policy = "drop"
+staging_buffer_bytes = 4096
+fifo_bytes = 64
+[params.network]
+vl_buffer_bytes = 4160
+[params.receiver]
+stall_period_ns = 1000000.0
+stall_duration_ns = 999999.0
+[workload]
+n_messages = 5
+n_qps = 1
+outstanding = 1
+size_kind = "fixed"
+size_bytes = 4096
+"""
+
+
+def test_sim_json_is_strict_when_nothing_is_delivered(tmp_path, capsys):
+    """Every message dropped: the latencies are unknown, null in the JSON (stdout and
+    summary.json), never NaN, which is not JSON."""
+    config = tmp_path / "all_dropped.toml"
+    config.write_text(ALL_DROPPED)
+    code, out = run_cli(["sim", str(config), "--json", "--out", str(tmp_path / "run")], capsys)
+    data = _strict_json(out)
+    assert code == 0 and data["delivered"] == 0 and data["latency_p50_ns"] is None
+    assert _strict_json((tmp_path / "run" / "summary.json").read_text())["latency_max_ns"] is None
