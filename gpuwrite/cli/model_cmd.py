@@ -234,9 +234,11 @@ def cmd_buffer(args) -> int:
             raise UsageError(f"{flag}={value} is not allowed; allowed: a finite number of ns", value=value,
                              allowed="a finite number")
     overrides = {}
-    if args.stall_period is not None or args.stall_duration is not None:
-        overrides["receiver"] = {"stall_period_ns": args.stall_period or 0.0,
-                                 "stall_duration_ns": args.stall_duration or 0.0}
+    # only what is given: the other of the two stays as --config set it
+    receiver = {key: value for key, value in (("stall_period_ns", args.stall_period),
+                                              ("stall_duration_ns", args.stall_duration)) if value is not None}
+    if receiver:
+        overrides["receiver"] = receiver
     if args.poll_interval is not None:
         overrides["gpu"] = {"poll_interval_ns": args.poll_interval}
     size = parse_size(args.size, "--size")
@@ -244,6 +246,7 @@ def cmd_buffer(args) -> int:
     rows = []
     try:
         params = params.updated(overrides) if overrides else params
+        _check_stalls(args, params)
         for name in topologies:
             result = buffer.need(params.updated({"topology": name}), args.share, size)
             row = {"topology": name, "size_bytes": size, "share": args.share,
@@ -273,6 +276,18 @@ def cmd_buffer(args) -> int:
             cells.append(f"{row.get('simulated_longest_gpu_wait_ns', float('nan')):,.0f}")
         table.add_row(*cells)
     return _emit(args, {"rows": rows}, table)
+
+
+def _check_stalls(args, params: Params) -> None:
+    """A stall given on the command line has a period and a duration: with either zero the
+    model has no stall at all, which is not what was asked for."""
+    period, duration = params.receiver.stall_period_ns, params.receiver.stall_duration_ns
+    for flag, given, other, missing in (("--stall-duration", args.stall_duration, "--stall-period", period),
+                                        ("--stall-period", args.stall_period, "--stall-duration", duration)):
+        if given and not missing:
+            raise UsageError(f"{flag}={given:g} is not allowed without {other} (the receiver would never "
+                             f"stall); allowed: {flag} with {other} > 0 (or a --config that sets it), or "
+                             f"{flag} 0 for no stalls", value=given, allowed=f"with {other}")
 
 
 def _flat_keys(data: dict) -> list[str]:

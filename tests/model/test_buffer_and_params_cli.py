@@ -85,3 +85,28 @@ def test_model_params_prints_every_value_with_its_source_and_dumps_a_config(tmp_
     assert by_name["gpu.store_rate_gbps"]["value"] == 123.0
     assert by_name["gpu.store_rate_gbps"]["source"] == f"calibration file {calibration}"
     assert "config file" in by_name["platform.switch_latency_ns"]["source"]
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["--stall-duration", "20000"], "--stall-duration=20000"),
+    (["--stall-period", "50000"], "--stall-period=50000"),
+    (["--stall-period", "0", "--stall-duration", "100"], "--stall-duration=100"),
+])
+def test_model_buffer_refuses_half_a_stall(argv, named, capsys):
+    """A stall needs a period and a duration: with one of them the model has no stall,
+    which the command used to answer for without a word."""
+    with pytest.raises(UsageError, match=named + r" is not allowed without --stall-"):
+        run_cli(["model", "buffer", "--topology", "same_switch", *argv], capsys)
+
+
+def test_model_buffer_stall_option_keeps_the_config_files_other_half(tmp_path, capsys):
+    """--stall-duration over a --config that sets the period: the period stays (it was set
+    to 0, so the receiver never stalled)."""
+    config = tmp_path / "stalls.toml"
+    config.write_text("[receiver]\nstall_period_ns = 80000.0\nstall_duration_ns = 20000.0\n")
+    code, out = run_cli(["model", "--json", "buffer", "--share", "0.5", "--topology", "same_switch",
+                         "--config", str(config), "--stall-duration", "10000"], capsys)
+    row = json.loads(out)["rows"][0]
+    expected = Params().updated({"receiver": {"stall_period_ns": 80_000.0, "stall_duration_ns": 10_000.0}})
+    assert code == 0 and row["stall_ns"] == 10_000
+    assert row["buffer_bytes"] == buffer.need(expected, 0.5).buffer_bytes
