@@ -247,6 +247,8 @@ def cmd_buffer(args) -> int:
     try:
         params = params.updated(overrides) if overrides else params
         _check_stalls(args, params)
+        if args.check:
+            _check_simulated_messages(args, params, topologies, size)
         for name in topologies:
             result = buffer.need(params.updated({"topology": name}), args.share, size)
             row = {"topology": name, "size_bytes": size, "share": args.share,
@@ -288,6 +290,25 @@ def _check_stalls(args, params: Params) -> None:
             raise UsageError(f"{flag}={given:g} is not allowed without {other} (the receiver would never "
                              f"stall); allowed: {flag} with {other} > 0 (or a --config that sets it), or "
                              f"{flag} 0 for no stalls", value=given, allowed=f"with {other}")
+
+
+def _check_simulated_messages(args, params: Params, topologies: list[str], size: int) -> None:
+    """--check simulates six stall periods at the share of line rate: within the simulator's
+    bound on messages, before any simulation starts."""
+    from gpuwrite.model import buffer, checks
+
+    buffer.need(params, args.share, size)     # the share's own check first
+    for name in topologies:
+        # the count buffer.longest_gpu_wait_ns simulates (its default of six periods)
+        interval_ns = size * 8.0 / (args.share * buffer.line_rate_gbps(params.updated({"topology": name}), size))
+        count = max(100, int(6 * (params.receiver.stall_period_ns or 20_000.0) / interval_ns))
+        if count > checks.MAX_MESSAGES:
+            period = params.receiver.stall_period_ns
+            raise UsageError(f"--check with a stall period of {period:g} ns and --share={args.share:g} is not "
+                             f"allowed ({count:,} messages to simulate on {name}); allowed: at most "
+                             f"{checks.MAX_MESSAGES:,} messages (six stall periods at that share of line rate): "
+                             "a shorter --stall-period or a smaller --share", value=period,
+                             allowed=f"at most {checks.MAX_MESSAGES:,} simulated messages")
 
 
 def _flat_keys(data: dict) -> list[str]:

@@ -110,3 +110,11 @@ def test_model_buffer_stall_option_keeps_the_config_files_other_half(tmp_path, c
     expected = Params().updated({"receiver": {"stall_period_ns": 80_000.0, "stall_duration_ns": 10_000.0}})
     assert code == 0 and row["stall_ns"] == 10_000
     assert row["buffer_bytes"] == buffer.need(expected, 0.5).buffer_bytes
+
+
+def test_model_buffer_check_refuses_a_simulation_past_the_bound(capsys):
+    """--check with a stall period of 1000 s simulated six of them message by message: it
+    tried to allocate 54 GiB and ended in a traceback. It is refused before any simulation."""
+    with pytest.raises(UsageError, match=r"--check with a stall period of 1e\+12 ns.*at most 10,000,000"):
+        run_cli(["model", "buffer", "--topology", "same_switch", "--share", "0.1", "--stall-period", "1e12",
+                 "--stall-duration", "5e11", "--check"], capsys)
