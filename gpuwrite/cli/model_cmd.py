@@ -180,8 +180,8 @@ def cmd_pcie(args) -> int:
 
 def cmd_topology(args) -> int:
     if args.sysfs is not None and not str(args.sysfs).strip():
-        raise UsageError("--sysfs='' is not allowed; allowed: a sysfs devices directory, e.g. /sys/devices",
-                         value="", allowed="a directory")
+        raise UsageError(f"--sysfs={args.sysfs!r} is not allowed; allowed: a sysfs devices directory, e.g. "
+                         "/sys/devices", value=args.sysfs, allowed="a directory")
     try:
         topology = sysfs.from_sysfs(args.sysfs) if args.sysfs else topo.preset(args.preset or "same_switch")
     except ParamError as exc:
@@ -385,5 +385,6 @@ def register(subparsers) -> None:
     machine_options(p)
 
     p = leaf("topology", "GPU/NIC path classes of a preset or of this machine's sysfs", cmd_topology)
-    p.add_argument("--preset", choices=tuple(topo.PRESETS))
-    p.add_argument("--sysfs", help="sysfs devices directory, e.g. /sys/devices")
+    source = p.add_mutually_exclusive_group()   # one topology: a preset or this machine's
+    source.add_argument("--preset", choices=tuple(topo.PRESETS), help="a preset topology (default same_switch)")
+    source.add_argument("--sysfs", help="sysfs devices directory, e.g. /sys/devices")
