@@ -34,10 +34,11 @@ def main(args) -> int:
     from gpuwrite.experiments.spec import SpecError
 
     workers = check_workers(args.workers)   # with --check too: every option given is checked
+    check_dir_name(args.results, "--results")
+    check_dir_name(args.out, "--out")
     if args.check:                          # which writes nothing and makes no folder
-        check_dir_name(args.results, "--results")
-        check_dir_name(args.out, "--out")
         return check(args)
+    figure_specs(args.specs)                # before any folder is made
     check_dir(args.results, "--results")
     check_dir(args.out, "--out")
     started = time.perf_counter()
@@ -64,16 +65,15 @@ def main(args) -> int:
 def check(args) -> int:
     """``--check``: the stale parts of the stored regenerable tables, and GPU rows measured
     with other code than this, without computing."""
-    from gpuwrite.experiments.spec import find_specs, load_spec
     from gpuwrite.experiments.sweep import gpu_rows_of_other_code, stale_tables
 
-    specs = [load_spec(path) for path in find_specs(args.specs)]
-    names = sorted(spec.name for spec in specs if spec.figure_kind)
+    specs = figure_specs(args.specs)
+    names = sorted(spec.name for spec in specs)
     for name in args.only or ():
         if name not in names:   # as regenerate says it
             raise UsageError(f"figure {name!r} is not allowed; allowed: {', '.join(names)}", value=name,
                              allowed=", ".join(names))
-    specs = [spec for spec in specs if spec.figure_kind and (not args.only or spec.name in args.only)]
+    specs = [spec for spec in specs if not args.only or spec.name in args.only]
     stale = [line for spec in specs for line in stale_tables(spec, args.results)]
     other = [line for spec in specs for line in gpu_rows_of_other_code(spec, args.results)]
     if args.json:
@@ -84,3 +84,19 @@ def check(args) -> int:
         console.print(f"{len(stale)} stale sweep table(s) and {len(other)} GPU sweep table(s) measured "
                       f"with other code in {len(specs)} experiment file(s)", highlight=False)
     return 1 if stale or other else 0
+
+
+def figure_specs(folder) -> list:
+    """The experiment files of ``--specs`` that name a figure: at least one, or a UsageError
+    (an empty name would be the working directory, and a folder without any would draw and
+    check nothing, successfully)."""
+    from gpuwrite.experiments.spec import find_specs, load_spec
+
+    allowed = "a directory of experiment files with a [figure] table (default experiments)"
+    if not str(folder).strip():
+        raise UsageError(f"--specs={folder!r} is not allowed; allowed: {allowed}", value=folder, allowed=allowed)
+    specs = [spec for spec in (load_spec(path) for path in find_specs(folder)) if spec.figure_kind]
+    if not specs:
+        raise UsageError(f"--specs={str(folder)!r} is not allowed (it holds no experiment file that names a "
+                         f"figure); allowed: {allowed}", value=str(folder), allowed=allowed)
+    return specs
