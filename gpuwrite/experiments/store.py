@@ -75,12 +75,21 @@ def cache_dir(results_dir: Path, name: str) -> Path:
 
 
 def read_table(path: Path) -> pd.DataFrame | None:
+    """A stored table (Parquet, or CSV by its suffix); None where there is none. A file that
+    is not a table (cut short, or a Git LFS pointer) is a SpecError naming it."""
     path = Path(path)
     if not path.is_file():
         return None
-    if path.suffix == ".csv":
-        return pd.read_csv(path)
-    return pd.read_parquet(path)
+    try:
+        if path.suffix == ".csv":
+            return pd.read_csv(path)
+        return pd.read_parquet(path)
+    except Exception as exc:    # pyarrow's and pandas' errors share no base class but Exception
+        from gpuwrite.experiments.spec import SpecError
+
+        why = " ".join(str(exc).split()) or type(exc).__name__
+        raise SpecError(f"stored table {str(path)!r} is not allowed ({why}); allowed: a table gpuwrite wrote "
+                        "(move this file away and the sweep computes its points again)") from None
 
 
 def tidy(frame: pd.DataFrame) -> pd.DataFrame:

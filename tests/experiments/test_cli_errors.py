@@ -49,6 +49,15 @@ def _sweep(tmp: Path, body: str, measure: str | None = "simulate") -> list[str]:
     return ["sweep", _file(tmp, "spec.toml", head + body), "--results", str(tmp / "r")]
 
 
+def _not_a_table(tmp: Path, name: str) -> str:
+    """A results folder whose stored table ``name`` is no Parquet file (cut short, or a Git
+    LFS pointer); returns the folder."""
+    path = tmp / "r" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("version https://git-lfs.github.com/spec/v1\n")
+    return str(tmp / "r")
+
+
 # (id, argv builder given a tmp folder, text the message must contain)
 CASES = [
     ("demo-messages-zero", lambda t: ["demo", "--messages", "0"], "--messages=0"),
@@ -142,6 +151,15 @@ CASES = [
                                                  "--out", str(t / "f")], "--specs="),
     ("figures-check-specs-empty", lambda t: ["figures", "--check", "--specs", "", "--results", str(t / "r")],
      "--specs=''"),
+    ("sweep-stored-table-not-parquet", lambda t: [*_sweep(t, '[sweep.fixed]\nsize_bytes = 64\n', "latency"),
+                                                  "--results", _not_a_table(t, "spec.parquet")], "spec.parquet"),
+    ("sweep-cached-chunk-not-parquet", lambda t: [*_sweep(t, '[sweep.fixed]\nsize_bytes = 64\n', "latency"),
+                                                  "--results", _not_a_table(t, "cache/spec/0.parquet")],
+     "0.parquet"),
+    ("figures-check-stored-table-not-parquet", lambda t: ["figures", "--check", "--specs", str(EXPERIMENTS),
+                                                          "--only", "fig2_pcie_efficiency", "--results",
+                                                          _not_a_table(t, "fig2_pcie_efficiency.parquet")],
+     "fig2_pcie_efficiency.parquet"),
     ("figures-check-out-empty", lambda t: ["figures", "--check", "--results", str(t / "r"), "--out", ""], "--out=''"),
     ("doctor-sysfs-root-empty", lambda t: ["doctor", "--sysfs-root", ""], "--sysfs-root=''"),
     ("doctor-proc-root-empty", lambda t: ["doctor", "--proc-root", ""], "--proc-root=''"),
