@@ -167,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         resumes = "; finished points are stored and a rerun resumes from them" \
             if state["command"] in ("sweep", "figures") else ""
         print(f"{name}: {how}{resumes}", file=sys.stderr)
+        if state["json"]:   # a script reading stdout gets a JSON document here too
+            print(json.dumps({"error": f"{how}{resumes}", "value": None, "allowed": None, "exit_status": status}))
         return status
     finally:
         if previous_term is not None:

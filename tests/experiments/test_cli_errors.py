@@ -11,7 +11,7 @@ from childenv import child_env
 
 import pytest
 
-from gpuwrite.cli import main
+from gpuwrite.cli import Terminated, main
 from gpuwrite.cudaenv import SIMULATOR
 
 from tiny_specs import EXPERIMENTS
@@ -238,6 +238,22 @@ def test_argparse_errors_are_json_under_json(capsys):
     assert main(["demo", "--messages", "many", "--json"]) == 2
     data = json.loads(capsys.readouterr().out)
     assert data["value"] == "many" and data["allowed"] == "int"
+
+
+@pytest.mark.parametrize("stop, status", [(KeyboardInterrupt, 130), (Terminated, 143)], ids=["sigint", "sigterm"])
+def test_an_interrupted_command_under_json_still_prints_json(stop, status, capsys, monkeypatch):
+    """Ctrl-C or SIGTERM under --json: the one line on stderr, and a JSON error on stdout
+    (it printed nothing there, which no JSON reader takes)."""
+    from gpuwrite.cli import model_cmd
+
+    def interrupted(args):
+        raise stop()
+    monkeypatch.setattr(model_cmd, "cmd_pcie", interrupted)
+    assert main(["model", "pcie", "--json"]) == status
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    data = json.loads(out)
+    assert data["exit_status"] == status and data["error"] in err
 
 
 def test_version(capsys):
