@@ -24,10 +24,10 @@ def _list(text: str, what: str, parse, allowed: str) -> list:
     return [parse(t.strip()) for t in items]
 
 
-def _positive_int(what: str, text: str, most: int | None = None) -> int:
+def _positive_int(what: str, text: str, most: int | None = None, allowed: str | None = None) -> int:
     value = int(text) if re.fullmatch(r"\s*\d+\s*", text or "") else 0
     if value < 1 or (most is not None and value > most):
-        raise BenchInputError(what, text, "a whole number >= 1" if most is None else f"1 to {most:,}")
+        raise BenchInputError(what, text, allowed or ("a whole number >= 1" if most is None else f"1 to {most:,}"))
     return value
 
 
@@ -68,26 +68,25 @@ def _options(args) -> dict:
     if args.sizes is not None:
         opts["sizes"] = tuple(parse_sizes(args.sizes, "--sizes", maximum=1 << 30))
     if args.paths is not None:
-        paths = _list(args.paths, "paths", str, ", ".join(PATHS))
+        paths = _list(args.paths, "--paths", str, ", ".join(PATHS))
         for p in paths:
             if p not in PATHS:
-                raise BenchInputError("path", p, ", ".join(PATHS))
+                raise BenchInputError("--paths: path", p, ", ".join(PATHS))
         opts["paths"] = tuple(paths)
     if args.threads is not None:
         most = MAX_BLOCK_THREADS
-        threads = _list(args.threads, "threads", lambda t: _positive_int("threads", t),
-                        f"1 to {most} threads per block")
+        allowed = f"1 to {most} threads per block (the sending kernel's registers)"
+        threads = _list(args.threads, "--threads", lambda t: _positive_int("--threads", t, allowed=allowed), allowed)
         for t in threads:
             if t > most:
-                raise BenchInputError("threads", t, f"1 to {most} threads per block (the "
-                                      "sending kernel's registers)")
+                raise BenchInputError("--threads", t, allowed)
         opts["threads"] = tuple(threads)
     from gpuwrite.cli.demo import MAX_MESSAGES, MAX_QPS
-    opts["n_qps"] = _positive_int("qps", args.qps, MAX_QPS)
+    opts["n_qps"] = _positive_int("--qps", args.qps, MAX_QPS)
     if args.iters is not None:
-        opts["iters"] = _positive_int("iters", args.iters, MAX_MESSAGES)
+        opts["iters"] = _positive_int("--iters", args.iters, MAX_MESSAGES)
     if args.repeats is not None:
-        opts["repeats"] = _positive_int("repeats", args.repeats, MAX_REPEATS)
+        opts["repeats"] = _positive_int("--repeats", args.repeats, MAX_REPEATS)
     opts["sweep_only"] = args.sweep_only
     return opts
 

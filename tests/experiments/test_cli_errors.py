@@ -169,6 +169,10 @@ CASES = [
     ("bench-qps-huge", lambda t: ["bench", "--qps", str(2**70)], str(2**70)),
     ("bench-iters-huge", lambda t: ["bench", "--iters", str(2**70)], str(2**70)),
     ("bench-repeats-huge", lambda t: ["bench", "--repeats", str(2**70)], str(2**70)),
+    # the option as typed, and one bound however far off the value is
+    ("bench-threads-zero", lambda t: ["bench", "--threads", "0"], "--threads='0' is not allowed; allowed: 1 to "),
+    ("bench-qps-zero", lambda t: ["bench", "--qps", "0"], "--qps='0'"),
+    ("bench-path-unknown", lambda t: ["bench", "--paths", "gpu_push,warp"], "--paths: path='warp'"),
     # testbed: checked before any device is probed
     ("testbed-seed-negative", lambda t: ["testbed", "--seed", "-1"], "--seed -1"),
     ("testbed-bootstrap-timeout-inf", lambda t: ["testbed", "--bootstrap-timeout", "inf"], "--bootstrap-timeout inf"),
