@@ -34,10 +34,19 @@ def _param_files(args) -> tuple[dict | None, dict | None]:
     if calibration is not None:
         file, data = calibration, checks.read_toml(calibration, "--calibration")
         calibration = data.get("params", data)
+        if not isinstance(calibration, dict):
+            raise UsageError(f"--calibration={file!r} is not allowed (params={calibration!r}); allowed: a file "
+                             "`gpuwrite calibrate` wrote, whose [params] is a table", value=str(file),
+                             allowed="a calibration file")
         if not calibration:
             raise UsageError(f"--calibration={file!r} is not allowed (it sets no parameter); allowed: a file "
                              "`gpuwrite calibrate` wrote on a GPU", value=str(file), allowed="a calibration file")
-        if data.get("device", {}).get("simulator", False):
+        device = data.get("device", {})
+        if not isinstance(device, dict):
+            raise UsageError(f"--calibration={file!r} is not allowed (device={device!r}); allowed: a file "
+                             "`gpuwrite calibrate` wrote, whose [device] is a table", value=str(file),
+                             allowed="a calibration file")
+        if device.get("simulator", False):
             raise UsageError(f"--calibration={file!r} is not allowed (it was measured on the CUDA simulator, so "
                              "its timings are Python's); allowed: a file `gpuwrite calibrate` wrote on a GPU",
                              value=str(file), allowed="a calibration file measured on a GPU")

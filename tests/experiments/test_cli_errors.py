@@ -110,6 +110,12 @@ CASES = [
     ("model-calibration-empty-name", lambda t: ["model", "path", "--calibration", ""], "--calibration=''"),
     ("model-calibration-not-utf8", lambda t: ["model", "compare", "--calibration", _file(t, "cal.toml", b"\xff")],
      "cal.toml"),
+    ("model-calibration-params-not-table", lambda t: ["model", "path", "--calibration",
+                                                      _file(t, "cal.toml", 'params = "fast"\n')], "params='fast'"),
+    ("model-calibration-device-not-table", lambda t: ["model", "params", "--calibration",
+                                                      _file(t, "cal.toml", 'device = "H100"\n[params.gpu]\n'
+                                                                           'store_rate_gbps = 100.0\n')],
+     "device='H100'"),
     ("model-config-nan", lambda t: ["model", "path", "--config", _file(t, "p.toml", "[link]\ngeneration = nan\n")],
      "link.generation=nan"),
     ("model-config-topology-not-text", lambda t: ["model", "params", "--config", _file(t, "p.toml", "topology = 5\n")],
@@ -190,6 +196,8 @@ CASES = [
     ("sweep-calibration-not-text", lambda t: _sweep(t, "[sweep.fixed]\ncalibration = 5\n"), "calibration=5"),
     ("sweep-calibration-not-utf8", lambda t: _sweep(t, '[sweep.fixed]\ncalibration = "%s"\n'
                                                        % _file(t, "c.toml", b"\xff")), "c.toml"),
+    ("sweep-calibration-params-not-table", lambda t: _sweep(t, '[sweep.fixed]\ncalibration = "%s"\n'
+                                                              % _file(t, "c.toml", "params = 5\n")), "params=5"),
     ("sweep-n-qps-huge", lambda t: _sweep(t, '[sweep.fixed]\n"workload.n_qps" = 9223372036854775807\n'),
      "workload.n_qps=9223372036854775807"),
     ("sweep-n-messages-huge", lambda t: _sweep(t, '[sweep.fixed]\n"workload.n_messages" = 9223372036854775807\n'),
