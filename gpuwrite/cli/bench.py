@@ -72,7 +72,7 @@ def _options(args) -> dict:
         for p in paths:
             if p not in PATHS:
                 raise BenchInputError("--paths: path", p, ", ".join(PATHS))
-        opts["paths"] = tuple(paths)
+        opts["paths"] = tuple(dict.fromkeys(paths))     # each once
     if args.threads is not None:
         most = MAX_BLOCK_THREADS
         allowed = f"1 to {most} threads per block (the sending kernel's registers)"

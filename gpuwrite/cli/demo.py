@@ -51,7 +51,7 @@ def main(args) -> int:
     from gpuwrite.cudaenv import SIMULATOR, world
     from gpuwrite.paths import runner
 
-    paths = [s.strip() for s in args.paths.split(",") if s.strip()]
+    paths = list(dict.fromkeys(s.strip() for s in args.paths.split(",") if s.strip()))   # each once
     if not paths:
         raise UsageError(f"--paths={args.paths!r} is not allowed; allowed: one or more of "
                          f"{', '.join(runner.PATHS)}, comma-separated")

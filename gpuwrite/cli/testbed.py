@@ -60,7 +60,7 @@ def _check_inputs(args) -> list[str]:
     from gpuwrite.backends.testbed.bootstrap import BootstrapError, parse_endpoint
     from gpuwrite.backends.testbed.runner import PATHS
 
-    paths = [s.strip() for s in args.paths.split(",") if s.strip()]
+    paths = list(dict.fromkeys(s.strip() for s in args.paths.split(",") if s.strip()))   # each once
     if not paths:
         raise _BadInput(f"--paths {args.paths!r} names no path", args.paths, ", ".join(PATHS))
     for p in paths:

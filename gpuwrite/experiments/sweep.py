@@ -347,7 +347,8 @@ def run_spec(spec: ExperimentSpec, results_dir: str | Path = store.DEFAULT_RESUL
     ``fresh`` ignores everything stored and computes every point again.
     """
     results_dir = Path(results_dir)
-    selected = [spec.sweep(name) for name in only] if only else list(spec.sweeps)
+    # a sweep named twice runs once: twice, its rows stood twice in the stored table
+    selected = [spec.sweep(name) for name in dict.fromkeys(only)] if only else list(spec.sweeps)
     device = backends.device_name() if any(s.backend == "emulated" for s in selected) else backends.MODEL_DEVICE
     stored = {} if fresh else _stored_rows(spec, results_dir)
     stored_points = {} if fresh else _stored_points(spec, results_dir)

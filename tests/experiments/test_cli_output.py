@@ -1,5 +1,6 @@
 """What the commands print where a researcher reads it: one size syntax, tables that keep
 every character in a pipe, progress lines in a log, result files that say how they were made."""
+import functools
 import io
 import json
 
@@ -64,3 +65,36 @@ def test_result_rows_carry_provenance(tmp_path, suffix):
     assert json.loads(rows["parameters"][0]) == {"sizes": [64, 4096]}
     assert json.loads(rows["steps"][0]) == {"a": 1}
     assert rows["gpuwrite_version"][0] and rows["date"][0]
+
+
+def test_a_sweep_named_twice_runs_once(tmp_path, capsys):
+    """`sweep --sweep s --sweep s` ran s twice and stored each of its rows twice (in the
+    results table, and in --out)."""
+    spec = tmp_path / "spec.toml"
+    spec.write_text('[[sweep]]\nname = "s"\nbackend = "model"\nmeasure = "latency"\n'
+                    '[sweep.vary]\nsize_bytes = [64, 4096]\n')
+    argv = ["sweep", str(spec), "--sweep", "s", "--sweep", "s", "--results", str(tmp_path / "r"), "--workers", "1",
+            "--json"]
+    for out, read in ((tmp_path / "r" / "spec.parquet", pd.read_parquet), (tmp_path / "rows.csv", pd.read_csv)):
+        assert main(argv + (["--out", str(out)] if out.suffix == ".csv" else [])) == 0
+        data = json.loads(capsys.readouterr().out)
+        assert [report["sweep"] for report in data["sweeps"]] == ["s"]
+        table = read(out)
+        assert len(table) == data["rows"] == 2 and not table["config_hash"].duplicated().any()
+
+
+def test_a_path_named_twice_runs_once(capsys, monkeypatch):
+    """`demo --paths gpu_push,gpu_push` ran gpu_push twice, one result row each."""
+    from gpuwrite.paths import runner
+
+    ran = []
+    real = runner.run
+
+    @functools.wraps(real)      # demo reads run's defaults from its signature
+    def counted(path, *args, **kwargs):
+        ran.append(path)
+        return real(path, *args, **kwargs)
+    monkeypatch.setattr(runner, "run", counted)
+    assert main(["demo", "--messages", "2", "--qps", "1", "--paths", "gpu_push,gpu_push", "--json"]) == 0
+    assert ran == ["gpu_push"]
+    assert [row["path"] for row in json.loads(capsys.readouterr().out)["results"]] == ["gpu_push"]
