@@ -8,6 +8,7 @@ import math
 import os
 import re
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -123,19 +124,37 @@ def print_path_results(results, mode: str) -> None:
 class LineProgress:
     """Progress as plain lines on stderr, at most one every ``every_s`` seconds: for logs,
     where a live bar would show nothing until the end. Same calls as rich's ``Progress``
-    (``add_task``, ``advance``, ``update``) for what the commands use."""
+    (``add_task``, ``advance``, ``update``) for what the commands use. Inside ``with``, a
+    step that takes long (one path of ``demo``) still gets its line every ``every_s``."""
 
     def __init__(self, every_s: float = 10.0, stream=None):
         self.every_s = every_s
         self.stream = stream or sys.stderr
         self.tasks: dict[int, dict] = {}
         self._last_s = 0.0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ticker = None
 
     def __enter__(self):
+        if self.every_s > 0:
+            self._ticker = threading.Thread(target=self._tick, name="gw-progress", daemon=True)
+            self._ticker.start()
         return self
 
     def __exit__(self, *exc):
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join()
         return False
+
+    def _tick(self) -> None:
+        """The newest unfinished task's line, where no line came for ``every_s``."""
+        while not self._stop.wait(self.every_s):
+            running = [key for key, task in list(self.tasks.items())
+                       if task["total"] is None or task["completed"] < task["total"]]
+            if running:
+                self._say(running[-1])
 
     def add_task(self, description: str, total=None, completed=0, **_) -> int:
         key = len(self.tasks)
@@ -158,6 +177,10 @@ class LineProgress:
         self.update(key, advance=advance)
 
     def _say(self, key: int, force: bool = False) -> None:
+        with self._lock:    # the ticker's thread says lines too
+            self._say_locked(key, force)
+
+    def _say_locked(self, key: int, force: bool) -> None:
         now = time.monotonic()
         task = self.tasks[key]
         done = task["total"] is not None and task["completed"] >= task["total"]

@@ -56,6 +56,21 @@ def test_progress_lines_for_a_log():
     assert lines[-1].startswith("fig1: model: 4/4 (100 %)")
 
 
+def test_progress_lines_come_while_one_step_runs_long():
+    """One long step (a path of `demo`) with no call in between: a line still comes every
+    every_s (none came until the step ended, minutes later)."""
+    import time
+
+    stream = io.StringIO()
+    with LineProgress(every_s=0.05, stream=stream) as progress:
+        task = progress.add_task("gpu_push: 400 messages", total=1)
+        time.sleep(0.5)
+        waiting = stream.getvalue().splitlines()
+        progress.advance(task)
+    assert len(waiting) >= 3 and all(line.startswith("gpu_push: 400 messages: 0/1") for line in waiting)
+    assert stream.getvalue().splitlines()[-1].startswith("gpu_push: 400 messages: 1/1 (100 %)")
+
+
 @pytest.mark.parametrize("suffix", [".csv", ".parquet"])
 def test_result_rows_carry_provenance(tmp_path, suffix):
     made = provenance("model compare", {"sizes": [64, 4096]}, "model")
