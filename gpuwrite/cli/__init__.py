@@ -86,7 +86,13 @@ class Parser(argparse.ArgumentParser):
     """argparse with its usage errors routed through ``main``'s one error path."""
 
     def error(self, message):
-        exc = UsageError(f"{message} (see {self.prog} --help)")
+        allowed = None
+        for action in self._actions:    # a missing command: say which there are
+            if isinstance(action, argparse._SubParsersAction) and message.startswith("the following arguments "
+                                                                                     "are required"):
+                allowed = ", ".join(action.choices)
+                message = f"{message}; allowed: {allowed}"
+        exc = UsageError(f"{message} (see {self.prog} --help)", allowed=allowed)
         exc.prog = self.prog
         raise exc
 

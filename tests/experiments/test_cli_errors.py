@@ -77,6 +77,8 @@ CASES = [
     ("demo-messages-not-int", lambda t: ["demo", "--messages", "many"], "many"),
     ("demo-policy", lambda t: ["demo", "--policy", "lossy"], "lossy"),
     ("unknown-command", lambda t: ["frobnicate"], "frobnicate"),
+    ("no-command", lambda t: [], "COMMAND; allowed: demo, bench, model, sim"),
+    ("model-no-question", lambda t: ["model"], "QUESTION; allowed: path, compare, pcie"),
     ("doctor-size-huge", lambda t: ["doctor", "--size", "10000000000"], "10000000000"),
     ("doctor-size-unit", lambda t: ["doctor", "--size", "4Q"], "4Q"),
     ("doctor-proc-missing", lambda t: ["doctor", "--proc-root", str(t / "nonexistent")], "nonexistent"),
