@@ -21,6 +21,11 @@ from gpuwrite.model.errors import ParamError
 from gpuwrite.model.params import PATHS, Params
 
 
+# The link options of machine_options: (option, key of Params.link).
+LINK_OPTIONS = (("gen", "generation"), ("width", "width"), ("mps", "mps_bytes"), ("mrrs", "mrrs_bytes"),
+                ("rcb", "rcb_bytes"))
+
+
 def _param_files(args) -> tuple[dict | None, dict | None]:
     """The tables of ``--config`` and of ``--calibration`` (its ``[params]``), each file
     read once; None where the option is not given. A calibration file must hold
@@ -73,9 +78,7 @@ def _params(args, files: tuple[dict | None, dict | None] | None = None) -> Param
             overrides["path"] = args.path
         if getattr(args, "topology", None) and args.topology != "all":
             overrides["topology"] = args.topology
-        link = {k: v for k, v in (("generation", getattr(args, "gen", None)), ("width", getattr(args, "width", None)),
-                                  ("mps_bytes", getattr(args, "mps", None)), ("mrrs_bytes", getattr(args, "mrrs", None)),
-                                  ("rcb_bytes", getattr(args, "rcb", None))) if v is not None}
+        link = {key: getattr(args, option) for option, key in LINK_OPTIONS if getattr(args, option, None) is not None}
         if link:
             overrides["link"] = link
         return params.updated(overrides) if overrides else params
@@ -218,6 +221,9 @@ def cmd_params(args) -> int:
     for what, file, table in (("config", args.config, files[0]), ("calibration", args.calibration, files[1])):
         for key in _flat_keys(table or {}):
             sources[key] = f"{what} file {file}"
+    for option, key in LINK_OPTIONS:    # applied last, over both files
+        if getattr(args, option) is not None:
+            sources[f"link.{key}"] = f"command line --{option}"
     rows = [{"parameter": key, "value": value, "source": sources[key]} for key, value in params.flat().items()]
     if args.dump is not None and not args.dump.strip():
         raise UsageError(f"--dump={args.dump!r} is not allowed; allowed: a file path this user can write",

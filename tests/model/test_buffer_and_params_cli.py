@@ -118,3 +118,16 @@ def test_model_buffer_check_refuses_a_simulation_past_the_bound(capsys):
     with pytest.raises(UsageError, match=r"--check with a stall period of 1e\+12 ns.*at most 10,000,000"):
         run_cli(["model", "buffer", "--topology", "same_switch", "--share", "0.1", "--stall-period", "1e12",
                  "--stall-duration", "5e11", "--check"], capsys)
+
+
+def test_model_params_names_the_command_line_as_a_values_source(tmp_path, capsys):
+    """--gen 4 over a --config: the value is the option's, and so is its source (it gave the
+    default's source, a calibration of a Gen5 link, beside the value 4)."""
+    config = tmp_path / "gen3.toml"
+    config.write_text("[link]\ngeneration = 3\nwidth = 8\n")
+    code, out = run_cli(["model", "--json", "params", "--config", str(config), "--gen", "4", "--mps", "512"], capsys)
+    by_name = {row["parameter"]: row for row in json.loads(out)["parameters"]}
+    assert code == 0
+    assert by_name["link.generation"] == {"parameter": "link.generation", "value": 4, "source": "command line --gen"}
+    assert by_name["link.mps_bytes"]["source"] == "command line --mps"
+    assert by_name["link.width"] == {"parameter": "link.width", "value": 8, "source": f"config file {config}"}
