@@ -10,6 +10,7 @@ engine that produced them, the same in a checkout and in an installed package (w
 no csrc/ to read).
 """
 import hashlib
+import os
 from pathlib import Path
 
 from cffi import FFI
@@ -76,6 +77,26 @@ def c_code(source: bytes) -> bytes:
     return "\n".join(line.strip() for line in lines if line.strip()).encode("utf-8", "surrogateescape")
 
 
+def sanitize_args(spec: str | None) -> list[str]:
+    """Compiler and linker flags of a sanitizer build: ``spec`` is GPUWRITE_SANITIZE's value,
+    sanitizers as -fsanitize= takes them ("address,undefined"); empty or unset: none. The
+    flags change the machine code only: csrc_sha256 reads the source text, so a sanitized
+    extension carries the same fingerprint as the normal one. Load it with the sanitizer's
+    runtime first (LD_PRELOAD; scripts/sanitize_check.sh does both)."""
+    spec = (spec or "").strip()
+    if not spec:
+        return []
+    allowed = {"address", "undefined"}
+    names = [name.strip() for name in spec.split(",")]
+    if not names or any(name not in allowed for name in names):
+        raise SystemExit(f"GPUWRITE_SANITIZE={spec!r}: allowed a comma-separated list of "
+                         f"{sorted(allowed)}")
+    return [f"-fsanitize={','.join(names)}", "-fno-sanitize-recover=all",
+            "-fno-omit-frame-pointer", "-g", "-O1"]
+
+
+SANITIZE = sanitize_args(os.environ.get("GPUWRITE_SANITIZE"))
+
 ffibuilder = FFI()
 ffibuilder.cdef(cdef_text() + "\nconst char *gw_csrc_sha256(void);\n")
 ffibuilder.set_source(
@@ -86,12 +107,14 @@ ffibuilder.set_source(
     sources=["csrc/gw_engine.c", "csrc/gw_link.c", "csrc/gw_pull.c", "csrc/gw_pong.c",
              "csrc/gw_copy.c"],   # relative: setuptools builds from the project root
     include_dirs=["csrc"],
-    extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wno-unused-function", "-D_FORTIFY_SOURCE=2"],
+    # A sanitizer build (GPUWRITE_SANITIZE) drops _FORTIFY_SOURCE: its checked string
+    # functions would catch an overflow before the sanitizer could say where it is.
+    extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wno-unused-function"]
+    + (SANITIZE or ["-D_FORTIFY_SOURCE=2"]),
+    extra_link_args=SANITIZE,
     libraries=["dl", "pthread"],
 )
 
 if __name__ == "__main__":
-    import os
-
     os.chdir(CSRC.parent)
     ffibuilder.compile(tmpdir=".", verbose=False)
