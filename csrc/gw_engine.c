@@ -575,8 +575,10 @@ static void qp_reset_state(struct qp *q)
  * the bump (quiesce). A worker that starts a pass under a new generation first fails
  * every fetched WQE whose regions are gone (revalidate). So once gw_engine_remove_mr
  * returns, no worker is inside a pass that could still write into the region, and no
- * later pass will. The common path pays one acquire load and one release store per
- * pass, not a lock or a check per packet.
+ * later pass will. With no worker thread running (gw_engine_poll, a stopped engine),
+ * quiesce revalidates at once: the key may be registered again before the next pass.
+ * The common path pays one acquire load and one release store per pass, not a lock or
+ * a check per packet.
  */
 static void revalidate(struct gw_engine *e, struct worker *w)
 {
@@ -605,8 +607,16 @@ static void revalidate(struct gw_engine *e, struct worker *w)
  * (the caller must then keep the memory alive). */
 int quiesce(struct gw_engine *e, uint64_t gen)
 {
-    if (!atomic_load(&e->running))
-        return 0;   /* no worker threads; gw_engine_poll takes e->lock */
+    if (!atomic_load(&e->running)) {
+        /* No worker thread (gw_engine_poll takes e->lock): revalidate now, not at the
+         * next pass, by which time the key may name a new registration and a WQE aimed
+         * at the old one would pass as valid and write into memory already let go of. */
+        for (uint32_t i = 0; i < e->cfg.workers; i++) {
+            revalidate(e, &e->workers[i]);
+            e->workers[i].gen_seen = gen;
+        }
+        return 0;
+    }
     uint64_t deadline = gw_now_ns() + 10000000000ull;
     for (uint32_t i = 0; i < e->cfg.workers; i++)
         while (atomic_load_explicit(&e->workers[i].gen_done, memory_order_acquire) < gen) {
