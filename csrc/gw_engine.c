@@ -467,6 +467,21 @@ static uint32_t fetch_new(struct gw_engine *e, struct worker *w, struct qp *q, u
     return fetched;
 }
 
+/* A pushed message leaves the staging region unsent (failed, or discarded by a reset):
+ * its accepted bytes not yet on the link are no longer held but dropped. */
+static void release_held(struct worker *w, const struct desc *d)
+{
+    if (!d->held)
+        return;
+    uint32_t left = d->bytes_total - d->bytes_dropped - d->bytes_done;
+    update_held(w, -1, -(int64_t)left);
+    if (left) {
+        count(&w->c.dropped_bytes, left);
+        if (!d->bytes_dropped)
+            count(&w->c.dropped_msgs, 1);
+    }
+}
+
 /* Completes the head descriptor: CQE if signaled or failed, staging slots returned. */
 static int retire(struct gw_engine *e, struct worker *w, struct qp *q, struct desc *d)
 {
@@ -486,16 +501,7 @@ static int retire(struct gw_engine *e, struct worker *w, struct qp *q, struct de
         store_rel32(&q->status->qp_state, GW_QPS_ERR);
     }
     if (d->pushed) {
-        if (d->held) {
-            /* Accepted bytes not yet sent are discarded with the failed message. */
-            uint32_t left = d->bytes_total - d->bytes_dropped - d->bytes_done;
-            update_held(w, -1, -(int64_t)left);
-            if (left) {
-                count(&w->c.dropped_bytes, left);
-                if (!d->bytes_dropped)
-                    count(&w->c.dropped_msgs, 1);
-            }
-        }
+        release_held(w, d);
         q->stage_freed += d->stage_slots;
         if (!(q->flags & GW_QP_F_STAGE_CREDITS_IN_CQE))
             store_rel32(&q->status->stage_freed, q->stage_freed);
@@ -554,6 +560,15 @@ static int progress(struct gw_engine *e, struct worker *w, struct qp *q, uint64_
 
 static void qp_reset_state(struct qp *q)
 {
+    /* WQEs fetched and not completed are discarded without completions, as a move to
+     * RESET discards a real QP's work requests; counted as flushed, and the pushed bytes
+     * they held as dropped, so that nothing is lost silently. Runs in the QP's worker,
+     * or with no worker thread running. */
+    for (uint32_t k = q->desc_head; k != q->desc_tail; k++) {
+        const struct desc *d = &q->descs[k % q->sq_bbs];
+        count(&q->worker->c.flushed_wqes, 1);
+        release_held(q->worker, d);
+    }
     /* The doorbell record restarts with the rings (as libmlx5 zeroes it on a move to
      * RESET); cleared here, in the same step, so that a running worker never compares
      * an old producer index with new counters (a false ring overflow) or the reverse. */
@@ -1007,12 +1022,18 @@ static uint32_t flush_detached(struct gw_engine *e, struct qp *q)
         if (d->status == DESC_OK)
             desc_fail(d, GW_SYND_WR_FLUSH_ERR, GW_REASON_FLUSHED);
         if (!retire(e, &tmp, q, d)) {
-            /* The CQ is full: the rest are flushed without a completion, and counted. */
+            /* The CQ is full: the rest are flushed without a completion, and counted,
+             * the pushed bytes they held as dropped. */
             lost = desc_count(q);
             count(&tmp.c.flushed_wqes, lost);
+            for (uint32_t k = q->desc_head; k != q->desc_tail; k++)
+                release_held(&tmp, &q->descs[k % q->sq_bbs]);
             break;
         }
     }
+    /* A flush only lowers what is held (tmp's held counts wrap below zero and add up to
+     * the right sum); the high-water mark stays the worker's. */
+    tmp.c.held_bytes_max = 0;
     enum { N = sizeof(struct gw_counters) / sizeof(uint64_t) };
     uint64_t *dst = (uint64_t *)&e->ctl;
     const uint64_t *src = (const uint64_t *)&tmp.c;

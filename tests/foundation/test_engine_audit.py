@@ -6,10 +6,11 @@ outcomes.
 import numpy as np
 import pytest
 
-from gwtest import ACCESS_RW
+from gwtest import ACCESS_RW, canaried
 from gpuwrite import layouts as L
 from gpuwrite.host.verbs import Context, LinkConfig
 from gpuwrite.host.wqe import HostPoster, rdma_write
+from test_gaps_engine import stage_push
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -61,3 +62,83 @@ def test_a_key_registered_again_does_not_revive_a_wqe_aimed_at_the_old_region():
         assert np.array_equal(old, snap), "bytes landed in a deregistered region"
         assert (new == 0).all(), "bytes of an older registration landed in the new one"
         assert not c.ok and c.reason == L.REASON["rkey_invalidated"], c.describe()
+
+
+def test_a_reset_counts_the_wqes_and_pushed_bytes_it_discards():
+    """A 2 KiB push into a stalled receiver holds 1 KiB in the staging region; a QP reset
+    discards the WQE (no completion, as a move to RESET): counted as flushed, its held
+    bytes as dropped, and nothing stays held (it stayed "held" for ever, uncounted)."""
+    with Context(link=STALL_LINK) as ctx:
+        pd = ctx.alloc_pd()
+        whole, dst, guard = canaried(4096)
+        dmr = pd.reg_mr(dst, access=ACCESS_RW)
+        qs = pd.create_queues(1, sq_bbs=16, ncqe=16, stage_slots=16, stage_slot_bytes=256)
+        p = HostPoster(qs)
+        ctx.stall_receiver(True)
+        stage_push(qs, p, 0, 0, np.full(2048, 3, np.uint8), dmr.address, dmr.rkey)
+        p.ring()
+        assert poll_until(ctx, p, 1, passes=2000) == []
+        c = ctx.counters()
+        assert (c["held_msgs"], c["held_bytes"], c["bytes_delivered"]) == (1, 1024, 1024)
+        qs.reset(0)
+        p.reset()
+        ctx.stall_receiver(False)
+        ctx.poll(100)
+        c = ctx.counters()
+        assert p.poll() is None
+        assert (c["held_msgs"], c["held_bytes"]) == (0, 0)
+        assert c["bytes_pushed"] == c["bytes_delivered"] + c["dropped_bytes"] == 2048
+        assert (c["dropped_msgs"], c["flushed_wqes"]) == (1, 1)
+        assert (dst[1024:] == 0xA5).all()
+        assert (whole[:guard] == 0xA5).all() and (whole[guard + 4096:] == 0xA5).all()
+
+
+def test_destroying_a_qp_with_held_bytes_keeps_the_held_high_water_mark():
+    """The flush of a destroyed QP counts in a worker of its own, whose held bytes go
+    below zero (they add up right); its high-water mark, that negative number as
+    unsigned, was summed in too and lowered the engine's by what was flushed."""
+    with Context(link=STALL_LINK) as ctx:
+        pd = ctx.alloc_pd()
+        dst = np.zeros(4096, np.uint8)
+        dmr = pd.reg_mr(dst, access=ACCESS_RW)
+        qs = pd.create_queues(1, sq_bbs=16, ncqe=16, stage_slots=16, stage_slot_bytes=256)
+        p = HostPoster(qs)
+        ctx.stall_receiver(True)
+        stage_push(qs, p, 0, 0, np.full(2048, 3, np.uint8), dmr.address, dmr.rkey)
+        p.ring()
+        poll_until(ctx, p, 1, passes=2000)
+        before = ctx.counters()["held_bytes_max"]
+        assert before == 2048                 # what was accepted when it arrived
+        qs.close()
+        c = ctx.counters()
+    assert (c["held_msgs"], c["held_bytes"], c["dropped_bytes"]) == (0, 0, 1024)
+    assert c["held_bytes_max"] == before
+
+
+def test_destroying_a_qp_behind_a_full_cq_releases_what_it_held():
+    """16 completions the GPU has not consumed fill the CQ; a push behind them holds
+    1 KiB in a stalled receiver's staging region. Destroying the QP cannot complete the
+    push (no CQ space): counted as flushed, and its held bytes as dropped, not held for
+    ever."""
+    with Context(link=STALL_LINK) as ctx:
+        pd = ctx.alloc_pd()
+        src = np.full(64, 1, np.uint8)
+        dst = np.zeros(4096, np.uint8)
+        smr, dmr = pd.reg_mr(src), pd.reg_mr(dst, access=ACCESS_RW)
+        qs = pd.create_queues(1, sq_bbs=16, ncqe=16, stage_slots=16, stage_slot_bytes=256)
+        p = HostPoster(qs)
+        for _ in range(16):
+            p.write(rdma_write(p.pi, p.qpn, smr.address, smr.lkey, 8, dmr.address, dmr.rkey))
+        p.ring()
+        ctx.poll(2000)                    # 16 completions, left in the CQ
+        ctx.stall_receiver(True)
+        stage_push(qs, p, 0, 0, np.full(2048, 3, np.uint8), dmr.address + 1024, dmr.rkey)
+        p.ring()
+        ctx.poll(2000)
+        c = ctx.counters()
+        assert (c["cqes"], c["held_msgs"], c["held_bytes"]) == (16, 1, 1024)
+        qs.close()
+        c = ctx.counters()
+    assert (c["held_msgs"], c["held_bytes"]) == (0, 0)
+    assert c["bytes_pushed"] == c["bytes_delivered"] - 16 * 8 + c["dropped_bytes"] == 2048
+    assert c["flushed_wqes"] == 1
