@@ -414,20 +414,29 @@ static uint32_t fetch_new(struct gw_engine *e, struct worker *w, struct qp *q, u
         q->db_ns = gw_now_ns();
     }
     uint32_t outstanding = (uint16_t)(pi - q->ci_done);
-    if (outstanding > q->sq_bbs) {
-        /* The GPU wrote past WQEs the NIC had not completed: their bytes are gone. */
-        count(&w->c.ring_overflows, 1);
-        if (desc_count(q) < q->sq_bbs) {
-            struct desc *d = &q->descs[q->desc_tail % q->sq_bbs];
-            memset(d, 0, offsetof(struct desc, sge));
-            d->wqe_index = q->ci_fetch;
-            d->nbb = (uint16_t)(pi - q->ci_fetch);
-            desc_fail(d, GW_SYND_LOCAL_QP_OP_ERR, GW_REASON_RING_OVERFLOW);
-            q->desc_tail++;
+    if ((outstanding > q->sq_bbs && q->ci_fetch != pi) || q->overflow_pending) {
+        /* The GPU wrote past WQEs the NIC had not completed: their bytes are gone. (Once
+         * ci_fetch has reached the doorbell, a descriptor covers them: nothing new.) */
+        if (!q->overflow_pending) {
+            count(&w->c.ring_overflows, 1);
+            q->overflow_pending = 1;
+            q->state = GW_QPS_ERR;
+            store_rel32(&q->status->qp_state, GW_QPS_ERR);
         }
+        /* One error descriptor covers the BBs from ci_fetch to the doorbell, so that its
+         * completion says why and ci_done reaches the doorbell. With the descriptor ring
+         * full (its heads waiting for credits or CQ space) it waits for room: dropping
+         * it lost the reason and left ci_done behind, and counted an overflow per pass. */
+        if (desc_count(q) >= q->sq_bbs)
+            return 0;
+        struct desc *d = &q->descs[q->desc_tail % q->sq_bbs];
+        memset(d, 0, offsetof(struct desc, sge));
+        d->wqe_index = q->ci_fetch;
+        d->nbb = (uint16_t)(pi - q->ci_fetch);
+        desc_fail(d, GW_SYND_LOCAL_QP_OP_ERR, GW_REASON_RING_OVERFLOW);
+        q->desc_tail++;
         q->ci_fetch = pi;
-        q->state = GW_QPS_ERR;
-        store_rel32(&q->status->qp_state, GW_QPS_ERR);
+        q->overflow_pending = 0;
         return 1;
     }
     if (q->ci_fetch != pi) {
@@ -577,6 +586,7 @@ static void qp_reset_state(struct qp *q)
     q->ci_fetch = q->ci_done = q->last_pi = 0;
     q->stage_cursor = q->stage_freed = 0;
     q->push_seq = 0;
+    q->overflow_pending = 0;
     q->desc_head = q->desc_tail = q->pull_next = 0;
 }
 
@@ -1014,7 +1024,7 @@ static uint32_t flush_detached(struct gw_engine *e, struct qp *q)
     q->state = GW_QPS_ERR;
     store_rel32(&q->status->qp_state, GW_QPS_ERR);
     /* One fetch takes everything the doorbell covers: at most sq_bbs BBs are posted and
-     * not completed, and the descriptor ring holds sq_bbs (a ring overflow adds one). */
+     * not completed, and the descriptor ring holds sq_bbs (a ring overflow takes one). */
     fetch_new(e, &tmp, q, UINT32_MAX);
     uint32_t lost = 0;
     while (desc_count(q) > 0) {

@@ -156,6 +156,7 @@ struct qp {
     uint32_t stage_cursor;        /* staging slots consumed by fetched messages */
     uint32_t stage_freed;         /* staging slots returned to the GPU */
     uint16_t push_seq;
+    uint8_t overflow_pending;     /* a ring overflow waits for room for its descriptor */
     struct desc *descs;           /* ring of sq_bbs descriptors */
     uint32_t desc_head, desc_tail;
     uint32_t pull_next;           /* next descriptor pull_ahead looks at */

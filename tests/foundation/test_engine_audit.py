@@ -142,3 +142,45 @@ def test_destroying_a_qp_behind_a_full_cq_releases_what_it_held():
     assert (c["held_msgs"], c["held_bytes"]) == (0, 0)
     assert c["bytes_pushed"] == c["bytes_delivered"] - 16 * 8 + c["dropped_bytes"] == 2048
     assert c["flushed_wqes"] == 1
+
+
+def test_a_ring_overflow_behind_a_full_cq_is_counted_once_and_lets_the_engine_idle(nic):
+    """16 completions the GPU has not consumed fill the CQ; 16 more WQEs fill the
+    descriptor ring behind it; 4 more overrun the send queue. The overflow is one event
+    (it was counted in every pass, each pass busy), and once the CQ is consumed its error
+    completion names the first lost WQE and covers the lost BBs (there was none: the QP
+    went to error with no reason given, and its ring space never came back)."""
+    pd = nic.alloc_pd()
+    src = np.full(64, 1, np.uint8)
+    dst = np.zeros(64, np.uint8)
+    smr, dmr = pd.reg_mr(src), pd.reg_mr(dst, access=ACCESS_RW)
+    qs = pd.create_queues(1, sq_bbs=16, ncqe=16)
+    p = HostPoster(qs)
+
+    def post(n):
+        for _ in range(n):
+            p.write(rdma_write(p.pi, p.qpn, smr.address, smr.lkey, 8, dmr.address, dmr.rkey))
+        p.ring()
+
+    post(16)
+    nic.poll(4)                       # 16 completions, left in the CQ
+    post(16)
+    nic.poll(4)                       # fetched; their completions wait for CQ space
+    post(4)                           # 36 posted, 16 completed: the ring is overrun
+    for _ in range(50):
+        nic.poll(1)
+    assert nic.counters()["ring_overflows"] == 1
+    assert not nic.poll(1), "a QP that can make no progress kept the engine busy"
+    assert qs.qp_state(0) == "error"
+    got = poll_until(nic, p, 33)
+    assert [c.ok for c in got] == [True] * 16 + [False] * 17, [c.describe() for c in got]
+    assert all(c.reason == L.REASON["flushed"] for c in got[16:32])
+    assert got[32].reason == L.REASON["ring_overflow"] and got[32].wqe_counter == 32
+    nic.poll(50)
+    assert p.poll() is None and nic.counters()["ring_overflows"] == 1
+    # The overflow's descriptor covered the 4 lost BBs: the next WQE is taken as the
+    # next one (flushed: the QP is in error), not as another overflow.
+    post(1)
+    (c,) = poll_until(nic, p, 1)
+    assert c.reason == L.REASON["flushed"] and c.wqe_counter == 36, c.describe()
+    assert nic.counters()["ring_overflows"] == 1
