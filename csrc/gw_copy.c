@@ -164,6 +164,14 @@ void gw_copy_pool_stop(struct gw_copy_pool *p)
 
 void gw_copy(struct gw_copy_pool *p, void *dst, const void *src, size_t n)
 {
+    /* A WQE may write a region from itself, its source and destination overlapping: a
+     * forward copy (memcpy, the streaming loop, pieces in parallel) would then read bytes
+     * it has already written. The NIC reads before it writes: the bytes as they were. */
+    uintptr_t d = (uintptr_t)dst, s = (uintptr_t)src;
+    if (n && d < s + n && s < d + n) {
+        memmove(dst, src, n);
+        return;
+    }
     if (!p || p->threads == 0 || n < GW_COPY_SPLIT_MIN_BYTES || ((uintptr_t)dst & 15) ||
         pthread_mutex_trylock(&p->submit) != 0) {
         gw_copy_one(dst, src, n);

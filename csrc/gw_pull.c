@@ -260,8 +260,9 @@ static int pull_start(struct gw_engine *e, struct worker *w, void *dst, uint64_t
         return PULL_BY_AGENT;
     }
     if (!e->have_cuda) {
-        /* CUDA simulator: "GPU memory" is host memory. */
-        memcpy(dst, (const void *)(uintptr_t)src, len);
+        /* CUDA simulator: "GPU memory" is host memory (and may overlap the destination,
+         * as in gw_copy). */
+        memmove(dst, (const void *)(uintptr_t)src, len);
         return PULL_BY_COPY_ENGINE;
     }
     if (e->cuda.ctx_set_current(e->cfg.cuda_context) != 0 || !copy_stream(e, w))

@@ -184,3 +184,27 @@ def test_a_ring_overflow_behind_a_full_cq_is_counted_once_and_lets_the_engine_id
     (c,) = poll_until(nic, p, 1)
     assert c.reason == L.REASON["flushed"] and c.wqe_counter == 36, c.describe()
     assert nic.counters()["ring_overflows"] == 1
+
+
+@pytest.mark.parametrize("shift", [64, -64, 3])
+def test_a_region_written_from_itself_gets_the_bytes_as_they_were(nic, shift):
+    """Source and destination of one WQE overlapping (a region written from itself,
+    8 KiB moved by ``shift`` bytes): the engine read them with memcpy (undefined for
+    overlapping ranges; ASan: memcpy-param-overlap) or a forward streaming loop that
+    read back its own stores. A NIC reads before it writes."""
+    pd = nic.alloc_pd()
+    whole, buf, guard = canaried(16384)
+    buf[:] = (np.arange(16384) % 251).astype(np.uint8)
+    mr = pd.reg_mr(buf, access=ACCESS_RW)
+    qs = pd.create_queues(1, sq_bbs=16, ncqe=16)
+    p = HostPoster(qs)
+    src_off = 4096
+    want = buf.copy()
+    want[src_off + shift:src_off + shift + 8192] = buf[src_off:src_off + 8192]
+    p.write(rdma_write(p.pi, p.qpn, mr.address + src_off, mr.lkey, 8192,
+                       mr.address + src_off + shift, mr.rkey))
+    p.ring()
+    (c,) = poll_until(nic, p, 1)
+    assert c.ok, c.describe()
+    assert np.array_equal(buf, want)
+    assert (whole[:guard] == 0xA5).all() and (whole[guard + 16384:] == 0xA5).all()
