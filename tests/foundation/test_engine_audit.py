@@ -6,6 +6,7 @@ outcomes.
 import numpy as np
 import pytest
 
+import adversary
 from gwtest import ACCESS_RW, canaried
 from gpuwrite import layouts as L
 from gpuwrite.host.verbs import Context, LinkConfig
@@ -208,3 +209,17 @@ def test_a_region_written_from_itself_gets_the_bytes_as_they_were(nic, shift):
     assert c.ok, c.describe()
     assert np.array_equal(buf, want)
     assert (whole[:guard] == 0xA5).all() and (whole[guard + 16384:] == 0xA5).all()
+
+
+@pytest.mark.parametrize("config", [
+    {},
+    {"policy": L.POLICY_DROP, "limited_link": True},
+    {"limited_link": True},
+])
+def test_adversarial_wqes_and_control_calls_keep_the_nic_promises(config):
+    """A short run of adversary.py: random and malformed WQEs, staging headers, producer
+    index jumps, deregistration (a key registered again included), QP reset and destroy,
+    CQs left full. Every completion well formed and read, no byte beside a region,
+    nothing held at the end (under the sanitizer: no access outside a ring or region)."""
+    for seed in range(3):
+        adversary.run(seed, 150, **config)
