@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The NIC engine under AddressSanitizer and UndefinedBehaviorSanitizer, CPU only (CUDA
+# simulator): builds the extension with GPUWRITE_SANITIZE in a temporary copy of this
+# checkout (the normal build here is left as it is), checks that the sanitized extension
+# carries the same engine fingerprint as the sources, then runs the adversarial driver
+# (tests/foundation/adversary.py) and the engine-heavy tests with the sanitizer runtime
+# preloaded. The first report aborts the run (exit status nonzero, report on stderr).
+# Usage: bash scripts/sanitize_check.sh [quick|full]
+#   quick: the adversary (40 seeds) and the tests that drive the engine from the host
+#          (about a minute on 2 cores);
+#   (default): also the tests that run simulator kernels against it (about 5 minutes);
+#   full: also the slow property runs (-m slow) and 400 adversary seeds.
+# SANITIZE=address,undefined by default; CC names the compiler whose runtime is preloaded.
+set -euo pipefail
+mode=${1:-default}
+case $mode in quick|default|full) ;; *) echo "usage: $0 [quick|full]" >&2; exit 2 ;; esac
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+SANITIZE=${SANITIZE:-address,undefined}
+CC=${CC:-cc}
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/gw-sanitize.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+
+# The checkout's files (tracked, and new ones git does not ignore), no build outputs.
+(cd "$ROOT" && git ls-files -co --exclude-standard -z | xargs -0 cp --parents -t "$WORK")
+cd "$WORK"
+echo "== building with -fsanitize=$SANITIZE in $WORK"
+GPUWRITE_SANITIZE=$SANITIZE python3 csrc/ffi_build.py > build.log 2>&1 || { cat build.log; exit 1; }
+
+preload=""
+case ,$SANITIZE, in *,address,*) preload=$($CC -print-file-name=libasan.so) ;; esac
+case ,$SANITIZE, in
+  *,undefined,*) preload="$preload${preload:+:}$($CC -print-file-name=libubsan.so)" ;;
+esac
+export LD_PRELOAD=$preload
+export PYTHONPATH=$WORK NUMBA_ENABLE_CUDASIM=1 PYTHONUNBUFFERED=1
+# Leaks: Python's own allocations would drown the engine's (the tests count those).
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=1:allocator_may_return_null=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+
+python3 - <<'EOF'
+import importlib.util
+from gpuwrite._gw_cffi import ffi, lib
+spec = importlib.util.spec_from_file_location("ffi_build", "csrc/ffi_build.py")
+build = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(build)
+built = ffi.string(lib.gw_csrc_sha256()).decode()
+assert built == build.csrc_sha256(), (built, build.csrc_sha256())
+print("== engine fingerprint", built, "(the sanitizer flags leave it as it is)")
+EOF
+
+seeds=0:40
+[ "$mode" = full ] && seeds=0:400
+echo "== adversary, seeds $seeds"
+python3 tests/foundation/adversary.py --seeds $seeds --steps 1000
+
+host_tests="test_engine_audit.py test_fuzz.py test_protection.py test_safety.py
+  test_gaps_engine.py test_hold_drop.py test_copy_pool.py test_timeouts.py
+  test_lifecycle_stateful.py"
+kernel_tests="test_staging.py test_buffers.py test_agent.py test_gaps_device.py test_paths.py
+  test_api.py test_pinning.py test_copy.py"
+files=$host_tests
+[ "$mode" != quick ] && files="$files $kernel_tests"
+marks="not slow"
+[ "$mode" = full ] && marks="slow or not slow"
+# The RSS test counts what 300 dropped contexts keep: ASan's quarantine keeps freed
+# memory on purpose (it is how a use after free is caught), so it cannot pass here.
+echo "== tests ($mode)"
+python3 -m pytest -p no:cacheprovider -q -m "$marks" \
+  --deselect tests/foundation/test_safety.py::test_dropped_contexts_stop_their_engine_before_memory_is_freed_and_do_not_leak \
+  $(for f in $files; do echo tests/foundation/$f; done)
+echo "== no sanitizer report"
