@@ -828,8 +828,8 @@ int gw_engine_add_cq(struct gw_engine *e, const struct gw_cq_desc *desc, char *e
         set_err(err, errlen, "cqn %u out of range: allowed 0 to %u", desc->cqn, e->cfg.max_cqs - 1);
         return -1;
     }
-    if (!is_pow2(desc->ncqe)) {
-        set_err(err, errlen, "ncqe=%u must be a power of two", desc->ncqe);
+    if (!is_pow2(desc->ncqe) || desc->ncqe > GW_MAX_CQE) {
+        set_err(err, errlen, "ncqe=%u must be a power of two up to %u", desc->ncqe, GW_MAX_CQE);
         return -1;
     }
     if (!desc->cqes || !desc->dbrec) {

@@ -129,6 +129,8 @@ enum {
     GW_MAX_COPY_THREADS = 32,     /* gw_engine_config.copy_threads */
     GW_MAX_CPU = 1023,                /* gw_engine_config.thread_cpu: below CPU_SETSIZE */
     GW_MAX_MRS = 16777216,            /* a key is index << 8 | 8 random bits, 32 bits in all */
+    GW_MAX_CQE = 4194304,             /* CQ entries (mlx5: log_max_cq_sz 22); the consumer
+                                       * index has 24 bits, so a CQ of 2^24 never looks full */
     GW_ACCESS_ALL = 7,                /* every GW_ACCESS_* bit */
 };
 

@@ -559,7 +559,7 @@ class QueueSet:
                                 "verbs I_POLL_DELAY_NS)")
         n_qps = _int_in("n_qps", n_qps, 1, ctx.max_qps, f" (max_qps={ctx.max_qps})")
         _pow2("sq_bbs", sq_bbs, 16, 32768)
-        _pow2("ncqe", ncqe, 16, 1 << 22)
+        _pow2("ncqe", ncqe, 16, lib.GW_MAX_CQE)
         if ncqe < sq_bbs:
             raise ValueError(f"ncqe={ncqe} must be at least sq_bbs={sq_bbs}: every WQE may "
                              "complete with an error CQE")

@@ -9,6 +9,7 @@ import pytest
 import adversary
 from gwtest import ACCESS_RW, canaried
 from gpuwrite import layouts as L
+from gpuwrite._gw_cffi import ffi, lib
 from gpuwrite.host.verbs import Context, LinkConfig
 from gpuwrite.host.wqe import HostPoster, rdma_write
 from test_gaps_engine import stage_push
@@ -209,6 +210,32 @@ def test_a_region_written_from_itself_gets_the_bytes_as_they_were(nic, shift):
     assert c.ok, c.describe()
     assert np.array_equal(buf, want)
     assert (whole[:guard] == 0xA5).all() and (whole[guard + 16384:] == 0xA5).all()
+
+
+def test_a_cq_its_24_bit_consumer_index_cannot_tell_full_is_refused():
+    """The engine tells a full CQ by (producer - consumer) mod 2^24, the consumer index
+    being 24 bits (mlx5's set_ci): a CQ of 2^24 entries or more never looked full, and
+    completions overwrote ones the GPU had not read. The C layer accepted any power of
+    two (the Python classes stop at 2^22, mlx5's limit, as the engine now does)."""
+    err = ffi.new("char[]", 256)
+    cfg = ffi.new("struct gw_engine_config *", {"workers": 1, "max_qps": 1, "max_cqs": 1,
+                                                "max_mrs": 2})
+    engine = lib.gw_engine_create(cfg, err, 256)
+    assert engine != ffi.NULL
+    ring = ffi.new("uint8_t[]", 64)           # never written: the CQ is refused or idle
+    dbrec = ffi.new("uint8_t[]", 8)
+    try:
+        for ncqe, ok in ((1 << 24, False), (1 << 23, False), (1 << 22, True)):
+            cq = ffi.new("struct gw_cq_desc *", {"cqn": 0, "ncqe": ncqe, "cqes": ring,
+                                                  "dbrec": dbrec})
+            rc = lib.gw_engine_add_cq(engine, cq, err, 256)
+            assert (rc == 0) == ok, (ncqe, ffi.string(err).decode())
+            if ok:
+                assert lib.gw_engine_remove_cq(engine, 0) == 0
+            else:
+                assert f"ncqe={ncqe}" in ffi.string(err).decode()
+    finally:
+        lib.gw_engine_destroy(engine)
 
 
 @pytest.mark.parametrize("config", [
