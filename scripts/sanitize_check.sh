@@ -8,8 +8,8 @@
 # Usage: bash scripts/sanitize_check.sh [quick|full]
 #   quick: the adversary (40 seeds) and the tests that drive the engine from the host
 #          (about a minute on 2 cores);
-#   (default): also the tests that run simulator kernels against it (about 5 minutes);
-#   full: also the slow property runs (-m slow) and 400 adversary seeds.
+#   (default): also the tests that run simulator kernels against it (about 3 minutes);
+#   full: also the slow property runs (-m slow) and 400 adversary seeds (about 15).
 # SANITIZE=address,undefined by default; CC names the compiler whose runtime is preloaded.
 set -euo pipefail
 mode=${1:-default}
