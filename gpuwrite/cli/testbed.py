@@ -17,7 +17,7 @@ import sys
 
 from gpuwrite.cli import UsageError
 from gpuwrite.cli.common import add_json_flag, console, print_json, print_path_results
-from gpuwrite.cli.demo import MAX_SEED   # the same payload and size mix (runner.default_sizes)
+from gpuwrite.cli.demo import MAX_PAYLOAD_BYTES, MAX_SEED   # the same payload, size mix and bound
 
 
 def register(sub) -> None:
@@ -74,6 +74,16 @@ def _check_inputs(args) -> list[str]:
                                    ("--seed", args.seed, 0, MAX_SEED)):
         if not low <= value <= high:
             raise _BadInput(f"{flag} {value}: allowed {low} to {high}", value, f"{low} to {high}")
+    # Each message's payload has its own bytes in one registered buffer, as in demo: the
+    # same bound on messages x largest size (a larger one fails its allocation late).
+    from gpuwrite.paths.runner import DEMO_SIZES, INLINE_SIZES
+
+    largest = max(max(INLINE_SIZES if p == "gpu_push_inline" else DEMO_SIZES) for p in paths)
+    if args.messages * largest > MAX_PAYLOAD_BYTES:
+        allowed = f"<= {MAX_PAYLOAD_BYTES // largest:,}"
+        raise _BadInput(f"--messages {args.messages} with messages of up to {largest:,} B is "
+                        f"{args.messages * largest:,} B of payload; allowed: messages x largest "
+                        f"size <= {MAX_PAYLOAD_BYTES:,} B, here {allowed}", args.messages, allowed)
     if not 0 < args.bootstrap_timeout <= MAX_BOOTSTRAP_TIMEOUT_S:
         raise _BadInput(f"--bootstrap-timeout {args.bootstrap_timeout:g}: allowed more than 0 and at most "
                         f"{MAX_BOOTSTRAP_TIMEOUT_S:g} seconds", args.bootstrap_timeout,

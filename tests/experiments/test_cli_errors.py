@@ -185,6 +185,8 @@ CASES = [
     ("testbed-seed-negative", lambda t: ["testbed", "--seed", "-1"], "--seed -1"),
     ("testbed-bootstrap-timeout-inf", lambda t: ["testbed", "--bootstrap-timeout", "inf"], "--bootstrap-timeout inf"),
     ("testbed-device-empty", lambda t: ["testbed", "--device", ""], "--device ''"),
+    ("testbed-payload-past-the-bound", lambda t: ["testbed", "--messages", "10000000"],
+     "--messages 10000000"),
     # experiment files: what the model's classes and the runner do not check themselves
     ("sweep-file-not-utf8", lambda t: ["sweep", _file(t, "binary.toml", b"\xff\xfe[[sweep]]")], "binary.toml"),
     ("sweep-figure-not-table", lambda t: ["sweep", _file(t, "fig.toml", 'figure = 3\n[[sweep]]\nname = "s"\n'
