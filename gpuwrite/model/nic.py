@@ -211,6 +211,13 @@ class ReceiverParams:
         if self.stall_period_ns > 0 and self.stall_duration_ns >= self.stall_period_ns:
             raise ParamError("receiver.stall_duration_ns", self.stall_duration_ns,
                              f"less than receiver.stall_period_ns ({self.stall_period_ns})")
+        # The simulator counts whole picoseconds: a stall that leaves no picosecond of the
+        # period to drain in would never end there (it hung).
+        if (self.stall_period_ns > 0 and self.stall_duration_ns > 0
+                and round(self.stall_period_ns * 1000) - round(self.stall_duration_ns * 1000) < 1):
+            raise ParamError("receiver.stall_duration_ns", self.stall_duration_ns,
+                             f"at most receiver.stall_period_ns ({self.stall_period_ns}) - 0.001 "
+                             "(the simulator counts whole picoseconds)")
 
     @property
     def duty_cycle(self) -> float:

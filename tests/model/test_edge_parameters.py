@@ -1,0 +1,23 @@
+"""Parameters at the edges of what is legal: each either gives the number its mechanism
+says or is refused with a ParamError naming the value (found by an adversarial audit:
+each case hung, crashed or printed a wrong number before)."""
+import numpy as np
+import pytest
+
+from gpuwrite.model import buffer, paths, sim
+from gpuwrite.model.errors import ParamError
+from gpuwrite.model.params import Params, Workload
+
+
+def test_a_stall_that_leaves_no_picosecond_to_drain_is_refused():
+    # 1.0004 ns and 0.9996 ns are both 1000 ps on the simulator's clock: the receiver
+    # would stall for the whole period and the simulator looped for ever
+    with pytest.raises(ParamError, match=r"receiver.stall_duration_ns=0.9996.*picosecond"):
+        Params().updated({"receiver": {"stall_period_ns": 1.0004, "stall_duration_ns": 0.9996}})
+    with pytest.raises(ParamError, match=r"receiver.stall_duration_ns"):
+        Params().updated({"receiver": {"stall_period_ns": 0.0004, "stall_duration_ns": 0.0003}})
+    # one picosecond of drain per period is legal, and drains at that duty cycle
+    params = Params().updated({"receiver": {"stall_period_ns": 1.0, "stall_duration_ns": 0.999}})
+    row = sim.simulate(params, Workload(n_messages=1, size_bytes=64), 0).messages.iloc[0]
+    drain_ns = (64 + params.network.header_bytes) * 8.0 / params.receiver.drain_rate_gbps
+    assert row["drain_end_ns"] - row["received_ns"] == pytest.approx(drain_ns * 1000, rel=0.01)
