@@ -85,6 +85,10 @@ class Params:
         if self.nic.scheduler == "round_robin" and self.path not in ("gpu_push", "gpu_push_inline"):
             raise ParamError("nic.scheduler", self.nic.scheduler,
                              f"fifo on {self.path} (round_robin only on gpu_push and gpu_push_inline)")
+        if self.nic.inline_max_bytes > self.network.mtu_bytes:
+            # an inline WQE crosses PCIe as one write and leaves as one packet
+            raise ParamError("nic.inline_max_bytes", self.nic.inline_max_bytes,
+                             f"at most network.mtu_bytes ({self.network.mtu_bytes}): an inline message is one packet")
         if self.nic.scheduler == "round_robin" and self.nic.policy == "drop":
             # the naive NIC is one cut-through FIFO: it has no queue per QP to serve in turn
             raise ParamError("nic.scheduler", self.nic.scheduler,

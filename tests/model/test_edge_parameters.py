@@ -21,3 +21,13 @@ def test_a_stall_that_leaves_no_picosecond_to_drain_is_refused():
     row = sim.simulate(params, Workload(n_messages=1, size_bytes=64), 0).messages.iloc[0]
     drain_ns = (64 + params.network.header_bytes) * 8.0 / params.receiver.drain_rate_gbps
     assert row["drain_end_ns"] - row["received_ns"] == pytest.approx(drain_ns * 1000, rel=0.01)
+
+
+def test_an_inline_message_longer_than_the_mtu_is_refused():
+    # it was one WQE of staging but four packets of wire: the analytic wire step counted
+    # one packet and the simulator's packet tables went out of step (IndexError)
+    with pytest.raises(ParamError, match=r"nic.inline_max_bytes=1000.*network.mtu_bytes \(256\)"):
+        Params(path="gpu_push_inline").updated({"nic": {"inline_max_bytes": 1000}, "network": {"mtu_bytes": 256}})
+    params = Params(path="gpu_push_inline").updated({"nic": {"inline_max_bytes": 256}, "network": {"mtu_bytes": 256}})
+    timing = paths.path_timing("gpu_push_inline", params.build_topology(), 256, params)
+    assert len(timing.packet_wire_ns) == len(timing.packet_staging_bytes) == 1
