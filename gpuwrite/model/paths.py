@@ -398,6 +398,8 @@ def resource_times_ns(timing: PathTiming, params: Params) -> dict[str, float]:
     network = params.network
     credit_time = 0.0
     for wire, drain, need in zip(timing.packet_wire_ns, timing.packet_drain_ns, timing.packet_credits):
+        if need == 0:
+            continue    # a packet of no bytes at all (network.header_bytes = 0) holds no credits
         loop = wire + network.propagation_ns + drain + timing.credit_return_ns
         credit_time += loop / max(1, network.credits_total // need)
     out = {

@@ -31,3 +31,13 @@ def test_an_inline_message_longer_than_the_mtu_is_refused():
     params = Params(path="gpu_push_inline").updated({"nic": {"inline_max_bytes": 256}, "network": {"mtu_bytes": 256}})
     timing = paths.path_timing("gpu_push_inline", params.build_topology(), 256, params)
     assert len(timing.packet_wire_ns) == len(timing.packet_staging_bytes) == 1
+
+
+def test_an_empty_packet_without_headers_takes_no_credits_and_no_time_on_the_credit_loop():
+    # network.header_bytes = 0 and an empty message: a packet of 0 credits (it divided by 0)
+    params = Params().updated({"network": {"header_bytes": 0}})
+    times = paths.resource_times_ns(paths.path_timing("gpu_push", params.build_topology(), 0, params), params)
+    assert times["credits"] == 0.0
+    assert paths.throughput_gbps("gpu_push", "same_switch", 0, params) == 0.0
+    latency = sim.simulate(params, Workload(n_messages=1, size_bytes=0), 0).messages["latency_ns"].iloc[0]
+    assert latency == pytest.approx(paths.latency_ns("gpu_push", "same_switch", 0, params), abs=0.01)
