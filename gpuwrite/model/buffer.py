@@ -63,6 +63,9 @@ def need(params: Params, share: float, size_bytes: int = 4096) -> BufferNeed:
     """Closed form of the hold buffer for gpu_push at ``share`` of line rate."""
     if not 0.0 < share <= 1.0:
         raise ParamError("share", share, "a number in (0, 1]")
+    if isinstance(size_bytes, bool) or not isinstance(size_bytes, int) or size_bytes < 1:
+        # an empty message carries no payload: there is no line rate to take a share of
+        raise ParamError("size_bytes", size_bytes, "an integer >= 1")
     params = params.updated({"path": "gpu_push", "nic": {"policy": "hold", "scheduler": "fifo",
                                                           "staging_buffer_bytes": 1 << 40}})
     topology = params.build_topology()

@@ -41,3 +41,9 @@ def test_an_empty_packet_without_headers_takes_no_credits_and_no_time_on_the_cre
     assert paths.throughput_gbps("gpu_push", "same_switch", 0, params) == 0.0
     latency = sim.simulate(params, Workload(n_messages=1, size_bytes=0), 0).messages["latency_ns"].iloc[0]
     assert latency == pytest.approx(paths.latency_ns("gpu_push", "same_switch", 0, params), abs=0.01)
+
+
+def test_the_buffer_closed_form_refuses_an_empty_message():
+    # no payload, no line rate to take a share of (it divided by 0)
+    with pytest.raises(ParamError, match=r"size_bytes=0.*>= 1"):
+        buffer.need(Params(), 0.5, 0)
