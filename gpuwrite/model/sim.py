@@ -29,6 +29,8 @@ from gpuwrite.model.params import Params, SimConfig, Workload
 
 PUSH_PATHS = ("gpu_push", "gpu_push_inline")
 PS_PER_NS = 1000
+# The cores keep times in int64 picoseconds below ``_core.INFINITY`` (2**62 ps, 53 days).
+LATEST_NS = _core.INFINITY / PS_PER_NS
 
 
 def _ps(value_ns) -> np.ndarray:
@@ -69,10 +71,16 @@ def open_arrivals_ps(workload: Workload, rng: np.random.Generator) -> np.ndarray
     """Issue times of an open-loop workload."""
     n = workload.n_messages
     if workload.process == "periodic":
-        return _ps(np.arange(n) * workload.interval_ns)
-    gaps = rng.exponential(workload.interval_ns, size=n)
-    gaps[0] = 0.0
-    return _ps(np.cumsum(gaps))
+        arrivals_ns = np.arange(n) * workload.interval_ns
+    else:
+        gaps = rng.exponential(workload.interval_ns, size=n)
+        gaps[0] = 0.0
+        arrivals_ns = np.cumsum(gaps)
+    if not arrivals_ns[-1] < LATEST_NS:
+        raise ParamError("workload.interval_ns", workload.interval_ns,
+                         f"about {LATEST_NS / n:.3g} ns or less with {n:,} messages (the last issue before "
+                         f"{LATEST_NS:.3g} ns, 2**62 ps, the simulator's clock)")
+    return _ps(arrivals_ns)
 
 
 def open_qps(workload: Workload, rng: np.random.Generator) -> np.ndarray:
@@ -189,6 +197,7 @@ def prepare(params: Params, workload: Workload, seed: int) -> Inputs:
     tail = timing.stage_ns("tail")
     error_tail = tail - network.propagation_ns  # an error CQE: no acknowledgement to wait for
     receiver = params.receiver
+    _check_run_fits(workload, sizes, arrivals, inverse, pre, post, tail, packets, first, timing, params)
     return Inputs(
         sizes=sizes, open_arrival=arrivals, open_qp=open_qp, size_index=inverse,
         pre_u=_ps(pre), post_u=_ps(post), first_u=np.asarray(first, np.int64), count_u=np.asarray(count, np.int64),
@@ -201,11 +210,36 @@ def prepare(params: Params, workload: Workload, seed: int) -> Inputs:
         credits_total=network.credits_total, staging_capacity=params.nic.staging_buffer_bytes,
         fifo_capacity=params.nic.fifo_bytes, is_push=is_push, hold=hold,
         stall_period=int(_ps(receiver.stall_period_ns)), stall_duration=int(_ps(receiver.stall_duration_ns)),
-        stall_offset=int(_ps(receiver.stall_offset_ns)),
+        # only the offset within a period matters (the windows repeat), and it fits the clock
+        stall_offset=int(_ps(receiver.stall_offset_ns % receiver.stall_period_ns if receiver.stall_period_ns > 0
+                             else 0.0)),
         mode=_core.MODE_OPEN if workload.arrival == "open" else _core.MODE_CLOSED,
         n_qps=workload.n_qps, outstanding=workload.outstanding, issue_gap=int(_ps(workload.issue_gap_ns)),
         round_robin=params.nic.scheduler == "round_robin",
     )
+
+
+def _check_run_fits(workload, sizes, arrivals, inverse, pre, post, tail, packets, first, timing, params) -> None:
+    """A ParamError unless every time of the run stays below ``LATEST_NS``: an upper bound
+    on the last completion is the last issue plus every service and every delay of every
+    message and packet one after the other (a time past int64 wrapped round, silently)."""
+    network, receiver = params.network, params.receiver
+    drain = np.asarray(packets["drain"], np.float64)
+    if receiver.stall_period_ns > 0 and receiver.stall_duration_ns > 0:
+        drain = drain / receiver.duty_cycle + 2 * receiver.stall_period_ns     # and the windows it meets
+    staging_return = timing.staging_return_ns if params.path in PUSH_PATHS and params.nic.policy == "hold" else 0.0
+    per_packet = (np.asarray(packets["ingress"], np.float64) + np.asarray(packets["wire"], np.float64) + drain
+                  + network.propagation_ns + timing.credit_return_ns + staging_return)
+    per_size = np.add.reduceat(per_packet, np.asarray(first, np.int64)) + np.asarray(pre) + np.asarray(post) + tail
+    busy_ns = float(np.bincount(inverse, minlength=len(per_size)) @ per_size)
+    if workload.arrival == "open":
+        last_issue_ns = float(arrivals[-1]) / PS_PER_NS
+    else:
+        last_issue_ns = workload.issue_gap_ns * min(len(sizes), workload.n_qps * workload.outstanding)
+    if not busy_ns + last_issue_ns < LATEST_NS:
+        raise ParamError("simulated time", f"up to {busy_ns + last_issue_ns:.3g} ns",
+                         f"under {LATEST_NS:.3g} ns (2**62 ps, the simulator's clock): fewer messages, "
+                         "or shorter delays and faster rates")
 
 
 RECORD_FIELDS = ("qp", "arrival", "reserve", "at_nic", "tx_start", "tx_end", "drain_end", "done")

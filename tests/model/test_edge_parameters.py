@@ -47,3 +47,29 @@ def test_the_buffer_closed_form_refuses_an_empty_message():
     # no payload, no line rate to take a share of (it divided by 0)
     with pytest.raises(ParamError, match=r"size_bytes=0.*>= 1"):
         buffer.need(Params(), 0.5, 0)
+
+
+@pytest.mark.parametrize("overrides", [
+    {"network": {"propagation_ns": 1e16}},                 # ps past int64: latency came out 584 ns
+    {"gpu": {"write_issue_ns": 1e16}},
+    {"network": {"credit_update_delay_ns": 1e17}},         # throughput came out 141 Gb/s, not ~0
+    {"receiver": {"stall_period_ns": 1e17, "stall_duration_ns": 5e16}},   # the stalls vanished
+])
+def test_a_run_past_the_simulators_clock_is_refused(overrides):
+    with pytest.raises(ParamError, match=r"simulated time.*2\*\*62 ps"):
+        sim.simulate(Params().updated(overrides), Workload(n_messages=4, size_bytes=4096), 0)
+
+
+def test_open_arrivals_past_the_simulators_clock_are_refused():
+    workload = Workload(n_messages=1000, size_bytes=64, arrival="open", process="periodic", interval_ns=1e13)
+    with pytest.raises(ParamError, match=r"workload.interval_ns=10000000000000.0.*1,000 messages"):
+        sim.simulate(Params(), workload, 0)
+
+
+def test_only_the_stall_offset_within_a_period_matters():
+    # an offset of 1e17 ns is past the clock in ps; the windows repeat, so it is 1e17 mod period
+    base = {"stall_period_ns": 3000.0, "stall_duration_ns": 1000.0}
+    far = Params().updated({"receiver": {**base, "stall_offset_ns": 1e17}})
+    near = Params().updated({"receiver": {**base, "stall_offset_ns": 1e17 % 3000.0}})
+    workload = Workload(n_messages=200, size_bytes=4096)
+    assert np.array_equal(sim.simulate(far, workload, 0).raw["done"], sim.simulate(near, workload, 0).raw["done"])
