@@ -250,7 +250,11 @@ def _with_network(path, size_bytes, steps, transfers, params, to_nic, topology, 
         staged = [nicmod.inline_wqe_bytes(size_bytes)]
     else:
         staged = [payload + nicmod.STAGE_HEADER_BYTES for payload in payloads]
-    shares = staged if path.startswith("gpu_push") else payloads
+    if path == "gpu_push":
+        # the message's one slot header crosses PCIe in front of the first packet's payload
+        shares = [payloads[0] + nicmod.STAGE_HEADER_BYTES] + payloads[1:]
+    else:
+        shares = staged if path == "gpu_push_inline" else payloads
     total_share = sum(shares)
     ingress_p = [ingress * share / total_share if total_share else ingress / len(shares) for share in shares]
     stored = stores_whole(path, params)

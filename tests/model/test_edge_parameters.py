@@ -73,3 +73,17 @@ def test_only_the_stall_offset_within_a_period_matters():
     near = Params().updated({"receiver": {**base, "stall_offset_ns": 1e17 % 3000.0}})
     workload = Workload(n_messages=200, size_bytes=4096)
     assert np.array_equal(sim.simulate(far, workload, 0).raw["done"], sim.simulate(near, workload, 0).raw["done"])
+
+
+def test_a_pushed_packet_is_ready_only_once_the_slot_header_and_its_payload_are_in():
+    # 257 B at a 1 Gb/s store rate, MTU 256: one 16 B slot header + 257 B cross PCIe in
+    # 2184 ns; the first packet needs header + 256 B, 2176 ns, the second 1 B more. The
+    # shares assumed a header per packet (272 + 17 of 273 B): the first packet was ready
+    # at 2055.5 ns, before its bytes were in, and 257 B came out faster than 256 B
+    params = Params().updated({"gpu": {"store_rate_gbps": 1.0},
+                               "network": {"mtu_bytes": 256, "rate_gbps": 1.0, "header_bytes": 0},
+                               "receiver": {"drain_rate_gbps": 1.0}})
+    timing = paths.path_timing("gpu_push", params.build_topology(), 257, params)
+    assert timing.packet_ingress_ns == pytest.approx((2176.0, 8.0))
+    assert paths.latency_ns("gpu_push", "same_switch", 257, params) > paths.latency_ns(
+        "gpu_push", "same_switch", 256, params)
