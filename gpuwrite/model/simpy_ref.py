@@ -151,7 +151,8 @@ class Reference:
             return
         if k > 0:
             yield self.took_link[k - 1]   # the send engine takes packets in order
-        yield self.credits.get(int(inputs.pkt_credits[i]))
+        if inputs.pkt_credits[i]:       # a packet of no bytes at all takes none (SimPy refuses 0)
+            yield self.credits.get(int(inputs.pkt_credits[i]))
         with self.link.request() as request:
             yield request
             yield from self.send(i, k)
@@ -222,7 +223,8 @@ class Reference:
                 self.wake = env.event()
                 yield self.wake
                 continue
-            yield self.credits.get(need)
+            if need:
+                yield self.credits.get(need)
             self.queues[q].pop(0)
             self.last_served = q
             yield from self.send(i, k)
@@ -263,7 +265,8 @@ class Reference:
                 remaining -= step
             self.out["p_drain_end"][k] = env.now
         yield env.timeout(inputs.credit_return_delay)
-        yield self.credits.put(int(inputs.pkt_credits[i]))
+        if inputs.pkt_credits[i]:
+            yield self.credits.put(int(inputs.pkt_credits[i]))
         self.kick()
 
     def run(self) -> dict[str, np.ndarray]:

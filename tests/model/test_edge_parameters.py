@@ -87,3 +87,16 @@ def test_a_pushed_packet_is_ready_only_once_the_slot_header_and_its_payload_are_
     assert timing.packet_ingress_ns == pytest.approx((2176.0, 8.0))
     assert paths.latency_ns("gpu_push", "same_switch", 257, params) > paths.latency_ns(
         "gpu_push", "same_switch", 256, params)
+
+
+def test_the_simpy_reference_takes_packets_of_no_credits():
+    # network.header_bytes = 0, empty messages: SimPy's containers refuse an amount of 0
+    from gpuwrite.model.simpy_ref import run_simpy
+
+    for scheduler in ("fifo", "round_robin"):
+        params = Params().updated({"network": {"header_bytes": 0}, "nic": {"scheduler": scheduler}})
+        inputs = sim.prepare(params, Workload(n_messages=6, size_kind="choice", sizes_bytes=(0, 64), n_qps=2), 0)
+        assert inputs.pkt_credits.min() == 0
+        fast, reference = sim.run_fast(inputs), run_simpy(inputs)
+        for key in fast:
+            assert np.array_equal(fast[key], reference[key]), key
