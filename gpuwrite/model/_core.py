@@ -180,8 +180,10 @@ def run_core(mode, open_arrival, open_qp, n_qps, outstanding, issue_gap,
     stall_window = INFINITY     # no stall window found yet
     for j in range(n):
         if merge:
-            # at equal times a first issue goes first: its issue number is smaller
-            if next_first < first_issues and (next_completed == j or next_first * issue_gap <= done[next_completed]):
+            # at equal times a first issue goes first: its issue number is smaller; a
+            # completion issues a message only while messages remain beyond the first issues
+            if next_first < first_issues and (next_completed == j or next_completed >= n - first_issues
+                                              or next_first * issue_gap <= done[next_completed]):
                 t_arrival = next_first * issue_gap
                 qp = next_first % n_qps
                 next_first += 1
@@ -286,7 +288,7 @@ def run_core(mode, open_arrival, open_qp, n_qps, outstanding, issue_gap,
             tx_end[j] = link_free
             drain_end[j] = drain_free
             done[j] = last_received + tail
-        if mode == MODE_CLOSED and not merge:
+        if mode == MODE_CLOSED and not merge and issued < n:
             heap_size = _heap_push(heap_t, heap_s, heap_q, heap_size, done[j], issued, qp)
             issued += 1
 
@@ -456,6 +458,6 @@ def run_core_round_robin(mode, open_arrival, open_qp, n_qps, outstanding, issue_
                     drain_end[j] = drain_free
                     done[j] = received + tail
                     finished += 1
-                    if mode == MODE_CLOSED:
+                    if mode == MODE_CLOSED and issued < n:
                         heap_size = _heap_push(heap_t, heap_s, heap_q, heap_size, done[j], issued, qp_out[j])
                         issued += 1

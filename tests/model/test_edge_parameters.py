@@ -100,3 +100,19 @@ def test_the_simpy_reference_takes_packets_of_no_credits():
         fast, reference = sim.run_fast(inputs), run_simpy(inputs)
         for key in fast:
             assert np.array_equal(fast[key], reference[key]), key
+
+
+@pytest.mark.parametrize("nic", [{"policy": "hold", "scheduler": "fifo"}, {"policy": "drop", "scheduler": "fifo"},
+                                 {"policy": "hold", "scheduler": "round_robin"}], ids=["fifo", "drop", "round_robin"])
+def test_a_completion_issues_no_message_once_every_message_is_issued(nic):
+    # closed loop, 3 messages, all of them first issues 2 us apart; each completes in
+    # under 1 us, which issued a message that did not exist: message 1 started at the
+    # first completion instead of at 2 us (the SimPy reference issued it at 2 us)
+    from gpuwrite.model.simpy_ref import run_simpy
+
+    params = Params().updated({"nic": nic})
+    workload = Workload(n_messages=3, size_bytes=64, n_qps=1, outstanding=4, issue_gap_ns=2000.0)
+    inputs = sim.prepare(params, workload, 0)
+    fast = sim.run_fast(inputs)
+    assert fast["arrival"].tolist() == [0, 2_000_000, 4_000_000]
+    assert np.array_equal(fast["done"], run_simpy(inputs)["done"])
