@@ -166,6 +166,7 @@ def run_core(mode, open_arrival, open_qp, n_qps, outstanding, issue_gap,
     first_issues = issued
     next_first = 0          # next of the first issues
     next_completed = 0      # next message whose completion issues a message
+    completions_issuing = 0  # heap: completions taken so far as issues
     k = 0
     last_reserve = 0
     staging_used = 0
@@ -193,6 +194,11 @@ def run_core(mode, open_arrival, open_qp, n_qps, outstanding, issue_gap,
                 next_completed += 1
         elif mode == MODE_CLOSED:
             t_arrival, seq, qp, heap_size = _heap_pop(heap_t, heap_s, heap_q, heap_size)
+            # the earliest completions issue the messages beyond the first issues, no more
+            while seq >= first_issues and completions_issuing >= n - first_issues:
+                t_arrival, seq, qp, heap_size = _heap_pop(heap_t, heap_s, heap_q, heap_size)
+            if seq >= first_issues:
+                completions_issuing += 1
         else:
             t_arrival = open_arrival[j]
             qp = open_qp[j]
@@ -288,7 +294,7 @@ def run_core(mode, open_arrival, open_qp, n_qps, outstanding, issue_gap,
             tx_end[j] = link_free
             drain_end[j] = drain_free
             done[j] = last_received + tail
-        if mode == MODE_CLOSED and not merge and issued < n:
+        if mode == MODE_CLOSED and not merge:
             heap_size = _heap_push(heap_t, heap_s, heap_q, heap_size, done[j], issued, qp)
             issued += 1
 
