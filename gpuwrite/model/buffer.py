@@ -4,15 +4,18 @@ Little's law on the two loops a pushed byte travels (gpu_push, ``hold``), at pay
 
 * the staging loop: the GPU reserves space, writes the packet, the NIC sends it and the
   space comes back to the GPU with the staging-credit feedback (a posted write seen at its
-  next poll). Each byte holds space for at least L0 = issue + PCIe + post + wire + feedback,
-  so X * L0 bytes are always in the loop.
+  next poll). Each byte holds space for at least L0 = issue + PCIe + post + wire + feedback
+  (a message's packets are all reserved when it is issued, and each leaves behind the ones
+  before it: L0 is averaged over the message's bytes), so X * L0 bytes are always in the loop.
 * the credit loop: a packet holds link credits from being sent until the receiver drained
   it and the credit update came back, Lc = wire + flight + drain + update + flight back.
-  The VL buffer V covers X * Lc; when the receiver stalls for D, the sender can go on for
+  The VL buffer V (in payload: its 64-byte credit blocks, each packet's header and last
+  block included) covers X * Lc; when the receiver stalls for D, the sender can go on for
   what the free credits cover, V - X * Lc, and what the GPU pushes beyond that waits in
   the hold buffer: X * (D + Lc) - V.
 
-So   B(X) = X * L0 + max(0, X * (D + Lc) - V), rounded up to whole staged packets,
+So   B(X) = X * L0 + max(0, X * (D + Lc) - V), rounded up to whole staged packets (whole
+messages, then the first packets of one more: a short last packet has its own slot header),
 feasible when X is within what every other resource carries (paths.throughput_gbps with
 an unlimited buffer), X <= V / Lc (credits), and X <= drain rate x duty cycle (the receiver
 catches up between stalls). ``simulated_share`` checks it with the simulator.
@@ -45,12 +48,26 @@ class BufferNeed:
 
     packet_payload_bytes: int = 4096
     packet_staged_bytes: int = 4112
+    # every packet of one message (payload, staged bytes); empty: all like the first
+    message_payload_bytes: tuple = ()
+    message_staged_bytes: tuple = ()
 
     @property
     def buffer_bytes(self) -> int:
-        """Whole staged packets covering both terms (the buffer holds packets, not fluid)."""
-        packets = -(-(self.loop_bytes + self.stall_backlog_bytes) // self.packet_payload_bytes)
-        return int(packets) * self.packet_staged_bytes
+        """Whole staged packets covering both terms (the buffer holds packets, not fluid):
+        whole messages, then the first packets of one more, in the order the GPU reserves
+        them (a message's short last packet has a slot header of its own)."""
+        payload = self.loop_bytes + self.stall_backlog_bytes
+        payloads = self.message_payload_bytes or (self.packet_payload_bytes,)
+        staged = self.message_staged_bytes or (self.packet_staged_bytes,)
+        messages, rest = divmod(payload, sum(payloads))
+        total = int(messages) * sum(staged)
+        for packet_payload, packet_staged in zip(payloads, staged):
+            if rest <= 0:
+                break
+            total += packet_staged
+            rest -= packet_payload
+        return total
 
 
 def line_rate_gbps(params: Params, size_bytes: int) -> float:
@@ -74,25 +91,41 @@ def need(params: Params, share: float, size_bytes: int = 4096) -> BufferNeed:
     packets = len(timing.packet_wire_ns)
     wire = timing.wire_busy_ns / packets
     drain = timing.drain_ns / packets
-    staging_loop = (timing.stage_ns("pre") + timing.stage_ns("ingress") / packets + timing.stage_ns("post")
-                    + wire + timing.staging_return_ns)
+    staging_loop = staging_loop_ns(timing)
     credit_loop = wire + network.propagation_ns + drain + timing.credit_return_ns
     stall = receiver.stall_duration_ns if receiver.stall_period_ns > 0 else 0.0
     target = share * line_rate_gbps(params, size_bytes)
     x = target / 8.0                                              # bytes per ns
     payload_per_wire = size_bytes / (timing.wire_busy_ns * network.rate_gbps / 8.0)
+    # the VL buffer holds whole 64-byte credit blocks of each packet, headers included
+    payload_per_credit_byte = size_bytes / (timing.credits * network.credit_block_bytes)
     bottleneck, busy_ns = paths.bottleneck("gpu_push", topology, size_bytes, params)
     limits = {
         bottleneck: size_bytes * 8.0 / busy_ns,
-        "credits (V / Lc)": network.vl_buffer_bytes * payload_per_wire * 8.0 / credit_loop,
+        "credits (V / Lc)": network.vl_buffer_bytes * payload_per_credit_byte * 8.0 / credit_loop,
         "receiver duty cycle": receiver.drain_rate_gbps * payload_per_wire * receiver.duty_cycle,
     }
     limit = min(limits, key=limits.get)
     feasible = target <= limits[limit] * (1 + 1e-9)
-    backlog = max(0.0, x * (stall + credit_loop) - network.vl_buffer_bytes * payload_per_wire)
+    backlog = max(0.0, x * (stall + credit_loop) - network.vl_buffer_bytes * payload_per_credit_byte)
     return BufferNeed(params.topology, size_bytes, share, target, staging_loop, credit_loop, stall,
                       x * staging_loop, backlog, feasible, "" if feasible else limit, limits[limit],
-                      timing.packet_payload_bytes[0], timing.packet_staging_bytes[0])
+                      timing.packet_payload_bytes[0], timing.packet_staging_bytes[0],
+                      timing.packet_payload_bytes, timing.packet_staging_bytes)
+
+
+def staging_loop_ns(timing: paths.PathTiming) -> float:
+    """L0: how long a payload byte holds its staging space, averaged over the message's
+    bytes. The GPU reserves every packet of a message when it issues it; packet k's space
+    comes back the feedback delay after it left the NIC, behind the packets before it."""
+    pre, post = timing.stage_ns("pre"), timing.stage_ns("post")
+    ready = pre
+    sent = held = 0.0
+    for ingress, wire, payload in zip(timing.packet_ingress_ns, timing.packet_wire_ns, timing.packet_payload_bytes):
+        ready += ingress
+        sent = max(ready + post, sent) + wire
+        held += payload * (sent + timing.staging_return_ns)
+    return held / timing.size_bytes
 
 
 def simulated_share(params: Params, buffer_bytes: int, size_bytes: int = 4096, n_messages: int = 20000,

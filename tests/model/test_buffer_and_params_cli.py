@@ -35,7 +35,7 @@ def test_buffer_backlog_is_what_a_stall_pushes_beyond_the_free_credits():
     params = Params().updated(STALLS)
     result = buffer.need(params, 0.5)
     x = result.target_gbps / 8
-    vl_payload = params.network.vl_buffer_bytes * 4096 / 4138
+    vl_payload = params.network.vl_buffer_bytes * 4096 / (65 * 64)    # 4138 B of packet in 65 credit blocks
     assert result.stall_backlog_bytes == pytest.approx(x * (20_000.0 + result.credit_loop_ns) - vl_payload)
     assert not buffer.need(params, 0.9).feasible and buffer.need(params, 0.9).limit == "receiver"
 

@@ -116,3 +116,23 @@ def test_a_completion_issues_no_message_once_every_message_is_issued(nic):
     fast = sim.run_fast(inputs)
     assert fast["arrival"].tolist() == [0, 2_000_000, 4_000_000]
     assert np.array_equal(fast["done"], run_simpy(inputs)["done"])
+
+
+@pytest.mark.parametrize("size, mtu, stalls", [
+    (4097, 4096, {"stall_period_ns": 50_000.0, "stall_duration_ns": 5_000.0}),   # waited 116 us
+    (4097, 1024, {}),                                                            # waited 1.9 us
+    (1000, 256, {"stall_period_ns": 50_000.0, "stall_duration_ns": 15_000.0}),  # waited 0.37 us
+])
+def test_the_buffer_closed_form_sustains_its_share_when_packets_are_uneven(size, mtu, stalls):
+    # the closed form rounded payload to whole full packets (a 4097 B message is a 4112 B
+    # and a 17 B staged packet), held every packet of a message for its average share of
+    # the ingress and the wire (later packets wait behind earlier ones), and let the VL
+    # buffer absorb payload per wire byte where it holds whole 64 B credit blocks
+    params = Params(topology="across_root_ports" if mtu < 4096 else "same_switch").updated(
+        {"network": {"mtu_bytes": mtu, "vl_buffer_bytes": 65536 if stalls.get("stall_duration_ns") == 15_000.0
+                     else 262144},
+         "gpu": {"poll_interval_ns": 2000.0 if not stalls else 0.0}, "receiver": stalls})
+    result = buffer.need(params, 0.3, size)
+    assert result.feasible
+    wire_ns = paths.path_timing("gpu_push", params.build_topology(), size, params).wire_busy_ns
+    assert buffer.longest_gpu_wait_ns(params, result.buffer_bytes, 0.3, size) <= wire_ns
