@@ -347,12 +347,14 @@ def _host_staged(topology, gpu_name, nic_name, size_bytes, params):
     copy_ser = [_ser_ns(gpu_to_memory, "write", c, params.gpu.copy_rate_gbps) for c in chunks]
     read_ser = [read_ns(nic_to_memory, memory, c, params)[0] for c in chunks]
     read_first = [read_ns(nic_to_memory, memory, c, params)[1] for c in chunks]
-    # two-stage flow shop: the copy of chunk k, then (after the handoff) its read
-    copy_done, read_done = copy_fixed, 0.0
-    for copy_ns, busy_ns in zip(copy_ser, read_ser):
+    # two-stage flow shop: the copy of chunk k, then (after the handoff) its read; the
+    # message is in once every chunk's last bytes are (a short last chunk's round trip can
+    # end before a long one's before it)
+    copy_done, read_busy_done, read_done = copy_fixed, 0.0, 0.0
+    for copy_ns, busy_ns, first_ns in zip(copy_ser, read_ser, read_first):
         copy_done += copy_ns
-        read_done = max(copy_done + handoff, read_done) + busy_ns
-    read_done += read_first[-1]   # the last chunk's round trip ends the pipeline
+        read_busy_done = max(copy_done + handoff, read_busy_done) + busy_ns
+        read_done = max(read_done, read_busy_done + first_ns)
     busiest = max(sum(copy_ser), sum(read_ser))
     steps = [
         Step(f"GPU issues the copy of {len(chunks)} chunk(s) into host memory", params.gpu.write_issue_ns, "pre"),

@@ -136,3 +136,19 @@ def test_the_buffer_closed_form_sustains_its_share_when_packets_are_uneven(size,
     assert result.feasible
     wire_ns = paths.path_timing("gpu_push", params.build_topology(), size, params).wire_busy_ns
     assert buffer.longest_gpu_wait_ns(params, result.buffer_bytes, 0.3, size) <= wire_ns
+
+
+def test_a_host_staged_message_is_in_only_once_every_chunks_last_bytes_are():
+    # 64 KiB + 1 B is two bounce chunks; with a slow read stream (0.5 Gb/s) the first
+    # chunk's last bytes land 2 us after its engine time, the 1 B chunk's 16 ns after:
+    # only the last chunk's round trip was added, so 64 KiB + 1 B was in the NIC 1.15 us
+    # before 64 KiB was
+    params = Params(path="host_staged").updated({"nic": {"read_outstanding": 1, "read_stream_gbps": 0.5},
+                                                 "link": {"mrrs_bytes": 128}})
+    topology = params.build_topology()
+
+    def in_nic_ns(size):
+        timing = paths.path_timing("host_staged", topology, size, params)
+        return sum(timing.stage_ns(stage) for stage in ("pre", "ingress", "post"))
+
+    assert in_nic_ns(65537) >= in_nic_ns(65536)
