@@ -14,14 +14,15 @@ Little's law on the two loops a pushed byte travels (gpu_push, ``hold``), at pay
   what the free credits cover, V - X * Lc, and what the GPU pushes beyond that waits in
   the hold buffer: X * (D + Lc) - V.
 
-So   B(X) = X * L0 + max(0, X * (D + Lc) - V), rounded up to whole staged packets (whole
-messages, then the first packets of one more: a short last packet has its own slot header),
+So   B(X) = X * L0 + max(0, X * (D + Lc) - V), rounded up to whole staged packets (per
+packet of a message: a short last packet has a slot of its own; ``BufferNeed.buffer_bytes``),
 feasible when X is within what every other resource carries (paths.throughput_gbps with
 an unlimited buffer), X <= V / Lc (credits), and X <= drain rate x duty cycle (the receiver
 catches up between stalls). ``simulated_share`` checks it with the simulator.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from gpuwrite.model import paths
@@ -48,26 +49,26 @@ class BufferNeed:
 
     packet_payload_bytes: int = 4096
     packet_staged_bytes: int = 4112
-    # every packet of one message (payload, staged bytes); empty: all like the first
-    message_payload_bytes: tuple = ()
+    # every packet of one message: its staged bytes and how long it holds them at zero
+    # load (from the message's issue until the GPU sees its space freed); empty: one packet
     message_staged_bytes: tuple = ()
+    packet_hold_ns: tuple = ()
 
     @property
     def buffer_bytes(self) -> int:
-        """Whole staged packets covering both terms (the buffer holds packets, not fluid):
-        whole messages, then the first packets of one more, in the order the GPU reserves
-        them (a message's short last packet has a slot header of its own)."""
-        payload = self.loop_bytes + self.stall_backlog_bytes
-        payloads = self.message_payload_bytes or (self.packet_payload_bytes,)
-        staged = self.message_staged_bytes or (self.packet_staged_bytes,)
-        messages, rest = divmod(payload, sum(payloads))
-        total = int(messages) * sum(staged)
-        for packet_payload, packet_staged in zip(payloads, staged):
-            if rest <= 0:
-                break
-            total += packet_staged
-            rest -= packet_payload
-        return total
+        """Whole staged packets covering both terms (the buffer holds packets, not fluid).
+
+        Messages issued 1 / rate apart, each packet k held h_k: right after an issue, the
+        ceil(rate x h_k) latest messages still hold their packet k, and a stall's backlog
+        adds its share of messages to every packet. One packet per message, that is the
+        payload rounded up to whole packets."""
+        if not self.message_staged_bytes:
+            packets = -(-(self.loop_bytes + self.stall_backlog_bytes) // self.packet_payload_bytes)
+            return int(packets) * self.packet_staged_bytes
+        rate = self.target_gbps / 8.0 / self.size_bytes                 # messages per ns
+        backlog = self.stall_backlog_bytes / self.size_bytes             # messages
+        return int(sum(staged * math.ceil(rate * hold + backlog)
+                       for staged, hold in zip(self.message_staged_bytes, self.packet_hold_ns)))
 
 
 def line_rate_gbps(params: Params, size_bytes: int) -> float:
@@ -111,21 +112,28 @@ def need(params: Params, share: float, size_bytes: int = 4096) -> BufferNeed:
     return BufferNeed(params.topology, size_bytes, share, target, staging_loop, credit_loop, stall,
                       x * staging_loop, backlog, feasible, "" if feasible else limit, limits[limit],
                       timing.packet_payload_bytes[0], timing.packet_staging_bytes[0],
-                      timing.packet_payload_bytes, timing.packet_staging_bytes)
+                      timing.packet_staging_bytes, packet_holds_ns(timing))
+
+
+def packet_holds_ns(timing: paths.PathTiming) -> tuple[float, ...]:
+    """How long each packet of a message holds its staging space at zero load. The GPU
+    reserves every packet when it issues the message; packet k's space comes back the
+    feedback delay after it left the NIC, behind the packets before it."""
+    pre, post = timing.stage_ns("pre"), timing.stage_ns("post")
+    ready = pre
+    sent = 0.0
+    holds = []
+    for ingress, wire in zip(timing.packet_ingress_ns, timing.packet_wire_ns):
+        ready += ingress
+        sent = max(ready + post, sent) + wire
+        holds.append(sent + timing.staging_return_ns)
+    return tuple(holds)
 
 
 def staging_loop_ns(timing: paths.PathTiming) -> float:
-    """L0: how long a payload byte holds its staging space, averaged over the message's
-    bytes. The GPU reserves every packet of a message when it issues it; packet k's space
-    comes back the feedback delay after it left the NIC, behind the packets before it."""
-    pre, post = timing.stage_ns("pre"), timing.stage_ns("post")
-    ready = pre
-    sent = held = 0.0
-    for ingress, wire, payload in zip(timing.packet_ingress_ns, timing.packet_wire_ns, timing.packet_payload_bytes):
-        ready += ingress
-        sent = max(ready + post, sent) + wire
-        held += payload * (sent + timing.staging_return_ns)
-    return held / timing.size_bytes
+    """L0: how long a payload byte holds its staging space, averaged over the message's bytes."""
+    holds = packet_holds_ns(timing)
+    return sum(payload * hold for payload, hold in zip(timing.packet_payload_bytes, holds)) / timing.size_bytes
 
 
 def simulated_share(params: Params, buffer_bytes: int, size_bytes: int = 4096, n_messages: int = 20000,

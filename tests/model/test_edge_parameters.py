@@ -138,6 +138,17 @@ def test_the_buffer_closed_form_sustains_its_share_when_packets_are_uneven(size,
     assert buffer.longest_gpu_wait_ns(params, result.buffer_bytes, 0.3, size) <= wire_ns
 
 
+def test_the_buffer_holds_a_slot_for_every_packet_of_a_message():
+    # at 10 % of line rate less than one 4 KiB packet is in the loop: one 4112 B slot was
+    # the answer, so a 4097 B message's 17 B packet waited for its first packet's slot to
+    # come back (the GPU waited 78 us); both slots are needed, 4112 + 17 B
+    params = Params().updated({"gpu": {"poll_interval_ns": 0.0}})
+    result = buffer.need(params, 0.1, 4097)
+    assert result.buffer_bytes == 4112 + 17
+    wire_ns = paths.path_timing("gpu_push", params.build_topology(), 4097, params).wire_busy_ns
+    assert buffer.longest_gpu_wait_ns(params, result.buffer_bytes, 0.1, 4097) <= wire_ns
+
+
 def test_a_host_staged_message_is_in_only_once_every_chunks_last_bytes_are():
     # 64 KiB + 1 B is two bounce chunks; with a slow read stream (0.5 Gb/s) the first
     # chunk's last bytes land 2 us after its engine time, the 1 B chunk's 16 ns after:
