@@ -23,9 +23,20 @@ def check_choice(name: str, value: object, allowed) -> None:
         raise ParamError(name, value, ", ".join(str(a) for a in allowed))
 
 
+# The smallest positive time, rate or size a parameter may take: every quotient the model
+# forms from one (bytes / rate, 1 / interval) stays finite.
+SMALLEST_POSITIVE = 1e-100
+
+
 def check_positive(name: str, value: float, *, zero_ok: bool = False) -> None:
-    """Raise ParamError unless ``value`` is a finite number > 0 (or >= 0 with ``zero_ok``)."""
+    """Raise ParamError unless ``value`` is a finite number > 0 (or >= 0 with ``zero_ok``),
+    and not below SMALLEST_POSITIVE where it is not 0."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ParamError(name, value, "a finite number")
     if value < 0 or (value == 0 and not zero_ok):
         raise ParamError(name, value, "a number >= 0" if zero_ok else "a number > 0")
+    if 0 < value < SMALLEST_POSITIVE:
+        # A rate of 1e-320 passed as > 0, and bytes / rate overflowed to inf and then NaN.
+        smallest = f"a number >= {SMALLEST_POSITIVE:g}"
+        raise ParamError(name, value, f"{'0 or ' if zero_ok else ''}{smallest} (smaller leaves "
+                                      "the model's times and rates no finite value)")

@@ -148,7 +148,9 @@ class NicParams:
         check_choice("nic.policy", self.policy, POLICIES)
         check_choice("nic.scheduler", self.scheduler, SCHEDULERS)
         _check_int("nic.inline_max_bytes", self.inline_max_bytes, 0)
-        _check_int("nic.bounce_chunk_bytes", self.bounce_chunk_bytes, 1)
+        # A cache line at least: the pipeline is walked chunk by chunk (a 1 MiB message
+        # in 1-byte chunks took minutes), and no host copies less per DMA.
+        _check_int("nic.bounce_chunk_bytes", self.bounce_chunk_bytes, 64)
         check_choice("nic.push_wqe_delivery", self.push_wqe_delivery, WQE_DELIVERIES)
         check_choice("nic.push_forwarding", self.push_forwarding, PUSH_FORWARDINGS)
         _check_int("nic.read_outstanding", self.read_outstanding, 1)

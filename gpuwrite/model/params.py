@@ -160,6 +160,8 @@ class Params:
 
     def updated(self, overrides: dict) -> "Params":
         """A copy with ``overrides`` (same shape as ``to_dict``) applied section by section."""
+        if not isinstance(overrides, dict):
+            raise ParamError("params", overrides, "a table of sections (gpu, link, nic, ...)")
         data = self.to_dict()
         for key, value in overrides.items():
             if key in self._SECTIONS and isinstance(value, dict) and isinstance(data.get(key), dict):

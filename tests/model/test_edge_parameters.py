@@ -163,3 +163,32 @@ def test_a_host_staged_message_is_in_only_once_every_chunks_last_bytes_are():
         return sum(timing.stage_ns(stage) for stage in ("pre", "ingress", "post"))
 
     assert in_nic_ns(65537) >= in_nic_ns(65536)
+
+
+def test_overrides_that_are_not_a_table_are_refused_by_name(tmp_path):
+    # a calibration file's ``params = 5`` reached Params.updated and ended in AttributeError
+    with pytest.raises(ParamError, match=r"params=5 .*a table of sections"):
+        Params().updated(5)
+    file = tmp_path / "cal.toml"
+    file.write_text("params = 5\n")
+    with pytest.raises(ParamError, match=r"params=5"):
+        Params().with_calibration(file)
+
+
+@pytest.mark.parametrize("section, key, value", [("gpu", "store_rate_gbps", 1e-320),
+                                                 ("network", "propagation_ns", 1e-200)])
+def test_a_positive_value_too_small_for_a_finite_quotient_is_refused(section, key, value):
+    # 1e-320 passed "> 0"; bytes / rate overflowed to inf, and model buffer ended in
+    # "cannot convert float NaN to integer"
+    with pytest.raises(ParamError, match=rf"{section}.{key}=.*>= 1e-100"):
+        Params().updated({section: {key: value}})
+    smallest = Params().updated({section: {key: 1e-100}})
+    # the smallest allowed value still gives a finite latency
+    assert np.isfinite(paths.latency_ns("gpu_push", smallest.build_topology(), 4096, smallest))
+
+
+def test_a_bounce_chunk_smaller_than_a_cache_line_is_refused():
+    # the host_staged pipeline is walked chunk by chunk: 1-byte chunks of 1 MiB took minutes
+    with pytest.raises(ParamError, match=r"nic.bounce_chunk_bytes=1 .*>= 64"):
+        Params().updated({"nic": {"bounce_chunk_bytes": 1}})
+    Params().updated({"nic": {"bounce_chunk_bytes": 64}})
