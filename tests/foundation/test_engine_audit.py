@@ -66,6 +66,18 @@ def test_a_key_registered_again_does_not_revive_a_wqe_aimed_at_the_old_region():
         assert not c.ok and c.reason == L.REASON["rkey_invalidated"], c.describe()
 
 
+def _push_into_a_stalled_receiver(ctx, pd, dst):
+    """A 2 KiB push into ``dst`` with the receiver stalled: 1 KiB goes out on the stalled
+    link's credits, 1 KiB stays held in the staging region. Returns (queues, poster)."""
+    dmr = pd.reg_mr(dst, access=ACCESS_RW)
+    qs = pd.create_queues(1, sq_bbs=16, ncqe=16, stage_slots=16, stage_slot_bytes=256)
+    p = HostPoster(qs)
+    ctx.stall_receiver(True)
+    stage_push(qs, p, 0, 0, np.full(2048, 3, np.uint8), dmr.address, dmr.rkey)
+    p.ring()
+    return qs, p
+
+
 def test_a_reset_counts_the_wqes_and_pushed_bytes_it_discards():
     """A 2 KiB push into a stalled receiver holds 1 KiB in the staging region; a QP reset
     discards the WQE (no completion, as a move to RESET): counted as flushed, its held
@@ -73,12 +85,7 @@ def test_a_reset_counts_the_wqes_and_pushed_bytes_it_discards():
     with Context(link=STALL_LINK) as ctx:
         pd = ctx.alloc_pd()
         whole, dst, guard = canaried(4096)
-        dmr = pd.reg_mr(dst, access=ACCESS_RW)
-        qs = pd.create_queues(1, sq_bbs=16, ncqe=16, stage_slots=16, stage_slot_bytes=256)
-        p = HostPoster(qs)
-        ctx.stall_receiver(True)
-        stage_push(qs, p, 0, 0, np.full(2048, 3, np.uint8), dmr.address, dmr.rkey)
-        p.ring()
+        qs, p = _push_into_a_stalled_receiver(ctx, pd, dst)
         assert poll_until(ctx, p, 1, passes=2000) == []
         c = ctx.counters()
         assert (c["held_msgs"], c["held_bytes"], c["bytes_delivered"]) == (1, 1024, 1024)
@@ -102,12 +109,7 @@ def test_destroying_a_qp_with_held_bytes_keeps_the_held_high_water_mark():
     with Context(link=STALL_LINK) as ctx:
         pd = ctx.alloc_pd()
         dst = np.zeros(4096, np.uint8)
-        dmr = pd.reg_mr(dst, access=ACCESS_RW)
-        qs = pd.create_queues(1, sq_bbs=16, ncqe=16, stage_slots=16, stage_slot_bytes=256)
-        p = HostPoster(qs)
-        ctx.stall_receiver(True)
-        stage_push(qs, p, 0, 0, np.full(2048, 3, np.uint8), dmr.address, dmr.rkey)
-        p.ring()
+        qs, p = _push_into_a_stalled_receiver(ctx, pd, dst)
         poll_until(ctx, p, 1, passes=2000)
         before = ctx.counters()["held_bytes_max"]
         assert before == 2048                 # what was accepted when it arrived
