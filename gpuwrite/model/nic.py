@@ -140,6 +140,9 @@ class NicParams:
     read_stream_gbps: float = 0.0
     # drop policy: the naive NIC's cut-through FIFO (bytes) in front of the network link;
     # data is lost when it overflows while link credits are missing. Assumption: 16 KiB.
+    # A packet occupies it whole from when it is ready until it starts on the wire, so a
+    # FIFO smaller than one packet (MTU + headers) drops every packet, even on an idle
+    # link, where a FIFO that cuts through would pass it: keep it at least one packet.
     fifo_bytes: int = 16 * 1024
 
     def __post_init__(self):
