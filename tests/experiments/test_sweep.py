@@ -95,6 +95,15 @@ def test_second_run_computes_nothing_and_gives_the_same_table(spec, tmp_path):
     assert fresh["reports"][0].computed == 6
 
 
+@CPU_ONLY
+def test_a_sweep_named_twice_runs_once_for_library_callers(spec, tmp_path):
+    # run_spec(only=["lat", "lat"]) ran "lat" twice and stored its rows twice
+    ran = run_spec(spec, tmp_path, pool=Pool(1), only=["lat", "lat"])
+    assert [r.sweep for r in ran["reports"]] == ["lat"]
+    table = pd.read_parquet(tmp_path / "tiny.parquet")
+    assert len(table) == ran["rows"] == 6 and not table["config_hash"].duplicated().any()
+
+
 def test_interrupted_sweep_resumes_from_its_chunks(spec, tmp_path, monkeypatch):
     calls = []
     real = backends.compute
