@@ -29,6 +29,7 @@ MAX_QPS = 1 << 24           # an InfiniBand QP number has 24 bits
 # may be in flight at once, allocated up front.
 MAX_IN_FLIGHT = 1 << 24
 MAX_SAMPLES = 1_000_000     # points of a time series
+MAX_PACKETS = 50_000_000    # packets of one simulation: about 60 bytes each in its tables
 _WORKLOAD_LISTS = ("sizes_bytes", "weights", "qp_weights")
 _WORKLOAD_SIZES = ("size_bytes", "min_bytes", "max_bytes")
 

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from gpuwrite.model import _core
+from gpuwrite.model import checks
 from gpuwrite.model import nic as nicmod
 from gpuwrite.model import paths
 from gpuwrite.model.errors import ParamError
@@ -166,6 +167,15 @@ def prepare(params: Params, workload: Workload, seed: int) -> Inputs:
     topology = params.build_topology()
     unique, inverse = distinct_sizes(sizes)
     network = params.network
+    # Every message is at least one packet and at most one per MTU of payload: bounded
+    # before any path is timed (2000 messages of 2 GiB were a billion packets, and the
+    # process was killed for memory after minutes).
+    packets_per_size = np.maximum(1, -(-unique // network.mtu_bytes))
+    n_packets = int(packets_per_size[inverse].sum())
+    if n_packets > checks.MAX_PACKETS:
+        raise ParamError("workload", f"{len(sizes):,} messages of {n_packets:,} packets",
+                         f"at most {checks.MAX_PACKETS:,} packets in one simulation (messages x "
+                         f"packets per message of network.mtu_bytes={network.mtu_bytes})")
     is_push = params.path in PUSH_PATHS
     hold = params.nic.policy == "hold"
     pre, post, first, count = [], [], [], []

@@ -192,3 +192,17 @@ def test_a_bounce_chunk_smaller_than_a_cache_line_is_refused():
     with pytest.raises(ParamError, match=r"nic.bounce_chunk_bytes=1 .*>= 64"):
         Params().updated({"nic": {"bounce_chunk_bytes": 1}})
     Params().updated({"nic": {"bounce_chunk_bytes": 64}})
+
+
+def test_a_simulation_of_more_packets_than_the_bound_is_refused_before_any_path_is_timed():
+    # 2000 messages of 2 GiB are a billion packets: the process was killed for memory
+    # after minutes; now refused at once, naming the count and the bound
+    from gpuwrite.model import checks
+
+    with pytest.raises(ParamError, match=r"1,048,576,000 packets.*at most 50,000,000"):
+        sim.simulate(Params(path="nic_pull"), Workload(n_messages=2000, size_bytes=1 << 31), 0)
+    # at the bound's scale a smaller MTU counts more packets for the same bytes
+    n = checks.MAX_PACKETS // 16 + 1
+    with pytest.raises(ParamError, match=r"packets per message of network.mtu_bytes=256"):
+        sim.prepare(Params().updated({"network": {"mtu_bytes": 256}}),
+                    Workload(n_messages=n, size_bytes=4096), 0)
