@@ -194,15 +194,20 @@ def test_a_bounce_chunk_smaller_than_a_cache_line_is_refused():
     Params().updated({"nic": {"bounce_chunk_bytes": 64}})
 
 
-def test_a_simulation_of_more_packets_than_the_bound_is_refused_before_any_path_is_timed():
+def test_a_simulation_of_more_packets_than_the_bound_is_refused_before_any_path_is_timed(monkeypatch):
     # 2000 messages of 2 GiB are a billion packets: the process was killed for memory
-    # after minutes; now refused at once, naming the count and the bound
+    # after minutes. The bound counts packets (a message per MTU of payload, at least
+    # one); it is lowered here so that a broken check cannot take the machine's memory
     from gpuwrite.model import checks
 
-    with pytest.raises(ParamError, match=r"1,048,576,000 packets.*at most 50,000,000"):
-        sim.simulate(Params(path="nic_pull"), Workload(n_messages=2000, size_bytes=1 << 31), 0)
-    # at the bound's scale a smaller MTU counts more packets for the same bytes
-    n = checks.MAX_PACKETS // 16 + 1
+    monkeypatch.setattr(checks, "MAX_PACKETS", 100)
+    with pytest.raises(ParamError, match=r"26 messages of 104 packets.*at most 100 packets"):
+        sim.prepare(Params(), Workload(n_messages=26, size_bytes=16384), 0)
+    assert sim.prepare(Params(), Workload(n_messages=25, size_bytes=16384), 0).n_packets == 100
+    # a smaller MTU counts more packets for the same bytes
     with pytest.raises(ParamError, match=r"packets per message of network.mtu_bytes=256"):
         sim.prepare(Params().updated({"network": {"mtu_bytes": 256}}),
-                    Workload(n_messages=n, size_bytes=4096), 0)
+                    Workload(n_messages=7, size_bytes=4096), 0)
+    # an empty message is one packet
+    with pytest.raises(ParamError, match=r"101 messages of 101 packets"):
+        sim.prepare(Params(), Workload(n_messages=101, size_bytes=0), 0)
