@@ -39,6 +39,11 @@ def main(args) -> int:
         raise UsageError(f"--out={args.out!r} is not allowed; allowed: a file path this user can write "
                          f"(or no --out: {DEFAULT_DIR}/<device>-<date>.toml)", value=args.out,
                          allowed="a writable path")
+    if args.out is not None and not args.out.strip().lower().endswith(".toml"):
+        # the file is TOML whatever its name; one named .json would be read as JSON
+        raise UsageError(f"--out={args.out!r} is not allowed; allowed: a file ending in .toml "
+                         "(calibrate writes TOML, which the model and every command read)",
+                         value=args.out, allowed="a path ending in .toml")
     if SIMULATOR and not args.allow_simulator:
         raise NoGPUError("calibrate measures a real GPU and none was found (NUMBA_ENABLE_CUDASIM=1); the "
                          "simulator's timings are Python's. Run it on a GPU machine, or pass "

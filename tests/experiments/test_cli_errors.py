@@ -174,6 +174,8 @@ CASES = [
     # checked before calibrate and bench look for a GPU
     ("calibrate-runs-huge", lambda t: ["calibrate", "--runs", str(2**70)], f"--runs={2**70}"),
     ("calibrate-out-empty", lambda t: ["calibrate", "--allow-simulator", "--out", ""], "--out=''"),
+    ("calibrate-out-not-toml", lambda t: ["calibrate", "--allow-simulator", "--out", str(t / "c.json")],
+     "c.json"),
     ("bench-qps-huge", lambda t: ["bench", "--qps", str(2**70)], str(2**70)),
     ("bench-iters-huge", lambda t: ["bench", "--iters", str(2**70)], str(2**70)),
     ("bench-repeats-huge", lambda t: ["bench", "--repeats", str(2**70)], str(2**70)),
