@@ -352,6 +352,12 @@ def run_spec(spec: ExperimentSpec, results_dir: str | Path = store.DEFAULT_RESUL
     device = backends.device_name() if any(s.backend == "emulated" for s in selected) else backends.MODEL_DEVICE
     stored = {} if fresh else _stored_rows(spec, results_dir)
     stored_points = {} if fresh else _stored_points(spec, results_dir)
+    if fresh and out is None:
+        # The new rows are merged into the stored tables they belong to at the end: a table
+        # that cannot be read is named now, not after every point has been computed.
+        on_gpu = device != backends.SIMULATOR_DEVICE and any(s.backend == "emulated" for s in selected)
+        for gpu in (False, True) if on_gpu else (False,):
+            store.read_table(store.table_path(results_dir, spec.name, gpu=gpu))
     own_pool = pool is None
     pool = pool or Pool()
     frames, reports = [], []

@@ -104,6 +104,21 @@ def test_a_sweep_named_twice_runs_once_for_library_callers(spec, tmp_path):
     assert len(table) == ran["rows"] == 6 and not table["config_hash"].duplicated().any()
 
 
+@CPU_ONLY
+def test_a_fresh_sweep_names_an_unreadable_stored_table_before_computing_a_point(spec, tmp_path,
+                                                                                   monkeypatch):
+    # --fresh merges its rows into the stored table at the end: a table that was no Parquet
+    # file was found only after every point had been computed
+    from gpuwrite.experiments.spec import SpecError
+
+    (tmp_path / "tiny.parquet").write_text("version https://git-lfs.github.com/spec/v1\n")
+    calls = []
+    monkeypatch.setattr(backends, "compute", lambda config: calls.append(config))
+    with pytest.raises(SpecError, match=r"tiny.parquet.*is not allowed"):
+        run_spec(spec, tmp_path, pool=Pool(1), fresh=True, only=["lat"])
+    assert calls == []
+
+
 def test_interrupted_sweep_resumes_from_its_chunks(spec, tmp_path, monkeypatch):
     calls = []
     real = backends.compute
