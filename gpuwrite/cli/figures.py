@@ -36,6 +36,10 @@ def main(args) -> int:
     workers = check_workers(args.workers)   # with --check too: every option given is checked
     check_dir_name(args.results, "--results")
     check_dir_name(args.out, "--out")
+    if args.check and args.fresh:           # --check computes nothing: --fresh would be ignored
+        raise UsageError("--check with --fresh is not allowed; allowed: --check (report what is "
+                         "stale, compute nothing) or --fresh (compute every point again)",
+                         value="--check --fresh", allowed="one of --check, --fresh")
     if args.check:                          # which writes nothing and makes no folder
         return check(args)
     figure_specs(args.specs)                # before any folder is made

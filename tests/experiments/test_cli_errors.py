@@ -151,6 +151,8 @@ CASES = [
     ("figures-check-only-unknown", lambda t: ["figures", "--check", "--specs", str(EXPERIMENTS), "--results",
                                              str(t / "r"), "--only", "fig99"],
      "fig99"),
+    ("figures-check-fresh", lambda t: ["figures", "--check", "--fresh", "--results", str(t / "r")],
+     "--check with --fresh"),
     ("figures-check-workers-zero", lambda t: ["figures", "--check", "--results", str(t / "r"), "--workers", "0"],
      "--workers=0"),
     ("figures-check-specs-without-figures", lambda t: ["figures", "--check", "--specs", str(t), "--results",
