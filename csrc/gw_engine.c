@@ -917,6 +917,15 @@ int gw_engine_add_qp(struct gw_engine *e, const struct gw_qp_desc *desc, char *e
         set_err(err, errlen, "the engine holds max_qps=%u queue pairs already", e->cfg.max_qps);
         return -1;
     }
+    /* One QP per CQ: a destroyed QP's flush completions are written from the caller's
+     * thread (gw_engine_remove_qp), where a worker could be writing another QP's into the
+     * same CQ at the same time. */
+    if (cq_in_use_by_qp(e, &e->cqs[desc->cqn])) {
+        pthread_mutex_unlock(&e->lock);
+        set_err(err, errlen, "qp %u names cq %u, which serves another queue pair: allowed a CQ "
+                "no queue pair uses (the emulated NIC gives each its own)", desc->qpn, desc->cqn);
+        return -1;
+    }
     memset(q, 0, sizeof(*q));
     q->qpn = desc->qpn;
     q->cq = &e->cqs[desc->cqn];

@@ -252,3 +252,37 @@ def test_adversarial_wqes_and_control_calls_keep_the_nic_promises(config):
     nothing held at the end (under the sanitizer: no access outside a ring or region)."""
     for seed in range(3):
         adversary.run(seed, 150, **config)
+
+
+def test_a_second_queue_pair_on_a_cq_is_refused():
+    """A destroyed QP's flush completions are written from the caller's thread; a worker
+    serving another QP of the same CQ could write that CQ at the same time (a race the
+    audit noted). The C layer accepted a second QP on a CQ (the Python classes give each
+    its own): now refused by name, and the CQ takes a QP again once its QP is gone."""
+    err = ffi.new("char[]", 256)
+    cfg = ffi.new("struct gw_engine_config *", {"workers": 1, "max_qps": 2, "max_cqs": 1,
+                                                "max_mrs": 2})
+    engine = lib.gw_engine_create(cfg, err, 256)
+    assert engine != ffi.NULL
+    keep = []
+
+    def qp_desc(qpn):
+        bufs = (ffi.new("uint8_t[]", L.WQE_BB), ffi.new("uint8_t[]", 8), ffi.new("uint8_t[]", 64))
+        keep.append(bufs)
+        desc = ffi.new("struct gw_qp_desc *")
+        desc.qpn, desc.cqn, desc.sq_bbs = qpn, 0, 1
+        desc.sq, desc.dbrec, desc.status = bufs
+        return desc
+
+    ring, dbrec = ffi.new("uint8_t[]", 4 * L.CQE_SIZE), ffi.new("uint8_t[]", 8)
+    try:
+        cq = ffi.new("struct gw_cq_desc *", {"cqn": 0, "ncqe": 4, "cqes": ring, "dbrec": dbrec})
+        assert lib.gw_engine_add_cq(engine, cq, err, 256) == 0
+        assert lib.gw_engine_add_qp(engine, qp_desc(1), err, 256) == 0
+        assert lib.gw_engine_add_qp(engine, qp_desc(2), err, 256) != 0
+        assert "qp 2 names cq 0, which serves another queue pair" in ffi.string(err).decode()
+        assert lib.gw_engine_remove_qp(engine, 1) == 0
+        assert lib.gw_engine_add_qp(engine, qp_desc(2), err, 256) == 0, ffi.string(err).decode()
+        assert lib.gw_engine_remove_qp(engine, 2) == 0
+    finally:
+        lib.gw_engine_destroy(engine)
