@@ -314,16 +314,17 @@ def _check_simulated_messages(args, params: Params, topologies: list[str], size:
 
     buffer.need(params, args.share, size)     # the share's own check first
     for name in topologies:
-        # the count buffer.longest_gpu_wait_ns simulates (its default of six periods)
-        interval_ns = size * 8.0 / (args.share * buffer.line_rate_gbps(params.updated({"topology": name}), size))
-        count = max(100, int(6 * (params.receiver.stall_period_ns or 20_000.0) / interval_ns))
-        if count > checks.MAX_MESSAGES:
+        try:
+            buffer.gpu_wait_workload(params.updated({"topology": name}), args.share, size)
+        except ParamError as exc:
+            if exc.name != "workload.n_messages":
+                raise
             period = params.receiver.stall_period_ns
             raise UsageError(f"--check with a stall period of {period:g} ns and --share={args.share:g} is not "
-                             f"allowed ({count:,} messages to simulate on {name}); allowed: at most "
+                             f"allowed ({exc.value:,} messages to simulate on {name}); allowed: at most "
                              f"{checks.MAX_MESSAGES:,} messages (six stall periods at that share of line rate): "
                              "a shorter --stall-period or a smaller --share", value=period,
-                             allowed=f"at most {checks.MAX_MESSAGES:,} simulated messages")
+                             allowed=f"at most {checks.MAX_MESSAGES:,} simulated messages") from None
 
 
 def _flat_keys(data: dict) -> list[str]:

@@ -150,6 +150,18 @@ def simulated_share(params: Params, buffer_bytes: int, size_bytes: int = 4096, n
     return float(summary["throughput_gbps"]) / line_rate_gbps(run, size_bytes)
 
 
+def gpu_wait_workload(params: Params, share: float, size_bytes: int = 4096,
+                      periods: int = 6) -> Workload:
+    """What ``longest_gpu_wait_ns`` simulates: ``size_bytes`` messages offered periodically
+    at ``share`` of gpu_push's line rate for ``periods`` receiver stall periods (20 us
+    where the receiver never stalls), at least 100 of them. A span of more messages than
+    the simulator takes is a ParamError (workload.n_messages)."""
+    interval_ns = size_bytes * 8.0 / (share * line_rate_gbps(params, size_bytes))
+    span_ns = periods * (params.receiver.stall_period_ns or 20_000.0)
+    return Workload(n_messages=max(100, int(span_ns / interval_ns)), size_bytes=size_bytes, arrival="open",
+                    process="periodic", interval_ns=interval_ns, samples=10)
+
+
 def longest_gpu_wait_ns(params: Params, buffer_bytes: int, share: float, size_bytes: int = 4096,
                         periods: int = 6, seed: int = 0) -> float:
     """The longest time the GPU waits for staging space when it offers ``share`` of line rate
@@ -159,9 +171,5 @@ def longest_gpu_wait_ns(params: Params, buffer_bytes: int, share: float, size_by
 
     run = params.updated({"path": "gpu_push", "nic": {"policy": "hold", "scheduler": "fifo",
                                                        "staging_buffer_bytes": int(buffer_bytes)}})
-    interval_ns = size_bytes * 8.0 / (share * line_rate_gbps(run, size_bytes))
-    span_ns = periods * (run.receiver.stall_period_ns or 20_000.0)
-    workload = Workload(n_messages=max(100, int(span_ns / interval_ns)), size_bytes=size_bytes, arrival="open",
-                        process="periodic", interval_ns=interval_ns, samples=10)
-    records = sim.simulate(run, workload, seed).messages
+    records = sim.simulate(run, gpu_wait_workload(run, share, size_bytes, periods), seed).messages
     return float((records["reserve_ns"] - records["arrival_ns"]).max())

@@ -258,6 +258,9 @@ class Workload:
                                  f"{len(self.sizes_bytes)} non-negative numbers with a positive sum")
         if self.size_kind == "uniform" and self.min_bytes > self.max_bytes:
             raise ParamError("workload.min_bytes", self.min_bytes, f"<= workload.max_bytes ({self.max_bytes})")
+        # The simulator's upper bounds hold for a Workload built in code too, not only for
+        # one read from a file (from_dict): 7e9 messages were accepted and allocated.
+        checks.check_workload(self.to_dict())
 
     @property
     def largest_bytes(self) -> int:

@@ -211,3 +211,14 @@ def test_a_simulation_of_more_packets_than_the_bound_is_refused_before_any_path_
     # an empty message is one packet
     with pytest.raises(ParamError, match=r"101 messages of 101 packets"):
         sim.prepare(Params(), Workload(n_messages=101, size_bytes=0), 0)
+
+
+def test_a_workload_built_in_code_keeps_the_simulators_bounds():
+    # the bounds were checked only for a workload read from a file: Workload(n_messages=7e9)
+    # was accepted, and buffer.longest_gpu_wait_ns with a 1000 s stall period tried to
+    # simulate 7,249,879,168 messages (54 GiB, a MemoryError)
+    with pytest.raises(ParamError, match=r"workload.n_messages=7000000000 .*<= 10,000,000"):
+        Workload(n_messages=7_000_000_000, size_bytes=64)
+    stalls = Params().updated({"receiver": {"stall_period_ns": 1e12, "stall_duration_ns": 5e11}})
+    with pytest.raises(ParamError, match=r"workload.n_messages=7249879168"):
+        buffer.longest_gpu_wait_ns(stalls, 1 << 20, 0.1)
