@@ -72,8 +72,6 @@ def main(args) -> int:
     from gpuwrite.experiments.sweep import Pool, run_spec
 
     workers = check_workers(args.workers)
-    if args.sweeps:     # a sweep named twice runs once (twice, --out held its rows twice)
-        args.sweeps = list(dict.fromkeys(args.sweeps))
     check_result_path(args.out)
     check_dir(args.results, "--results")
     try:
