@@ -157,6 +157,9 @@ kernels = {
                                         i64[::1], i64[:, ::1], i64[:, :, ::1])),
     "push_steps": (B._push_steps, (Q, u32[::1], i64, i64, i64, i64, i64[:, ::1], i64[::1])),
     "pingpong": (S._pingpong, (u32[::1], u32[::1], i64, i64[::1], i64, i64)),
+    "pingpong_after_push_writes": (S._pingpong_after_push_writes,
+                                   (u32[::1], u32[::1], types.uint64[::1], u32[::1], u32[::1],
+                                    u32[::1], i64, i64[::1], i64)),
     "bulk_store": (S._bulk_store, (u32[::1], i64)),
     "gpu_pong": (S._gpu_pong, (u32[::1], u32[::1], i64, i64, i64[::1], u32[::1], u32[::1],
                                i64)),
@@ -166,7 +169,8 @@ for name, (kernel, sig) in kernels.items():
     print(name, ".entry" in ptx)
 """)
     assert out.split() == ["send_messages", "True", "push_steps", "True", "pingpong", "True",
-                           "bulk_store", "True", "gpu_pong", "True"]
+                           "pingpong_after_push_writes", "True", "bulk_store", "True",
+                           "gpu_pong", "True"]
 
 
 def test_ptx_of_a_small_push_is_vector_stores_and_no_barrier():
