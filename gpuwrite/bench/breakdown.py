@@ -28,7 +28,7 @@ from gpuwrite.cudaenv import SIMULATOR, cuda
 from gpuwrite.device import verbs as dv
 from gpuwrite.device.intrinsics import globaltimer_ns
 from gpuwrite.host.memory import mapped
-from gpuwrite.host.verbs import Context
+from gpuwrite.host.verbs import DEFAULT_POLL_DELAY_NS, Context
 from gpuwrite.kernel_cache import cached
 
 STEPS = ("sq", "stage", "header", "wqe", "payload", "doorbell", "completion")
@@ -79,7 +79,8 @@ def _push_steps(Q, src, nbytes, raddr, rkey, timeout_ns, stamps, status):
     dv.qp_cache_store(Q, 0, sh_state)
 
 
-def push_breakdown(iters: int = 2000, block_threads: int = 32, poll_delay_ns: int = 0) -> dict:
+def push_breakdown(iters: int = 2000, block_threads: int = 32,
+                   poll_delay_ns: int = DEFAULT_POLL_DELAY_NS) -> dict:
     """Median nanoseconds of each step of a one-at-a-time 64-byte gpu_push; the sum of
     sq, stage and header is also given as ``reserve``."""
     nbytes = 64

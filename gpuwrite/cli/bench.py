@@ -173,6 +173,15 @@ def _print(out: dict) -> None:
             console.print(f"  run {miss['run'] + 1} missed ({miss['ratio']:.2f}x): the "
                           f"{miss['lost_in']['step']} side took {miss['lost_in']['grew_by']:.2f} us "
                           "more than its share of the floor")
+        by_pause = out.get("gpu_push_64B_by_poll_delay_us")
+        if by_pause:
+            pause = out.get("gpu_push_poll_delay_ns", 0)
+            console.print(f"  gpu_push pauses {pause} ns before its first completion poll (the "
+                          "QueueSet's default; the floor polls at once); by pause (ns: us): " +
+                          ", ".join(f"{d}: {v:.2f}" for d, v in by_pause.items()) +
+                          "; the floor by pause: " +
+                          ", ".join(f"{d}: {v:.2f}" for d, v in out["floor_by_poll_delay_us"].items()) +
+                          f"; each side at its best pause: {out['latency_best_pause_each_ratio']:.2f}x")
         stairs = out.get("floor_by_answer_delay_us")
         if stairs:
             console.print("floor with the host answering late (delay ns: us): " +

@@ -860,9 +860,9 @@ class Session:
                  ring_each_bytes: int = 65536, sq_bbs: int = 256,
                  stage_slots: int | None = None, stage_slot_bytes: int = 256,
                  bounce_bytes: int | None = None, stage_credits: str = "status",
-                 poll_delay_ns: int = 0, context=None, testbed: dict | None = None,
+                 poll_delay_ns: int | None = None, context=None, testbed: dict | None = None,
                  pull_agent: str = "copy_engine"):
-        from gpuwrite.host.verbs import Context
+        from gpuwrite.host.verbs import DEFAULT_POLL_DELAY_NS, Context
         from gpuwrite.paths.pull_agent import PULL_AGENTS
 
         if world not in WORLDS:
@@ -880,7 +880,7 @@ class Session:
         if world == "testbed":
             emulated_only = [f"{name}={value!r}" for name, value, default in (
                 ("policy", policy, "hold"), ("link", link, None), ("workers", workers, 1),
-                ("poll_delay_ns", poll_delay_ns, 0), ("context", context, None),
+                ("poll_delay_ns", poll_delay_ns, None), ("context", context, None),
                 ("pull_agent", pull_agent, "copy_engine")) if value != default]
             if emulated_only:
                 raise ValueError(f"{', '.join(emulated_only)}: options of the emulated NIC; "
@@ -921,7 +921,8 @@ class Session:
                 self.queues = self.pd.create_queues(
                     n_qps, sq_bbs=sq_bbs, ncqe=max(sq_bbs, 256), stage_slots=stage_slots,
                     stage_slot_bytes=stage_slot_bytes, bounce_bytes=bounce_bytes,
-                    stage_credits=stage_credits, poll_delay_ns=poll_delay_ns)
+                    stage_credits=stage_credits,
+                    poll_delay_ns=DEFAULT_POLL_DELAY_NS if poll_delay_ns is None else poll_delay_ns)
             cfg = np.zeros(C_COLS, dtype=np.int64)
             cfg[C_TIMEOUT_NS] = int(timeout_s * 1e9)
             cfg[C_CHUNK_BYTES] = chunk_bytes

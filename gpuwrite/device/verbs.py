@@ -95,13 +95,13 @@ I_QPN, I_SQ_BBS, I_NCQE, I_LOG_NCQE, I_SLOTS, I_SLOT_BYTES, I_STAGE_ADDR, I_STAG
     I_BOUNCE_ADDR, I_BOUNCE_LKEY, I_BOUNCE_WORDS, I_SLOT_SHIFT, I_DB_MMIO, I_STAGE_CQE, \
     I_POLL_DELAY_NS = range(15)
 I_COLS = 15
-# I_POLL_DELAY_NS: how long a completion wait lets pass before its first poll (0 unless
-# the QueueSet asks). A host read issued right after the doorbell can reach host memory
-# before the NIC has answered and cost a whole PCIe round trip for nothing. On one H200
-# a 200 ns pause took the ping-pong floor from 3.07 to 1.98 us and a 64-byte gpu_push
-# (step kernel) from 4.22 to 3.14 us; on another, the best pause for the floor made the
-# path kernel slower. The best value depends on the machine and the kernel: measure it
-# (``gpuwrite bench`` reports both sweeps; BENCHMARKS.md, session 3).
+# I_POLL_DELAY_NS: how long a completion wait lets pass before its first poll (a
+# QueueSet's poll_delay_ns, default gpuwrite.host.verbs.DEFAULT_POLL_DELAY_NS: 200 ns).
+# A host read issued right after the doorbell can reach host memory before the NIC has
+# answered and cost a whole PCIe round trip for nothing: a 64-byte gpu_push took 4.4 to
+# 4.9 us polling at once and 3.4 to 3.6 with 200 ns, on H100 and H200 hosts alike (the
+# constant's comment). The best value depends on the machine and the kernel: measure it
+# (``gpuwrite bench`` reports the sweep of pauses; BENCHMARKS.md, sessions 3 and 23).
 # I_STAGE_CQE: nonzero where staging credits come back with completions rather than in
 # the NIC status line (a real NIC has no such line): pushed WQEs carry their staging
 # cursor as ``aux`` (``stage_aux``), enough of them are signaled (``stage_signal``), and

@@ -204,6 +204,20 @@ class _Engine:
 HOST_THREADS = 2
 
 
+# The pause before a completion wait's first poll that every QueueSet gets unless told
+# (device verbs I_POLL_DELAY_NS). The poll is a chain of PCIe reads of host memory, each a
+# round trip of about 1.2 us on an H100; a read sent at once after a doorbell reaches host
+# memory before the emulated NIC has answered (its turnaround, doorbell seen to CQE
+# written, is 0.12 to 0.25 us) and the answer then waits for the next read. In 19 runs of
+# `gpuwrite bench` on H100 and H200 hosts (sessions 9 to 23, BENCHMARKS.md), a 64-byte
+# gpu_push took 4.35 to 4.86 us polling at once (3.26 in a few runs), 3.26 to 4.86 with a
+# 100 ns pause (both modes), and 3.36 to 3.55 with 200 ns in every run but one of an
+# engine variant since reverted (4.74); each 100 ns more added about 0.1 us. A pause
+# costs a wait at most its length where the answer is already there, so it is the
+# default; 0 polls at once.
+DEFAULT_POLL_DELAY_NS = 200
+
+
 def process_cpus() -> list[int]:
     """The CPUs this process may run on, in ascending order."""
     if hasattr(os, "sched_getaffinity"):
@@ -549,7 +563,7 @@ class QueueSet:
 
     def __init__(self, pd: ProtectionDomain, n_qps: int, sq_bbs: int = 256, ncqe: int = 256,
                  stage_slots: int = 256, stage_slot_bytes: int = 256, bounce_bytes: int = 64 * 1024,
-                 stage_credits: str = "status", poll_delay_ns: int = 0):
+                 stage_credits: str = "status", poll_delay_ns: int = DEFAULT_POLL_DELAY_NS):
         ctx = pd.context
         ctx._engine   # a closed context says so before anything else
         if stage_credits not in STAGE_CREDITS:

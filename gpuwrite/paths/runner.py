@@ -16,7 +16,7 @@ from gpuwrite import layouts as L
 from gpuwrite.cudaenv import SIMULATOR, cuda, preload
 from gpuwrite.device import verbs as dv
 from gpuwrite.host.memory import mapped
-from gpuwrite.host.verbs import Context, LinkConfig
+from gpuwrite.host.verbs import DEFAULT_POLL_DELAY_NS, Context, LinkConfig
 from gpuwrite.paths import kernels as K
 from gpuwrite.paths import workload
 from gpuwrite.paths.pull_agent import PULL_AGENTS, PullAgent
@@ -130,7 +130,7 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
         chunk_bytes: int = 65536, sq_bbs: int = 256, stage_slots: int | None = None,
         stage_slot_bytes: int = 256, block_threads: int | None = None, timeout_s: float = 5.0,
         workers: int | None = None, seed: int = 7, stall_receiver_s: float = 0.0,
-        stage_credits: str = "status", poll_delay_ns: int = 0,
+        stage_credits: str = "status", poll_delay_ns: int = DEFAULT_POLL_DELAY_NS,
         bounce_bytes: int | None = None, context: Context | None = None,
         pull_agent: str | None = None, pull_timeout_s: float = 1.0) -> PathResult:
     """Sends ``sizes_bytes`` messages (spread round-robin over ``n_qps`` QPs) on ``path``.
@@ -140,7 +140,8 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
     ``workers`` engine threads run the context this makes (default 1); a ``context``
     given runs its own, and another ``workers`` is an error. ``poll_delay_ns`` is the pause
     before a completion wait's first poll
-    (``gpuwrite.device.verbs.I_POLL_DELAY_NS``). host_staged's bounce ring holds
+    (``gpuwrite.device.verbs.I_POLL_DELAY_NS``; default
+    ``gpuwrite.host.verbs.DEFAULT_POLL_DELAY_NS``). host_staged's bounce ring holds
     ``bounce_bytes`` per QP (default: four of the largest WQE's payload, at least 64 KiB).
     nic_pull's reads of GPU memory are answered by ``pull_agent``: ``"gpu"`` (persistent
     GPU blocks, :mod:`gpuwrite.paths.pull_agent`; a pull it leaves unanswered for

@@ -117,6 +117,28 @@ def test_a_poll_delay_changes_when_completions_are_polled_not_what_arrives():
     assert np.all(r.latencies_ns >= 2000)     # every wait let the pause pass first
 
 
+def test_every_queue_set_pauses_the_default_before_its_first_poll_unless_told():
+    """A read sent at once after a doorbell reaches host memory before the emulated NIC has
+    answered and costs a whole PCIe round trip (BENCHMARKS.md, session 23): QueueSets,
+    runs and put sessions pause DEFAULT_POLL_DELAY_NS unless given another pause; 0 polls
+    at once."""
+    from gpuwrite.device import api
+    from gpuwrite.device import verbs as dv
+    from gpuwrite.host.verbs import DEFAULT_POLL_DELAY_NS, Context
+
+    assert 0 < DEFAULT_POLL_DELAY_NS <= 1000
+    with Context() as ctx:
+        pd = ctx.alloc_pd()
+        assert (pd.create_queues(2).info_host[:, dv.I_POLL_DELAY_NS] == DEFAULT_POLL_DELAY_NS).all()
+        assert (pd.create_queues(1, poll_delay_ns=0).info_host[:, dv.I_POLL_DELAY_NS] == 0).all()
+    with api.Session(1) as s:
+        assert (s.queues.info_host[:, dv.I_POLL_DELAY_NS] == DEFAULT_POLL_DELAY_NS).all()
+    with api.Session(1, poll_delay_ns=0) as s:
+        assert (s.queues.info_host[:, dv.I_POLL_DELAY_NS] == 0).all()
+    with pytest.raises(ValueError, match="poll_delay_ns=0: options of the emulated NIC"):
+        api.Session(1, world="testbed", poll_delay_ns=0)
+
+
 def test_poll_delay_is_checked():
     with pytest.raises(ValueError, match="poll_delay_ns=-1: allowed 0 to 100000"):
         runner.run("gpu_push", [64], poll_delay_ns=-1)
