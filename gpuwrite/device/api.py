@@ -450,7 +450,9 @@ def _leader_reserve(h, path, src, src_word, n, raddr, rkey, with_sig, sig_raddr,
         if st == OK and small:
             st = dv.post_small(q, 0, inline, src, src_word, n, raddr, rkey, signaled, timeout_ns)
         if st == OK:
-            _finish(h, signaled, ring_now, with_sig, sig_raddr, sig_rkey, sig_value)
+            # Only a posted WQE asks for a completion: a put of 0 bytes posts none, and
+            # counting one would leave quiet's wait with no completion to end it.
+            _finish(h, signaled and small, ring_now, with_sig, sig_raddr, sig_rkey, sig_value)
         return st, 0
     if path == GPU_PUSH_INLINE and n > _MAX_INLINE:
         return dv.E_TOO_LARGE, 0

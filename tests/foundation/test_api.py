@@ -530,3 +530,63 @@ def test_auto_takes_the_calibration_of_this_gpu_or_none(tmp_path, monkeypatch):
     api._MODEL_CACHE.clear()              # computed once per process: the GPU does not change
     assert api.Thresholds.from_model().source.endswith("calibration b.toml (another machine's: the simulator "
                                                        "has no GPU of its own)")
+
+
+# ---- misuse: each call of a program on one handle, and what it returned ----------------
+SLOTS1 = api.slots_shape(1)
+OP_PUT, OP_PUT_SIGNAL, OP_QUIET, OP_FLUSH, OP_CLOSE = range(5)
+
+
+@cuda.jit
+def _program(Q, cfg, src, ops, lkey, out):
+    """Runs ``ops`` (rows: op, path, src_word, nbytes, raddr, rkey, sig_raddr, sig_rkey,
+    sig_value) on one block-scope handle of QP 0; ``out[k]`` is op k's status."""
+    sh = cuda.shared.array(SLOTS1, int64)
+    h = api.open_block(Q, cfg, 0, sh)
+    for k in range(ops.shape[0]):
+        op = ops[k, 0]
+        st = api.OK
+        if op == OP_PUT:
+            st = api.put(h, src, ops[k, 2], ops[k, 3], ops[k, 4], ops[k, 5], lkey, ops[k, 1])
+        elif op == OP_PUT_SIGNAL:
+            st = api.put_signal(h, src, ops[k, 2], ops[k, 3], ops[k, 4], ops[k, 5], lkey,
+                                ops[k, 1], ops[k, 6], ops[k, 7], ops[k, 8])
+        elif op == OP_QUIET:
+            st = api.quiet(h)
+        elif op == OP_FLUSH:
+            st = api.flush(h)
+        else:
+            api.close(h)
+        if cuda.threadIdx.x == 0:
+            out[k] = st
+
+
+def _op(op, path=api.GPU_PUSH, src_word=0, nbytes=0, raddr=0, rkey=0, sig_raddr=0, sig_rkey=0,
+        sig_value=0):
+    return [op, path, src_word, nbytes, raddr, rkey, sig_raddr, sig_rkey, sig_value]
+
+
+def _run_program(s, src, smr, ops):
+    """``_program`` on session ``s``; the statuses, one per op."""
+    ops = np.array(ops, dtype=np.int64).reshape(-1, 9)
+    out = cuda.to_device(np.full(len(ops), 99, dtype=np.int64))
+    _launch(s, _program, 1, 4, s.Q, s.cfg, src, cuda.to_device(ops), smr.lkey, out)
+    return [int(x) for x in out.copy_to_host()]
+
+
+def test_a_zero_byte_put_leaves_quiet_a_completion_to_wait_for():
+    """A put of 0 bytes posts nothing. When it came as the QP's unsignaled WQEs reached a
+    quarter of the SQ (16 of 64 BBs), it recorded a completion asked for at the producer
+    index anyway: quiet then did not ask for one at the last WQE, and timed out."""
+    with api.Session(1, thresholds=api.Thresholds.fixed("gpu_push"), sq_bbs=64,
+                     timeout_s=2) as s:
+        src, smr = s.source(np.arange(1, 33, dtype=np.uint32))
+        dst, dmr = s.receive(17 * 32)
+        ops = [_op(OP_PUT, nbytes=100, raddr=dmr.address + 128 * m, rkey=dmr.rkey)
+               for m in range(17)]
+        ops += [_op(OP_PUT, nbytes=0, raddr=dmr.address, rkey=dmr.rkey), _op(OP_QUIET)]
+        got = _run_program(s, src, smr, ops)
+        assert got == [api.OK] * len(ops), [api.error_name(x) for x in got]
+        rows = dst.host.reshape(17, 32)
+        assert (rows[:, :25] == np.arange(1, 26, dtype=np.uint32)).all()
+        assert not rows[:, 25:].any()
