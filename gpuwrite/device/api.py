@@ -40,7 +40,8 @@ Semantics:
     name): if it did not, its control segment's CQ_UPDATE bit is set before the doorbell
     announces it.
   * Status codes are the verbs' (``gpuwrite.device.verbs.E_*``), plus ``E_BAD_PATH``,
-    ``E_BAD_SIZE`` and ``wait_signal``'s ``E_TIMEOUT_SIGNAL``.
+    ``E_BAD_SIZE``, ``E_CLOSED`` and ``wait_signal``'s
+    ``E_TIMEOUT_SIGNAL``.
     An error is sticky: once a put or a wait of a handle fails, every later call on
     it returns the first error without touching the QP (``error_name`` names it;
     ``Session.qp_errors`` adds the syndrome of an error completion).
@@ -82,10 +83,12 @@ OK = dv.OK
 E_BAD_PATH = -16        # a path number that is none of GPU_PUSH .. AUTO
 E_TIMEOUT_SIGNAL = -17  # wait_signal: the signal did not reach its value in time
 E_BAD_SIZE = -18        # a negative message size
+E_CLOSED = -20          # a put, flush or quiet on a handle after its close
 ERROR_NAMES = dict(dv.ERROR_NAMES)
 ERROR_NAMES[E_BAD_PATH] = "unknown path number (allowed 0 to 4: api.PATH_IDS)"
 ERROR_NAMES[E_TIMEOUT_SIGNAL] = "timed out waiting for a signal"
 ERROR_NAMES[E_BAD_SIZE] = "negative message size (allowed: 0 or more bytes)"
+ERROR_NAMES[E_CLOSED] = "the handle was closed (open the QP again to use it)"
 
 
 def error_name(status: int) -> str:
@@ -337,18 +340,24 @@ def quiet(h):
 @cuda.jit(device=True)
 def close(h):
     """Announces what is left and writes the QP's state back for the next kernel (it
-    does not wait: call ``quiet`` first to know that everything arrived)."""
+    does not wait: call ``quiet`` first to know that everything arrived). Later calls on
+    the handle return ``E_CLOSED`` (or its earlier error) without touching the QP: what
+    they posted would be missing from the state the next kernel starts from."""
     Q, q, a, cfg, scope, timeout_ns, chunk_bytes, ring_each_bytes = h
     if _rank(scope)[0] == 0:
         if a[A_STATUS] == OK:
             _flush(h)
-        dv.qp_cache_store(Q, a[A_QP], q[dv.Q_STATE])
+            dv.qp_cache_store(Q, a[A_QP], q[dv.Q_STATE])
+            a[A_STATUS] = E_CLOSED
+        elif a[A_STATUS] != E_CLOSED:
+            dv.qp_cache_store(Q, a[A_QP], q[dv.Q_STATE])
     _sync(scope)
 
 
 @cuda.jit(device=True)
 def status_of(h):
-    """The handle's sticky status, as the leader sees it (call on the leader)."""
+    """The handle's sticky status, as the leader sees it (call on the leader); after
+    ``close``, ``E_CLOSED`` where it had no error."""
     return h[2][A_STATUS]
 
 

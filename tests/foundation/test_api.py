@@ -590,3 +590,23 @@ def test_a_zero_byte_put_leaves_quiet_a_completion_to_wait_for():
         rows = dst.host.reshape(17, 32)
         assert (rows[:, :25] == np.arange(1, 26, dtype=np.uint32)).all()
         assert not rows[:, 25:].any()
+
+
+def test_a_put_after_close_is_refused_and_the_next_kernel_loses_nothing():
+    """close writes the QP's state back for the next kernel; a put after it went on in
+    the closed handle's rows: it was posted, and the next kernel, starting from the state
+    close stored, wrote its own WQE over it and took its completion for its own: its put
+    and quiet said OK and its bytes never landed."""
+    with api.Session(1, thresholds=api.Thresholds.fixed("gpu_push"), timeout_s=2) as s:
+        src, smr = s.source(np.arange(1, 5, dtype=np.uint32))
+        dst, dmr = s.receive(3 * 4)
+        put = [_op(OP_PUT, nbytes=16, raddr=dmr.address + 16 * k, rkey=dmr.rkey) for k in range(3)]
+        got = _run_program(s, src, smr, [put[0], _op(OP_QUIET), _op(OP_CLOSE), put[1],
+                                         _op(OP_FLUSH), _op(OP_QUIET), _op(OP_CLOSE)])
+        assert got == [api.OK] * 3 + [api.E_CLOSED] * 3 + [api.OK], \
+            [api.error_name(x) for x in got]
+        assert _run_program(s, src, smr, [put[2], _op(OP_QUIET), _op(OP_CLOSE)]) == [api.OK] * 3
+        rows = dst.host.reshape(3, 4)
+        assert (rows[0] == [1, 2, 3, 4]).all() and not rows[1].any()
+        assert (rows[2] == [1, 2, 3, 4]).all()
+    assert "closed" in api.error_name(api.E_CLOSED)
