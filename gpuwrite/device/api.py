@@ -40,7 +40,7 @@ Semantics:
     name): if it did not, its control segment's CQ_UPDATE bit is set before the doorbell
     announces it.
   * Status codes are the verbs' (``gpuwrite.device.verbs.E_*``), plus ``E_BAD_PATH``,
-    ``E_BAD_SIZE``, ``E_CLOSED`` and ``wait_signal``'s
+    ``E_BAD_SIZE``, ``E_BAD_SOURCE``, ``E_CLOSED`` and ``wait_signal``'s
     ``E_TIMEOUT_SIGNAL``.
     An error is sticky: once a put or a wait of a handle fails, every later call on
     it returns the first error without touching the QP (``error_name`` names it;
@@ -83,11 +83,14 @@ OK = dv.OK
 E_BAD_PATH = -16        # a path number that is none of GPU_PUSH .. AUTO
 E_TIMEOUT_SIGNAL = -17  # wait_signal: the signal did not reach its value in time
 E_BAD_SIZE = -18        # a negative message size
+E_BAD_SOURCE = -19      # the payload's words run outside the source array
 E_CLOSED = -20          # a put, flush or quiet on a handle after its close
 ERROR_NAMES = dict(dv.ERROR_NAMES)
 ERROR_NAMES[E_BAD_PATH] = "unknown path number (allowed 0 to 4: api.PATH_IDS)"
 ERROR_NAMES[E_TIMEOUT_SIGNAL] = "timed out waiting for a signal"
 ERROR_NAMES[E_BAD_SIZE] = "negative message size (allowed: 0 or more bytes)"
+ERROR_NAMES[E_BAD_SOURCE] = ("source range outside the source array (allowed: src_word >= 0 "
+                             "and src_word * 4 + nbytes <= 4 * len(src))")
 ERROR_NAMES[E_CLOSED] = "the handle was closed (open the QP again to use it)"
 
 
@@ -570,6 +573,10 @@ def _put(h, src, src_word, nbytes, raddr, rkey, lkey, path, with_sig, sig_raddr,
     Q, q, a, cfg, scope, timeout_ns, chunk_bytes, ring_each_bytes = h
     if nbytes < 0:
         return _fail(h, E_BAD_SIZE)
+    if src_word < 0 or src_word * 4 + nbytes > src.shape[0] * 4:
+        # Every path reads the payload from src's words (nic_pull's NIC through lkey): a
+        # copy would send other memory's bytes as the payload.
+        return _fail(h, E_BAD_SOURCE)
     if path == AUTO:
         path = path_for(cfg, nbytes)
     # One copy of the post per path, each with its path a constant: a path known only at
@@ -623,7 +630,8 @@ def put(h, src, src_word, nbytes, raddr, rkey, lkey, path):
     """Sends ``nbytes`` from word ``src_word`` of ``src`` (a uint32 array in GPU memory)
     to ``raddr`` (key ``rkey``) on the handle's QP, by ``path`` (GPU_PUSH ..
     HOST_STAGED, or AUTO); non-blocking. ``lkey`` is the key of ``src``'s registration
-    (nic_pull's NIC reads it there). Returns OK or an error code, on every thread."""
+    (nic_pull's NIC reads it there). The payload's words must lie in ``src``
+    (``E_BAD_SOURCE`` if not). Returns OK or an error code, on every thread."""
     return _put(h, src, src_word, nbytes, raddr, rkey, lkey, path, False, 0, 0, 0)
 
 

@@ -610,3 +610,23 @@ def test_a_put_after_close_is_refused_and_the_next_kernel_loses_nothing():
         assert (rows[0] == [1, 2, 3, 4]).all() and not rows[1].any()
         assert (rows[2] == [1, 2, 3, 4]).all()
     assert "closed" in api.error_name(api.E_CLOSED)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_payload_outside_the_source_array_is_refused_by_name(path):
+    """A negative source word, or a source shorter than the payload: the copying paths
+    sent other memory's bytes (on the simulator, the array's last words for a negative
+    word, an IndexError for a short one) and nic_pull left it to the NIC."""
+    p = api.PATH_IDS[path]
+    with api.Session(1, thresholds=api.Thresholds.fixed("gpu_push"), timeout_s=2) as s:
+        src, smr = s.source(np.arange(1, 9, dtype=np.uint32))     # 8 words, 32 bytes
+        dst, dmr = s.receive(8)
+        put = lambda word, n: _op(OP_PUT, p, word, n, dmr.address, dmr.rkey)     # noqa: E731
+        for word, n in ((-1, 4), (0, 33), (4, 17), (8, 1)):
+            got = _run_program(s, src, smr, [put(word, n), put(0, 4), _op(OP_QUIET)])
+            assert got == [api.E_BAD_SOURCE] * 3, (word, n, [api.error_name(x) for x in got])
+        assert not dst.host.any()
+        # The source's last bytes, and an empty payload at its end, are in range.
+        assert _run_program(s, src, smr, [put(4, 16), put(8, 0), _op(OP_QUIET)]) == [api.OK] * 3
+        assert list(dst.host[:4]) == [5, 6, 7, 8]
+    assert "outside the source array" in api.error_name(api.E_BAD_SOURCE)
