@@ -86,6 +86,8 @@ E_BAD_SIZE = -18        # a negative message size
 E_BAD_SOURCE = -19      # the payload's words run outside the source array
 E_CLOSED = -20          # a put, flush or quiet on a handle after its close
 ERROR_NAMES = dict(dv.ERROR_NAMES)
+ERROR_NAMES[dv.E_TOO_LARGE] = ("message too large for the staging ring, the bounce ring, an inline "
+                               "WQE or (nic_pull) one WQE")
 ERROR_NAMES[E_BAD_PATH] = "unknown path number (allowed 0 to 4: api.PATH_IDS)"
 ERROR_NAMES[E_TIMEOUT_SIGNAL] = "timed out waiting for a signal"
 ERROR_NAMES[E_BAD_SIZE] = "negative message size (allowed: 0 or more bytes)"
@@ -148,6 +150,10 @@ _OP_WRITE = L.OPCODE_RDMA_WRITE
 _INLINE_FLAG = L.INLINE_SEG_FLAG
 _MAX_INLINE = L.MAX_INLINE_BYTES
 SIGNAL_BYTES = 8
+# The most bytes one RDMA-write WQE carries (mlx5's largest message, 2^31; the emulated
+# NIC fails a larger one with a length error). Only nic_pull posts a message as one WQE
+# whatever its size; the others split it into chunk_bytes, which the rings bound.
+MAX_WQE_BYTES = (1 << 31) - 1
 
 
 # -- scope plumbing ---------------------------------------------------------------------
@@ -573,12 +579,16 @@ def _put(h, src, src_word, nbytes, raddr, rkey, lkey, path, with_sig, sig_raddr,
     Q, q, a, cfg, scope, timeout_ns, chunk_bytes, ring_each_bytes = h
     if nbytes < 0:
         return _fail(h, E_BAD_SIZE)
+    if path == AUTO:
+        path = path_for(cfg, nbytes)
+    if path == NIC_PULL and nbytes > MAX_WQE_BYTES:
+        # nic_pull posts a message as one WQE, whose byte count is 32 bits: 4 GiB + 4
+        # bytes went as 4, and said OK.
+        return _fail(h, dv.E_TOO_LARGE)
     if src_word < 0 or src_word * 4 + nbytes > src.shape[0] * 4:
         # Every path reads the payload from src's words (nic_pull's NIC through lkey): a
         # copy would send other memory's bytes as the payload.
         return _fail(h, E_BAD_SOURCE)
-    if path == AUTO:
-        path = path_for(cfg, nbytes)
     # One copy of the post per path, each with its path a constant: a path known only at
     # run time (an argument, or AUTO's choice) then costs this one branch, where every
     # step of one shared copy tested it (64-byte put + quiet took 1.03 to 1.13x the time

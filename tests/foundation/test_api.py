@@ -630,3 +630,21 @@ def test_a_payload_outside_the_source_array_is_refused_by_name(path):
         assert _run_program(s, src, smr, [put(4, 16), put(8, 0), _op(OP_QUIET)]) == [api.OK] * 3
         assert list(dst.host[:4]) == [5, 6, 7, 8]
     assert "outside the source array" in api.error_name(api.E_BAD_SOURCE)
+
+
+def test_a_nic_pull_message_over_one_wqe_is_too_large_not_truncated():
+    """nic_pull posts a message as one WQE, whose byte count is 32 bits: a put of
+    2^32 + 4 bytes went as 4 bytes and said OK. (The sources here are short: the size
+    is refused before the source is looked at; 2^31 - 1 bytes reaches that check.)"""
+    with api.Session(1, thresholds=api.Thresholds.fixed("nic_pull"), timeout_s=2) as s:
+        src, smr = s.source(np.arange(1, 9, dtype=np.uint32))
+        dst, dmr = s.receive(8)
+        put = lambda path, n: _op(OP_PUT, path, 0, n, dmr.address, dmr.rkey)     # noqa: E731
+        for path in (api.NIC_PULL, api.AUTO):
+            for n in ((1 << 32) + 4, 1 << 31):
+                got = _run_program(s, src, smr, [put(path, n), _op(OP_QUIET)])
+                assert got == [dv.E_TOO_LARGE] * 2, (path, n, [api.error_name(x) for x in got])
+        assert _run_program(s, src, smr, [put(api.NIC_PULL, api.MAX_WQE_BYTES)]) == \
+            [api.E_BAD_SOURCE]
+        assert not dst.host.any()
+    assert "nic_pull" in api.error_name(dv.E_TOO_LARGE)
