@@ -108,6 +108,7 @@ C_RING_EACH_BYTES = 2  # a WQE this large is announced at once (overlaps the nex
 C_NRULES = 3           # auto: rules in use
 C_RULES = 4            # auto: (max_bytes, path) pairs, smallest max first
 MAX_RULES = 8
+MAX_RULE_BYTES = 1 << 62    # a rule's largest max_bytes (Thresholds.fixed's: every message)
 C_COLS = C_RULES + 2 * MAX_RULES
 
 # -- a handle's rows in the kernel's shared array ---------------------------------------
@@ -682,6 +683,11 @@ class Thresholds:
                              f"{len(self.rules)}")
         last = 0
         for max_bytes, path in self.rules:
+            # An int of the int64 cfg (NaN, inf, 100.5, "100" or True are none).
+            if not isinstance(max_bytes, (int, np.integer)) or isinstance(max_bytes, bool) or \
+                    not 0 < max_bytes <= MAX_RULE_BYTES:
+                raise ValueError(f"rule max_bytes {max_bytes!r}: allowed an integer from 1 to "
+                                 f"{MAX_RULE_BYTES} (2^62)")
             if path not in PATH_IDS or path == "auto":
                 raise ValueError(f"rule path {path!r}: allowed "
                                  f"{', '.join(p for p in PATH_IDS if p != 'auto')}")

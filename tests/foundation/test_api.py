@@ -648,3 +648,16 @@ def test_a_nic_pull_message_over_one_wqe_is_too_large_not_truncated():
             [api.E_BAD_SOURCE]
         assert not dst.host.any()
     assert "nic_pull" in api.error_name(dv.E_TOO_LARGE)
+
+
+@pytest.mark.parametrize("max_bytes", [float("nan"), float("inf"), 100.5, "100", True, -5, 0,
+                                       (1 << 62) + 1])
+def test_a_rule_size_that_is_no_whole_number_of_bytes_is_refused_by_name(max_bytes):
+    """NaN and inf raised int()'s own errors (inf an OverflowError); 100.5, "100" and True
+    were kept as given (the host's path_for then compared a size with a string), and a
+    size past int64 failed in numpy when a Session wrote the rules into cfg."""
+    with pytest.raises(ValueError, match=r"rule max_bytes .*: allowed an integer from 1 to "
+                                         r"4611686018427387904"):
+        api.Thresholds(((max_bytes, "gpu_push"),))
+    assert api.Thresholds(((np.int64(100), "gpu_push"), (1 << 62, "nic_pull"))).path_for(101) == \
+        "nic_pull"
