@@ -855,6 +855,26 @@ class TestbedNotReady(RuntimeError):
 WORLDS = ("emulated", "testbed")
 
 
+def _is_int(value) -> bool:
+    """A whole number as Python or numpy keeps one (not a bool, a float or a string)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def _source_words(words) -> np.ndarray:
+    """``words`` as the contiguous uint32 array ``Session.source`` registers; a ValueError
+    naming what is wrong where a cast would change them (floats truncated, negative or
+    wider values wrapped) or the kernel could not index them as words (not 1-D)."""
+    array = np.asarray(words)
+    if array.dtype.kind not in "ui" or array.ndim != 1:
+        raise ValueError(f"words: allowed a 1-D array of integers (uint32 words), got dtype "
+                         f"{array.dtype} and shape {array.shape}")
+    if array.dtype != np.uint32 and array.size and \
+            (int(array.min()) < 0 or int(array.max()) > 0xFFFFFFFF):
+        raise ValueError(f"words: values {int(array.min())} to {int(array.max())}; allowed 0 to "
+                         "2^32 - 1 (uint32 words)")
+    return np.ascontiguousarray(array, dtype=np.uint32)
+
+
 class Session:
     """What kernels that use put/quiet need, from one NIC context: ``Q`` (the QPs),
     ``cfg`` (timeout, chunking, the auto thresholds), and registered buffers.
@@ -978,17 +998,24 @@ class Session:
 
     def source(self, words: np.ndarray):
         """A copy of ``words`` (uint32) in GPU memory, registered for the NIC to read;
-        returns (device array, memory region): pass ``region.lkey`` as put's ``lkey``."""
+        returns (device array, memory region): pass ``region.lkey`` as put's ``lkey``.
+        ``words``: a 1-D host array (or sequence) of integers from 0 to 2^32 - 1."""
+        words = _source_words(words)
         if self._testbed is not None:
             return self._testbed.source(words)
-        dev = cuda.to_device(np.ascontiguousarray(words, dtype=np.uint32))
+        dev = cuda.to_device(words)
         mr = self.pd.reg_mr(dev, access=L.ACCESS_LOCAL_WRITE)
         self._keep.append(dev)
         return dev, mr
 
     def receive(self, nwords: int, fill: int = 0):
         """A remote-writable region of ``nwords`` uint32 in GPU-visible host memory (the
-        receiver's buffer; a kernel can poll it); returns (Mapped, memory region)."""
+        receiver's buffer; a kernel can poll it); returns (Mapped, memory region).
+        ``nwords``: an integer of at least 1; ``fill``: an integer word, 0 to 2^32 - 1."""
+        if not _is_int(nwords) or nwords < 1:
+            raise ValueError(f"nwords={nwords!r}: allowed an integer of at least 1")
+        if not _is_int(fill) or not 0 <= fill <= 0xFFFFFFFF:
+            raise ValueError(f"fill={fill!r}: allowed an integer from 0 to 2^32 - 1 (a uint32 word)")
         if self._testbed is not None:
             return self._testbed.receive(nwords, fill)
         from gpuwrite.host.memory import mapped

@@ -661,3 +661,27 @@ def test_a_rule_size_that_is_no_whole_number_of_bytes_is_refused_by_name(max_byt
         api.Thresholds(((max_bytes, "gpu_push"),))
     assert api.Thresholds(((np.int64(100), "gpu_push"), (1 << 62, "nic_pull"))).path_for(101) == \
         "nic_pull"
+
+
+def test_source_and_receive_refuse_what_they_would_change_by_name():
+    """source() cast with np.ascontiguousarray(dtype=uint32): floats were truncated,
+    negative and wider values wrapped, booleans taken as words and a 2-D array kept 2-D;
+    receive() truncated nwords=2.5 and fill=1.5 and took nwords="3"."""
+    with api.Session(1, thresholds=api.Thresholds.fixed("gpu_push")) as s:
+        for words, what in ((np.array([1.5, 2.7]), "dtype float64"),
+                            (np.array([True]), "dtype bool"),
+                            (np.zeros((2, 2), np.uint32), r"shape \(2, 2\)"),
+                            (np.array([-1, 5]), "values -1 to 5"),
+                            (np.array([1 << 40], np.uint64), "values 1099511627776 to")):
+            with pytest.raises(ValueError, match=what):
+                s.source(words)
+        dev, _ = s.source([0, 7, 2**32 - 1])
+        assert list(dev.copy_to_host()) == [0, 7, 2**32 - 1]
+        for bad in (2.5, "3", True, 0, -1):
+            with pytest.raises(ValueError, match=rf"nwords={bad!r}: allowed an integer of at least 1"):
+                s.receive(bad)
+        for bad in (1.5, -1, 2**32):
+            with pytest.raises(ValueError, match=rf"fill={bad!r}: allowed an integer from 0"):
+                s.receive(4, fill=bad)
+        buf, _ = s.receive(np.int64(3), fill=np.uint32(2**32 - 1))
+        assert list(buf.host) == [2**32 - 1] * 3
