@@ -853,6 +853,7 @@ class TestbedNotReady(RuntimeError):
 
 
 WORLDS = ("emulated", "testbed")
+MAX_TIMEOUT_S = 9e9    # cfg[C_TIMEOUT_NS] keeps the timeout as int64 nanoseconds (< 9.22e18)
 
 
 def _is_int(value) -> bool:
@@ -942,8 +943,10 @@ class Session:
                                  "world='testbed' runs on a real one")
         elif testbed is not None:
             raise ValueError(f"testbed={testbed!r}: options of world='testbed' (world is {world!r})")
-        if not timeout_s > 0:
-            raise ValueError(f"timeout_s={timeout_s}: must be > 0")
+        if not (isinstance(timeout_s, (int, float, np.integer, np.floating)) and
+                not isinstance(timeout_s, bool) and 1e-9 <= timeout_s <= MAX_TIMEOUT_S):
+            raise ValueError(f"timeout_s={timeout_s!r}: must be > 0; allowed 1e-9 (1 ns) to "
+                             f"{MAX_TIMEOUT_S:.3g} s (cfg keeps it as int64 nanoseconds)")
         if chunk_bytes % 4 or chunk_bytes < 64:
             raise ValueError(f"chunk_bytes={chunk_bytes}: a multiple of 4 (chunks start on "
                              "a source word), at least 64")
@@ -953,8 +956,12 @@ class Session:
             raise ValueError(f"sq_bbs={sq_bbs}: at least 64 (a completion is asked for every "
                              "quarter of the SQ, and an inline WQE takes up to 8 BBs)")
         if stage_slots is None:
-            stage_slots = max(64, 4 * L.stage_slots_needed(chunk_bytes, stage_slot_bytes))
-        bounce_bytes = bounce_bytes or max(4 * chunk_bytes, 65536)
+            # A stage_slot_bytes of 0 or less is the queues' to refuse, by name (here it
+            # was a division by zero).
+            stage_slots = max(64, 4 * L.stage_slots_needed(chunk_bytes, stage_slot_bytes)) \
+                if _is_int(stage_slot_bytes) and stage_slot_bytes > 0 else 64
+        if bounce_bytes is None:     # not 0: the queues refuse it, by name
+            bounce_bytes = max(4 * chunk_bytes, 65536)
         self.world = world
         if world == "testbed":
             # A real NIC returns staging credits only as completions: stage_credits is moot.
@@ -1079,8 +1086,12 @@ class Session:
         """Named errors of the QPs whose status (as a kernel stored it, indexed by QP)
         is not OK, with the syndrome of the last error completion where there was one."""
         state = self.queues.gpu_state()
+        codes = np.asarray(status).ravel()
+        if codes.size > state.shape[0]:
+            raise ValueError(f"status: {codes.size} entries; allowed at most one per QP "
+                             f"({state.shape[0]}), indexed by QP")
         out = {}
-        for i, code in enumerate(np.asarray(status).ravel()):
+        for i, code in enumerate(codes):
             if int(code) == OK:
                 continue
             synd = int(state[i, dv.S_LAST_SYND])

@@ -685,3 +685,22 @@ def test_source_and_receive_refuse_what_they_would_change_by_name():
                 s.receive(4, fill=bad)
         buf, _ = s.receive(np.int64(3), fill=np.uint32(2**32 - 1))
         assert list(buf.host) == [2**32 - 1] * 3
+
+
+def test_session_refuses_more_bad_settings_by_name():
+    """Each of these failed deep inside (OverflowError writing cfg, ZeroDivisionError
+    sizing the staging ring, TypeError comparing a string, IndexError in qp_errors), or
+    was replaced without a word (bounce_bytes=0 became the default)."""
+    fixed = api.Thresholds.fixed("gpu_push")
+    for timeout_s in (float("inf"), 1e12, float("nan"), "5", 1e-12, -1):
+        with pytest.raises(ValueError, match=rf"timeout_s={timeout_s!r}: must be > 0; allowed"):
+            api.Session(1, thresholds=fixed, timeout_s=timeout_s)
+    with pytest.raises(ValueError, match="stage_slot_bytes=0"):
+        api.Session(1, thresholds=fixed, stage_slot_bytes=0)
+    with pytest.raises(ValueError, match="bounce_bytes=0"):
+        api.Session(1, thresholds=fixed, bounce_bytes=0)
+    with api.Session(2, thresholds=fixed, timeout_s=1e-9) as s:
+        assert s.cfg_host[api.C_TIMEOUT_NS] == 1
+        assert s.qp_errors([api.OK, api.E_CLOSED])[1]["status"] == api.error_name(api.E_CLOSED)
+        with pytest.raises(ValueError, match="status: 3 entries; allowed at most one per QP"):
+            s.qp_errors([api.OK, api.OK, dv.E_CQE_ERROR])
