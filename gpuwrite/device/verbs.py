@@ -96,10 +96,10 @@ I_QPN, I_SQ_BBS, I_NCQE, I_LOG_NCQE, I_SLOTS, I_SLOT_BYTES, I_STAGE_ADDR, I_STAG
     I_POLL_DELAY_NS = range(15)
 I_COLS = 15
 # I_POLL_DELAY_NS: how long a completion wait lets pass before its first poll (a
-# QueueSet's poll_delay_ns, default gpuwrite.host.verbs.DEFAULT_POLL_DELAY_NS: 200 ns).
+# QueueSet's poll_delay_ns, default gpuwrite.host.verbs.DEFAULT_POLL_DELAY_NS: 300 ns).
 # A host read issued right after the doorbell can reach host memory before the NIC has
 # answered and cost a whole PCIe round trip for nothing: a 64-byte gpu_push took 4.4 to
-# 4.9 us polling at once and 3.4 to 3.6 with 200 ns, on H100 and H200 hosts alike (the
+# 4.9 us polling at once and 3.4 to 3.7 with 300 ns, on H100 and H200 hosts alike (the
 # constant's comment). The best value depends on the machine and the kernel: measure it
 # (``gpuwrite bench`` reports the sweep of pauses; BENCHMARKS.md, sessions 3 and 23).
 # I_STAGE_CQE: nonzero where staging credits come back with completions rather than in
