@@ -277,8 +277,24 @@ def throughput_vs_size(df: pd.DataFrame):
     style.bytes_axis(ax)
     style.log_numbers(ax)
     ax.set_ylabel("throughput (Gb/s)")
-    fig.legend(loc="outside lower center", ncol=3)
+    handles, labels = ax.get_legend_handles_labels()
+    style.caveat(fig, throughput_caveat(model), (handles, labels, 3))
     return fig
+
+
+def throughput_caveat(model: pd.DataFrame) -> str:
+    """What Fig. 4's lines model and the assumption their order rests on (the NIC's reads
+    in flight), with the values of the parameters that made them."""
+    from gpuwrite.model.params import Params
+
+    nic, link = Params().nic, Params().link
+    topologies = ", ".join(_topologies(model)) if len(model) and "topology" in model else "default topology"
+    return (f"Lines: model, saturated ({topologies}), default parameters (gpuwrite model params: each value and "
+            "its source); predictions, not measurements. Below 4 KiB each line is set by per-message overheads. "
+            "host_staged's plateau below line rate and where nic_pull reaches it rest on the NIC's read engine: "
+            f"nic.read_outstanding = {nic.read_outstanding} requests x MRRS {link.mrrs_bytes} B per read round "
+            "trip, an assumption (fewer in flight lowers both, 256 lets both reach line rate; Fig. 6's bottom "
+            "panel moves it). gpu_push reads nothing, so it does not depend on it.")
 
 
 # --- figure 5 ----------------------------------------------------------------------

@@ -242,3 +242,16 @@ def test_fig9_draws_the_median_of_the_runs_their_range_and_the_physical_line():
     assert "Median of 2 to 3 runs a point" in texts(fig)
     assert "gpu_push 64 B (run 1): 0/200 delivered, 1 QP: a completion carried an error " \
         "syndrome (local_prot_err, pull_failed), 32 threads" in texts(fig).replace("\n", " ")
+
+
+def test_fig4_says_which_assumption_its_model_lines_rest_on():
+    """Fig. 4's model lines put host_staged below line rate only through the NIC's reads in
+    flight (an assumption): the figure prints that under its axes, as every model figure does."""
+    from gpuwrite.model import paths
+
+    rows = [{"backend": "model", "measure": "throughput", "sweep": "model", "topology": "same_switch",
+             "path": path, "size_bytes": size, "throughput_gbps": paths.throughput_gbps(path, "same_switch", size)}
+            for path in ("nic_pull", "host_staged", "gpu_push") for size in (64, 4096)]
+    fig = FIGURES["throughput_vs_size"](pd.DataFrame(rows))
+    caveats = " ".join(t.get_text() for t in fig.texts if t.get_gid() == "caveat")
+    assert "nic.read_outstanding = 64" in caveats and "assumption" in caveats and "same_switch" in caveats
