@@ -149,7 +149,23 @@ def _same_table(path: Path, frame: pd.DataFrame) -> bool:
 def _write_if_changed(path: Path, data: bytes) -> None:
     if path.is_file() and path.stat().st_size == len(data) and path.read_bytes() == data:
         return
-    path.write_bytes(data)
+    write_atomically(path, data)
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """``data`` into ``path`` whole or not at all: written beside it under another name,
+    then renamed over it. Written in place, a full disk, a kill or a crash mid-write left a
+    stored table cut short (a GPU table no CPU can make again), and a reader running at
+    the same time read half a file."""
+    path = Path(path)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(temporary, "wb") as file:
+            file.write(data)
+        os.replace(temporary, path)
+    finally:
+        if temporary.exists():
+            temporary.unlink()
 
 
 def load_results(results_dir: Path, name: str) -> pd.DataFrame:

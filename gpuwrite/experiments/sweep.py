@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import io
 import math
 import multiprocessing
 import os
@@ -305,7 +306,9 @@ def run_sweep(spec: ExperimentSpec, sweep: Sweep, results_dir: Path, stored: dic
                 measured[i] = frame
             cache.mkdir(parents=True, exist_ok=True)
             name = hashlib.sha256("".join(hashes[i] for i in group).encode()).hexdigest()[:16]
-            store.tidy(pd.concat(done, ignore_index=True)).to_parquet(cache / f"{sweep.name}-{name}.parquet")
+            chunk = io.BytesIO()
+            store.tidy(pd.concat(done, ignore_index=True)).to_parquet(chunk)
+            store.write_atomically(cache / f"{sweep.name}-{name}.parquet", chunk.getvalue())
             report.computed += len(group)
             if task is not None:
                 progress.advance(task, len(group))

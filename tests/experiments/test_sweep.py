@@ -197,3 +197,45 @@ def test_a_failed_runs_text_names_what_the_pull_agent_did():
     assert backends._failure_text({}, agent) == ""          # nothing failed: nothing to say
     assert backends._failure_text(errors) == \
         "1 QP: a completion carried an error syndrome (local_prot_err, pull_failed)"
+
+
+def test_a_write_that_fails_midway_leaves_the_stored_table_whole(spec, tmp_path, monkeypatch):
+    """A full disk (or a kill) while a table is written: the stored table keeps its old
+    bytes, and no half-written file is left beside it."""
+    import builtins
+    import errno
+    import io
+
+    run_spec(spec, tmp_path, only=["lat"], pool=Pool(1))
+    table = tmp_path / "tiny.parquet"
+    stored = pd.read_parquet(table)
+    stored["latency_ns"] *= 2      # so that the run below has other rows to write
+    store.write_table(stored, table)
+    before = table.read_bytes()
+    real_open = io.open
+
+    class HalfWriter:
+        def __init__(self, file):
+            self.file = file
+
+        def write(self, data):
+            self.file.write(bytes(data)[:len(data) // 2])
+            raise OSError(errno.ENOSPC, "No space left on device", str(self.file.name))
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.file.close()
+
+    def full_disk(file, mode="r", *args, **kwargs):
+        opened = real_open(file, mode, *args, **kwargs)
+        return HalfWriter(opened) if "w" in mode and "tiny.parquet" in str(file) else opened
+
+    monkeypatch.setattr(io, "open", full_disk)
+    monkeypatch.setattr(builtins, "open", full_disk)
+    with pytest.raises(OSError):
+        run_spec(spec, tmp_path, only=["lat"], fresh=True, pool=Pool(1))
+    monkeypatch.undo()
+    assert table.read_bytes() == before
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
