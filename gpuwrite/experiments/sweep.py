@@ -15,6 +15,7 @@ import io
 import math
 import multiprocessing
 import os
+import pickle
 import signal
 import time
 from dataclasses import asdict, dataclass
@@ -125,7 +126,22 @@ class Pool:
 
 def _indexed_chunk(item: tuple[int, list[dict]]) -> tuple[int, list[pd.DataFrame]]:
     index, chunk = item
-    return index, _compute_chunk(chunk)
+    try:
+        return index, _compute_chunk(chunk)
+    except Exception as exc:
+        raise _picklable(exc) from None
+
+
+def _picklable(exc: Exception) -> Exception:
+    """``exc``, or one of its base kind with its message where it cannot be rebuilt from a
+    pickle. A worker's error travels to the parent pickled; one that cannot be unpickled
+    (a ParamError: its __init__ takes three arguments) killed the pool's result thread,
+    and the sweep waited for its chunk for ever instead of naming the point's error."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:
+        return (ValueError if isinstance(exc, ValueError) else RuntimeError)(str(exc))
 
 
 def _today() -> str:

@@ -1,4 +1,6 @@
 """Sweeps: tidy tables with configuration beside measurements, resume, worker processes, CSV."""
+import json
+
 import pandas as pd
 import pytest
 
@@ -239,3 +241,31 @@ def test_a_write_that_fails_midway_leaves_the_stored_table_whole(spec, tmp_path,
     monkeypatch.undo()
     assert table.read_bytes() == before
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+REFUSED_WHEN_RUN = """
+[[sweep]]
+name = "sim"
+backend = "model"
+measure = "simulate"
+[sweep.vary]
+"gpu.poll_interval_ns" = [1e16, 2e16]
+"""
+
+
+def test_a_point_the_simulator_refuses_in_a_worker_is_an_error_not_a_hang(tmp_path):
+    """The simulator refuses these points when it runs them (longer than its clock), with a
+    ParamError, in a worker process: the sweep names the error (exit status 2); it used to
+    wait for ever, as the error could not be unpickled in the parent."""
+    import subprocess
+    import sys
+
+    from childenv import child_env
+
+    path = tmp_path / "refused.toml"
+    path.write_text(REFUSED_WHEN_RUN)
+    run = subprocess.run([sys.executable, "-m", "gpuwrite", "sweep", str(path), "--results", str(tmp_path / "r"),
+                          "--workers", "2", "--json"], capture_output=True, text=True, timeout=90,
+                         env=child_env())
+    assert run.returncode == 2, run.stderr
+    assert "simulated time" in json.loads(run.stdout)["error"] and "Traceback" not in run.stderr
