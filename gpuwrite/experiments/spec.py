@@ -35,6 +35,7 @@ import hashlib
 import itertools
 import json
 import math
+import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -53,6 +54,7 @@ BACKENDS = ("model", "emulated")
 MODEL_MEASURES = ("latency", "throughput", "efficiency", "simulate")
 OUTPUTS = {("model", "simulate"): ("summary", "timeseries"), ("emulated", None): ("summary", "latencies")}
 REQUIRES = ("any", "gpu")
+SWEEP_NAME = re.compile(r"[\w.-]+")
 SWEEP_KEYS = ("name", "backend", "measure", "output", "require", "exclude", "fixed", "vary")
 FIGURE_KEYS = ("kind", "title", "caption")
 # Bounds on a file's size: a range expands to at most this many values, and a sweep (the
@@ -224,14 +226,20 @@ def range_count(where: str, value: dict) -> int:
         step = value["step"]
         if not _number(step) or step <= 0:
             raise SpecError(f"{where}.step={step!r} is not allowed; allowed: a number > 0")
-        return int((stop - start) // step) + 1
+        return _whole_count((stop - start) / step + 1e-9)
     factor = value["factor"]
     if start <= 0:
         raise SpecError(f"{where}.from={start!r} is not allowed with factor; allowed: a number > 0 "
                         "(a geometric range starts above zero)")
     if not _number(factor) or factor <= 1:
         raise SpecError(f"{where}.factor={factor!r} is not allowed; allowed: a number > 1")
-    return int(math.floor(math.log(stop / start, factor) + 1e-9)) + 1
+    return _whole_count(math.log(stop / start, factor) + 1e-9)
+
+
+def _whole_count(steps: float) -> int | float:
+    """Values in a range of ``steps`` steps: floor + 1, or infinity where the division or
+    the logarithm overflowed (a step of 1e-300 from 1 to 1e300: int() of it raised)."""
+    return math.floor(steps) + 1 if math.isfinite(steps) else math.inf
 
 
 def expand_range(where: str, value) -> list:
@@ -246,16 +254,23 @@ def expand_range(where: str, value) -> list:
                         "{from, to, step} or {from, to, factor}")
     count = range_count(where, value)
     if count > MAX_VARY_VALUES:
-        raise SpecError(f"{where}={value!r} is not allowed ({count:,} values); allowed: at most "
+        many = f"{count:,} values" if count < math.inf else "more values than a float counts"
+        raise SpecError(f"{where}={value!r} is not allowed ({many}); allowed: at most "
                         f"{MAX_VARY_VALUES:,} values (a wider step or factor)")
     start, stop = value["from"], value["to"]
     out, current = [], start
+    # counted, not accumulated until past ``to``: a step or factor too small to move a
+    # float (1e16 + 0.5, 5e-324 x 1.1) never got there, and the file never finished loading
     if "step" in value:
-        while current <= stop:
+        for _ in range(count):
+            if current > stop:
+                break
             out.append(current)
             current = current + value["step"]
     else:
-        while current <= stop:
+        for _ in range(count):
+            if current > stop:
+                break
             out.append(current)
             current = current * value["factor"]
     return out
@@ -278,8 +293,10 @@ def _load_sweep(file: Path, index: int, data: dict) -> Sweep:
     if not isinstance(data, dict):
         raise SpecError(f"{file}: sweep {index + 1} is not allowed as {data!r}; allowed: a [[sweep]] table")
     name = data.get("name", f"sweep{index + 1}")
-    if not isinstance(name, str) or not name.strip():
-        raise SpecError(f"{file}: sweep {index + 1}: name={name!r} is not allowed; allowed: a non-empty text")
+    if not isinstance(name, str) or not SWEEP_NAME.fullmatch(name):
+        # the name is part of the cache's file names: a "/" in it failed there, with a traceback
+        raise SpecError(f"{file}: sweep {index + 1}: name={name!r} is not allowed; allowed: a non-empty text of "
+                        "letters, digits, _, - and .")
     where = f"{file}: sweep {name!r}"
     _check_keys(where, data, SWEEP_KEYS)
     backend = data.get("backend")
@@ -305,6 +322,16 @@ def _load_sweep(file: Path, index: int, data: dict) -> Sweep:
     if "calibration" in vary_raw:
         raise SpecError(f"{where}: vary key 'calibration' is not allowed; allowed: calibration under fixed")
     vary = {key: expand_range(f"{where}: vary.{key}", value) for key, value in vary_raw.items()}
+    for key, values in vary.items():
+        # each point once: a value twice made the same point twice, and two identical rows
+        # in the table (a run again is ``repeat``)
+        if key in fixed:
+            raise SpecError(f"{where}: key {key!r} is not allowed in both fixed and vary; allowed: one of them "
+                            "(vary's values replaced the fixed one)")
+        for position, value in enumerate(values):
+            if value in values[:position]:
+                raise SpecError(f"{where}: vary.{key} value {value!r} is not allowed twice; allowed: distinct "
+                                "values (repeat = [0, 1, ...] measures a point again)")
     points = math.prod(len(values) for values in vary.values())
     if points > MAX_SWEEP_POINTS:
         raise SpecError(f"{where}: vary={{{', '.join(f'{k}: {len(v)} values' for k, v in vary.items())}}} is not "
@@ -314,7 +341,11 @@ def _load_sweep(file: Path, index: int, data: dict) -> Sweep:
         raise SpecError(f"{where}: exclude={exclude!r} is not allowed; allowed: a list of tables of key = value")
     for rule in exclude:
         _check_keys(f"{where}: exclude", rule, allowed)
-    return Sweep(name, backend, measure, output, require, fixed, vary, tuple(exclude), file.parent, file)
+    sweep = Sweep(name, backend, measure, output, require, fixed, vary, tuple(exclude), file.parent, file)
+    if exclude and not sweep.points():
+        raise SpecError(f"{where}: exclude={exclude!r} is not allowed (it leaves no point); allowed: rules that "
+                        "leave at least one point")
+    return sweep
 
 
 def load_spec(path: str | Path) -> ExperimentSpec:

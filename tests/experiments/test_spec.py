@@ -63,6 +63,10 @@ def test_bad_sweep_keys_and_values_are_named(tmp_path, change, expected):
     ('"nic.processing_ns" = {from = 64, to = 128, step = 8, factor = 2}', ["exactly one of step, factor"]),
     ('"nic.processing_ns" = {from = 64, to = 128, factor = 1}', ["factor=1", "a number > 1"]),
     ('calibration = ["a.toml"]', ["'calibration'", "under fixed"]),
+    ('"nic.processing_ns" = [8, 16, 8]', ["vary.nic.processing_ns value 8 is not allowed twice", "distinct values"]),
+    ('"nic.processing_ns" = {from = 1, to = 1e300, step = 1e-300}', ["more values than a float counts",
+                                                                    "at most 10,000 values"]),
+    ('"nic.processing_ns" = {from = 1e-300, to = 1e300, factor = 1.0000001}', ["more values than a float counts"]),
 ])
 def test_bad_vary_entries_are_named(tmp_path, vary, expected):
     with pytest.raises(SpecError) as info:
@@ -99,6 +103,34 @@ def test_cross_product_order_fixed_values_and_exclusions(tmp_path):
         {"topology": "across_sockets", "path": "gpu_push", "size_bytes": 64},
     ]
     assert sweep.columns == ["topology", "path", "size_bytes"]
+
+
+def test_a_range_whose_step_does_not_move_a_float_ends(tmp_path):
+    """A step or factor too small to change the value (1e16 + 0.5 == 1e16; 5e-324 x 1.1 ==
+    5e-324) gives its counted values, which repeat, instead of accumulating for ever."""
+    assert expand_range("x", {"from": 1e16, "to": 1e16 + 4, "step": 0.5}) == [1e16] * 9
+    assert len(expand_range("x", {"from": 5e-324, "to": 1e-320, "factor": 1.1})) == 80
+    with pytest.raises(SpecError, match="value 1e[+]16 is not allowed twice"):     # and a file says so
+        load_spec(write(tmp_path, MINIMAL + '"nic.processing_ns" = {from = 1e16, to = 1.0000000000000004e16, '
+                                            'step = 0.5}\n'))
+
+
+@pytest.mark.parametrize("change, expected", [
+    ('name = "a/b"', "name='a/b' is not allowed; allowed: a non-empty text of letters, digits, _, - and ."),
+    ('[sweep.fixed]\nsize_bytes = 64', "key 'size_bytes' is not allowed in both fixed and vary"),
+    ('exclude = [{}]', "exclude=[{}] is not allowed (it leaves no point)"),
+    ('exclude = [{size_bytes = 64}, {size_bytes = 4096}]', "(it leaves no point)"),
+])
+def test_sweeps_that_make_no_point_or_a_point_twice_or_a_bad_file_name_are_named(tmp_path, change, expected):
+    """A key both fixed and varied (the fixed value was dropped silently), exclusions that
+    leave nothing (an empty table, no error), and a sweep name that cannot name a chunk file
+    (a "/" failed with a traceback in the middle of the sweep)."""
+    text = MINIMAL.replace('name = "m"', change) if change.startswith("name") else \
+        MINIMAL.replace("[sweep.vary]", change + "\n[sweep.vary]")
+    with pytest.raises(SpecError) as info:
+        load_spec(write(tmp_path, text))
+    assert expected in str(info.value)
+    load_spec(write(tmp_path, MINIMAL.replace('name = "m"', 'name = "µ-1.b"')))    # unicode letters: fine
 
 
 def test_ranges():
