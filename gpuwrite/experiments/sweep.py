@@ -407,8 +407,11 @@ def run_spec(spec: ExperimentSpec, results_dir: str | Path = store.DEFAULT_RESUL
                 path = store.table_path(results_dir, spec.name, gpu=gpu)
                 written += store.write_table(_merge(store.read_table(path), part, spec), path, csv=csv)
         folder = store.cache_dir(results_dir, spec.name)
-        for sweep in selected:  # the tables now hold these rows
-            for file in folder.glob(f"{sweep.name}-*.parquet") if folder.is_dir() else ():
+        # the tables now hold these sweeps' rows; a chunk is "<sweep>-<hash>.parquet", and
+        # it is the whole name that must match (a glob "a-*" also took sweep "a-b"'s chunks)
+        done = {sweep.name for sweep in selected}
+        for file in folder.glob("*.parquet") if folder.is_dir() else ():
+            if file.stem.rsplit("-", 1)[0] in done:
                 file.unlink()
     return {"reports": reports, "tables": written, "rows": len(new)}
 

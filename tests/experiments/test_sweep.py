@@ -269,3 +269,30 @@ def test_a_point_the_simulator_refuses_in_a_worker_is_an_error_not_a_hang(tmp_pa
                          env=child_env())
     assert run.returncode == 2, run.stderr
     assert "simulated time" in json.loads(run.stdout)["error"] and "Traceback" not in run.stderr
+
+
+def test_a_finished_sweep_clears_its_own_chunks_not_those_of_a_sweep_whose_name_it_begins(tmp_path, monkeypatch):
+    """Sweep "a" done: its chunks go; the chunks "a-b" (another sweep, interrupted) left stay."""
+    path = tmp_path / "two.toml"
+    lat = SPEC.split("[[sweep]]")[1]
+    path.write_text("[[sweep]]" + lat.replace('"lat"', '"a"') + "[[sweep]]" + lat.replace('"lat"', '"a-b"')
+                    .replace("across_sockets", "same_switch"))
+    spec = load_spec(path)
+    assert [s.name for s in spec.sweeps] == ["a", "a-b"]
+    real, calls = backends.compute, []
+
+    def failing(config):
+        calls.append(config)
+        if len(calls) == 3:
+            raise KeyboardInterrupt("stopped by the user")
+        return real(config)
+
+    monkeypatch.setattr(backends, "compute", failing)
+    with pytest.raises(KeyboardInterrupt):
+        run_spec(spec, tmp_path, only=["a-b"], pool=Pool(1))
+    monkeypatch.setattr(backends, "compute", real)
+    left = sorted(p.name for p in (tmp_path / "cache" / "two").glob("*.parquet"))
+    assert len(left) == 2
+    run_spec(spec, tmp_path, only=["a"], pool=Pool(1))
+    assert sorted(p.name for p in (tmp_path / "cache" / "two").glob("*.parquet")) == left
+    assert run_spec(spec, tmp_path, only=["a-b"], pool=Pool(1))["reports"][0].cached == 2
