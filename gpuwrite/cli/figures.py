@@ -21,8 +21,9 @@ def register(sub) -> None:
     p.add_argument("--out", default="experiments/figures", help="where PNG and PDF files go")
     p.add_argument("--check", action="store_true",
                    help="compute and draw nothing: list the stored tables the code would recompute "
-                        "(stale configuration hashes) and the GPU tables measured with other code, "
-                        "and exit 1 if there are any")
+                        "(stale configuration hashes), the GPU tables measured with other code, and "
+                        "rows that are not the point their hash names (edited by hand); exit 1 if "
+                        "there are any")
     add_run_options(p)
     p.set_defaults(func=main)
 

@@ -416,10 +416,26 @@ def run_spec(spec: ExperimentSpec, results_dir: str | Path = store.DEFAULT_RESUL
     return {"reports": reports, "tables": written, "rows": len(new)}
 
 
-def _hashes_now(sweep: Sweep, device: str) -> set[str]:
-    """The configuration hashes the code now gives the points ``sweep`` runs on ``device``:
-    what a stored table's ``config_hash`` column must hold to be current."""
-    return {config_hash(resolve(sweep, values, device=device)) for values in sweep.points(device)}
+def _hashes_now(sweep: Sweep, device: str) -> dict[str, tuple]:
+    """The configuration hashes the code now gives the points ``sweep`` runs on ``device``
+    (what a stored table's ``config_hash`` column must hold to be current), each with its
+    point's configuration columns."""
+    return {config_hash(resolve(sweep, values, device=device)): _point_key(sweep, values)
+            for values in sweep.points(device)}
+
+
+def _rows_unlike_their_point(sweep: Sweep, rows: pd.DataFrame, points: dict[str, tuple]) -> int:
+    """How many ``rows`` are not what their ``config_hash`` says: configuration columns
+    other than that point's (a size edited by hand kept its hash, so the figure drew a
+    measurement at a size it was not made at, and nothing said so), or a second row of a
+    point of a one-row-a-point sweep (a row copied by hand)."""
+    if any(column not in rows for column in sweep.columns):
+        return len(rows)
+    keys = [tuple(_plain(v) for v in row) for row in rows[sweep.columns].itertuples(index=False)]
+    unlike = sum(1 for digest, key in zip(rows["config_hash"], keys) if digest in points and points[digest] != key)
+    if sweep.output == "summary":
+        unlike += int(rows["config_hash"].duplicated().sum())
+    return unlike
 
 
 def gpu_rows_of_other_code(spec: ExperimentSpec, results_dir: str | Path = store.DEFAULT_RESULTS) -> list[str]:
@@ -438,12 +454,19 @@ def gpu_rows_of_other_code(spec: ExperimentSpec, results_dir: str | Path = store
         rows = table[table["sweep"] == sweep.name]
         if sweep.backend != "emulated" or not len(rows):
             continue
-        want = {h for device in set(rows["device"]) for h in _hashes_now(sweep, device)}
+        now = {device: _hashes_now(sweep, device) for device in set(rows["device"])}
+        want = {h for points in now.values() for h in points}
         have = set(rows["config_hash"].dropna())
         if have - want or want - have:
             out.append(f"{path}: sweep {sweep.name!r}: {len(have - want)} of {len(have)} measured points "
                        f"are not what the code now runs, {len(want - have)} points are not measured; "
                        "run scripts/gpu_experiments.sh on a GPU to measure them with this code")
+        unlike = sum(_rows_unlike_their_point(sweep, rows[rows["device"] == device], points)
+                     for device, points in now.items())
+        if unlike:
+            out.append(f"{path}: sweep {sweep.name!r}: {unlike} of {len(rows)} rows are not the point their "
+                       "config_hash names (configuration columns changed, or a row repeated: edited by hand?); "
+                       "restore the table from git, or measure it again with scripts/gpu_experiments.sh")
     return out
 
 
@@ -460,11 +483,17 @@ def stale_tables(spec: ExperimentSpec, results_dir: str | Path = store.DEFAULT_R
         if sweep.require == "gpu":
             continue
         device = backends.MODEL_DEVICE if sweep.backend == "model" else backends.SIMULATOR_DEVICE
-        want = _hashes_now(sweep, device)
-        have = set() if table is None or "config_hash" not in table else \
-            set(table.loc[table["sweep"] == sweep.name, "config_hash"].dropna())
+        points = _hashes_now(sweep, device)
+        want = set(points)
+        rows = None if table is None or "config_hash" not in table else table[table["sweep"] == sweep.name]
+        have = set() if rows is None else set(rows["config_hash"].dropna())
         if want != have:
             out.append(f"{path}: sweep {sweep.name!r}: {len(want - have)} of {len(want)} points are not "
                        f"stored as the code now computes them ({len(have - want)} stored hashes are "
                        "outdated); run gpuwrite figures (or gpuwrite sweep) to update the table")
+        unlike = 0 if rows is None else _rows_unlike_their_point(sweep, rows, points)
+        if unlike:
+            out.append(f"{path}: sweep {sweep.name!r}: {unlike} of {len(rows)} rows are not the point their "
+                       "config_hash names (configuration columns changed, or a row repeated: edited by hand?); "
+                       "run gpuwrite sweep --fresh on the file to compute them again")
     return out

@@ -228,3 +228,43 @@ def test_a_table_written_with_other_bytes_but_the_same_rows_is_left_alone(tmp_pa
     store.write_table(changed, path)
     assert path.read_bytes() != kept
     assert pd.read_parquet(path)["latency_us"].tolist() == [1.5, 2.0]
+
+
+def test_check_names_rows_edited_by_hand(tmp_path, capsys):
+    """A size changed by hand keeps its row's config_hash, so the hashes alone said nothing
+    and the figure drew the number at the wrong size; a row copied by hand counted twice.
+    --check names both, in the regenerable table and in a GPU table."""
+    from gpuwrite.experiments.spec import config_hash, resolve
+
+    spec_file = write_tiny_spec("fig1_latency", tmp_path / "specs")
+    spec = load_spec(spec_file)
+    results = tmp_path / "results"
+    run_spec(spec, results, pool=Pool(1))
+    path = store.table_path(results, "fig1_latency")
+    table = pd.read_parquet(path)
+    assert stale_tables(spec, results) == []
+    edited = table.copy()
+    edited.loc[0, "size_bytes"] = 128
+    store.write_table(edited, path)
+    (line,) = stale_tables(spec, results)
+    assert "1 of 18 rows are not the point their config_hash names" in line
+    store.write_table(pd.concat([table, table.iloc[:2]], ignore_index=True), path)
+    (line,) = stale_tables(spec, results)
+    assert "2 of 20 rows are not the point their config_hash names" in line
+    assert main(["figures", "--specs", str(tmp_path / "specs"), "--results", str(results), "--check", "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["stale"] == [line]
+
+    (tmp_path / "specs" / "emu.toml").write_text('[[sweep]]\nname = "e"\nbackend = "emulated"\nrequire = "gpu"\n'
+                                                 '[sweep.vary]\nsize_bytes = [64, 4096]\n')
+    emu = load_spec(tmp_path / "specs" / "emu.toml")
+    points = emu.sweeps[0].points("Test GPU")
+    measured = pd.DataFrame({"figure": "emu", "sweep": "e", "backend": "emulated", "measure": "", "output": "summary",
+                             "size_bytes": [p["size_bytes"] for p in points], "latency_p50_us": [5.0, 9.0],
+                             "device": "Test GPU",
+                             "config_hash": [config_hash(resolve(emu.sweeps[0], p, "Test GPU")) for p in points]})
+    gpu_table = store.table_path(results, "emu", gpu=True)
+    store.write_table(measured, gpu_table)
+    assert gpu_rows_of_other_code(emu, results) == []
+    store.write_table(measured.assign(size_bytes=[4096, 64]), gpu_table)    # two sizes swapped by hand
+    (line,) = gpu_rows_of_other_code(emu, results)
+    assert "2 of 2 rows are not the point their config_hash names" in line
