@@ -9,6 +9,7 @@ share a GPU would disturb each other's timings.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 import io
@@ -395,7 +396,8 @@ def run_spec(spec: ExperimentSpec, results_dir: str | Path = store.DEFAULT_RESUL
     written = []
     if out is not None:
         written += store.write_table(new, Path(out), csv=csv)
-    else:
+        return {"reports": reports, "tables": written, "rows": len(new)}
+    with _table_lock(results_dir, spec.name):
         for gpu in (False, True):
             # Each table is made of its own sweeps' frames: concatenated with the model's,
             # a GPU table's integer columns came out float and it gained the model's
@@ -414,6 +416,29 @@ def run_spec(spec: ExperimentSpec, results_dir: str | Path = store.DEFAULT_RESUL
             if file.stem.rsplit("-", 1)[0] in done:
                 file.unlink()
     return {"reports": reports, "tables": written, "rows": len(new)}
+
+
+@contextlib.contextmanager
+def _table_lock(results_dir: Path, name: str):
+    """Holds ``<results>/cache/<name>.lock`` while a run reads, merges and writes the tables
+    of ``name``: two sweeps of one file run at once (``sweep --sweep a`` beside ``--sweep b``,
+    or beside ``figures``) each merged its rows into the table it had read, and the one
+    that wrote last dropped the other's rows (and that run had deleted its chunks)."""
+    try:
+        import fcntl
+
+        folder = store.cache_dir(results_dir, name).parent
+        folder.mkdir(parents=True, exist_ok=True)
+        lock = open(folder / f"{name}.lock", "a")
+    except (ImportError, OSError):   # not POSIX, or a folder this user cannot write: no lock
+        yield                        # (a run that writes nothing still succeeds there)
+        return
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _hashes_now(sweep: Sweep, device: str) -> dict[str, tuple]:

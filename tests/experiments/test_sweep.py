@@ -296,3 +296,26 @@ def test_a_finished_sweep_clears_its_own_chunks_not_those_of_a_sweep_whose_name_
     run_spec(spec, tmp_path, only=["a"], pool=Pool(1))
     assert sorted(p.name for p in (tmp_path / "cache" / "two").glob("*.parquet")) == left
     assert run_spec(spec, tmp_path, only=["a-b"], pool=Pool(1))["reports"][0].cached == 2
+
+
+def test_two_sweeps_of_one_file_writing_at_once_keep_each_others_rows(spec, tmp_path, monkeypatch):
+    """Sweep "sim" and sweep "lat" of one file finish together: the second to write merges
+    into the table the first wrote, not into the one it read before (which lost the other's
+    rows without a word, and that run had deleted its chunks)."""
+    import threading
+
+    from gpuwrite.experiments import sweep as sweep_module
+
+    real_merge = sweep_module._merge
+    other = threading.Thread(target=run_spec, args=(spec, tmp_path), kwargs={"only": ["lat"], "pool": Pool(1)})
+
+    def merge_while_another_writes(old, new, spec_):
+        if set(new["sweep"]) == {"sim"} and other.ident is None:
+            other.start()               # "lat" (analytic, fast) finishes while "sim" holds the table it read
+            other.join(timeout=5)       # with the lock it waits for "sim" to write first
+        return real_merge(old, new, spec_)
+
+    monkeypatch.setattr(sweep_module, "_merge", merge_while_another_writes)
+    run_spec(spec, tmp_path, only=["sim"], pool=Pool(1))
+    other.join()
+    assert set(pd.read_parquet(tmp_path / "tiny.parquet")["sweep"]) == {"lat", "sim"}
