@@ -95,7 +95,7 @@ I_QPN, I_SQ_BBS, I_NCQE, I_LOG_NCQE, I_SLOTS, I_SLOT_BYTES, I_STAGE_ADDR, I_STAG
     I_BOUNCE_ADDR, I_BOUNCE_LKEY, I_BOUNCE_WORDS, I_SLOT_SHIFT, I_DB_MMIO, I_STAGE_CQE, \
     I_POLL_DELAY_NS = range(15)
 I_COLS = 15
-# I_POLL_DELAY_NS: how long a completion wait lets pass before its first poll (a
+# I_POLL_DELAY_NS: how long a wait for every WQE written lets pass before its first poll (a
 # QueueSet's poll_delay_ns, default gpuwrite.host.verbs.DEFAULT_POLL_DELAY_NS: 300 ns).
 # A host read issued right after the doorbell can reach host memory before the NIC has
 # answered and cost a whole PCIe round trip for nothing: a 64-byte gpu_push took 4.4 to
@@ -786,7 +786,12 @@ def _poll_cq_until(Q, i, column, target, timeout_ns, timeout_error, pause_max_ns
     """Consumes completions until QP state ``column`` reaches ``target``.
 
     WQEs written but not yet announced are announced first: their completions may be
-    what the wait needs. The first poll waits ``I_POLL_DELAY_NS``; between empty polls
+    what the wait needs. A wait for every WQE written (``wait_done``) lets
+    ``I_POLL_DELAY_NS`` pass before its first poll: the newest WQE's completion cannot be
+    there sooner. A wait for space (SQ, staging, bounce) polls at once: the completion it
+    needs is most often written already, and there a pause is lost time (300 ns before
+    every such wait took the 64-byte rate from 37-68 to 23-39 M/s on one H100 host,
+    BENCHMARKS.md, session 23). Between empty polls
     the thread pauses (after ``_EAGER_POLLS`` polls), from ``_POLL_NS`` doubling up to
     ``pause_max_ns``. Returns OK, an error completion's code, or ``timeout_error``.
     """
@@ -795,7 +800,7 @@ def _poll_cq_until(Q, i, column, target, timeout_ns, timeout_error, pause_max_ns
         return OK
     flush_doorbell(Q, i)
     start = globaltimer_ns()
-    delay = Q[Q_INFO][i, I_POLL_DELAY_NS]
+    delay = Q[Q_INFO][i, I_POLL_DELAY_NS] if column == S_DONE and target >= state[i, S_PI] else 0
     while globaltimer_ns() - start < delay:
         pass
     pause = _POLL_NS

@@ -204,8 +204,9 @@ class _Engine:
 HOST_THREADS = 2
 
 
-# The pause before a completion wait's first poll that every QueueSet gets unless told
-# (device verbs I_POLL_DELAY_NS). The poll is a chain of PCIe reads of host memory, each a
+# The pause before the first poll of a wait for every WQE written (``wait_done``, ``quiet``)
+# that every QueueSet gets unless told (device verbs I_POLL_DELAY_NS; waits for space poll
+# at once). The poll is a chain of PCIe reads of host memory, each a
 # round trip of about 1.2 us on an H100; a read sent at once after a doorbell reaches host
 # memory before the emulated NIC has answered (its turnaround, doorbell seen to CQE
 # written, is 0.12 to 0.25 us) and the answer then waits for the next read. In 19 runs of
@@ -215,9 +216,9 @@ HOST_THREADS = 2
 # 3.65 with 300 ns in every run; each 100 ns more added about 0.1 us. On session 23's
 # second host (engine turnaround 0.20 us) 200 ns still gave both modes (3.46 to 3.52 us
 # in 5 runs of 9, 4.70 to 4.74 in the others) and 300 ns 3.58: 300 ns leaves that margin.
-# A pause costs a wait at most its length where the answer is already there (a 0 / 200
-# ns A/B of the 64-byte rate and the 1 MiB bandwidth, four runs each, moved neither
-# beyond their spread), so it is the default; 0 polls at once.
+# A pause costs a wait at most its length where the answer is already there; the newest
+# WQE's completion never is, so only those waits take it (300 ns before every wait, for
+# space too, took the 64-byte rate from 37-68 to 23-39 M/s on one host); 0 polls at once.
 DEFAULT_POLL_DELAY_NS = 300
 
 
