@@ -308,17 +308,17 @@ def _p50_after_start_us(ns) -> float:
     return float(np.median(ns[len(ns) // 10:]) / 1e3)
 
 
-def floor_pingpong_us(iters: int, poll_delay_ns: int = 0, answer_delay_ns: int = 0) -> float:
-    """Median round trip of a bare doorbell ping-pong between GPU and a host C thread;
-    ``poll_delay_ns`` after its store, the GPU starts polling for the answer; the host
-    thread answers ``answer_delay_ns`` after it sees the doorbell."""
+def _answered_pingpong_us(iters: int, launch, answer_delay_ns: int = 0) -> float:
+    """Runs ``launch(ping, pong, out)`` (a ping-pong kernel writing each round trip's ns
+    into ``out``, -1 where no answer came) against the host C thread that answers each
+    ping ``answer_delay_ns`` after it sees it; the median round trip in us."""
     ping = mapped((16,), np.uint32)
     pong = mapped((16,), np.uint32)
     out = cuda.to_device(np.zeros(iters, dtype=np.int64))
     responder = lib.gw_pong_start_delayed(ffi.cast("void *", ping.address),
                                           ffi.cast("void *", pong.address), answer_delay_ns)
     try:
-        _pingpong[1, 32](ping.kernel, pong.kernel, iters, out, 2_000_000_000, poll_delay_ns)
+        launch(ping, pong, out)
         cuda.synchronize()
     finally:
         lib.gw_pong_stop(responder)
@@ -326,6 +326,14 @@ def floor_pingpong_us(iters: int, poll_delay_ns: int = 0, answer_delay_ns: int =
     if (ns < 0).any():
         raise RuntimeError("the ping-pong responder did not answer within 2 s")
     return _p50_after_start_us(ns)
+
+
+def floor_pingpong_us(iters: int, poll_delay_ns: int = 0, answer_delay_ns: int = 0) -> float:
+    """Median round trip of a bare doorbell ping-pong between GPU and a host C thread;
+    ``poll_delay_ns`` after its store, the GPU starts polling for the answer; the host
+    thread answers ``answer_delay_ns`` after it sees the doorbell."""
+    return _answered_pingpong_us(iters, lambda ping, pong, out: _pingpong[1, 32](
+        ping.kernel, pong.kernel, iters, out, 2_000_000_000, poll_delay_ns), answer_delay_ns)
 
 
 def least_push_64B_us(iters: int) -> float:
@@ -336,24 +344,13 @@ def least_push_64B_us(iters: int) -> float:
     The least any push that keeps the verbs' ordering can take, with a NIC that answers
     at once and no bookkeeping: what the release store waits for (the earlier writes to
     reach host memory) is the part of a push's latency the floor has no share for."""
-    ping = mapped((16,), np.uint32)
-    pong = mapped((16,), np.uint32)
     uar = mapped((8,), np.uint64)
     stage = mapped((LEAST_LINES * 32,), np.uint32)
     sq = mapped((LEAST_LINES * 16,), np.uint32)
     src = cuda.to_device(np.arange(LEAST_LINES * 16, dtype=np.uint32))
-    out = cuda.to_device(np.zeros(iters, dtype=np.int64))
-    responder = lib.gw_pong_start(ffi.cast("void *", ping.address), ffi.cast("void *", pong.address))
-    try:
-        _pingpong_after_push_writes[1, 32](ping.kernel, pong.kernel, uar.kernel, stage.kernel,
-                                           sq.kernel, src, iters, out, 2_000_000_000)
-        cuda.synchronize()
-    finally:
-        lib.gw_pong_stop(responder)
-    ns = out.copy_to_host()
-    if (ns < 0).any():
-        raise RuntimeError("the ping-pong responder did not answer within 2 s")
-    return _p50_after_start_us(ns)
+    return _answered_pingpong_us(iters, lambda ping, pong, out: _pingpong_after_push_writes[1, 32](
+        ping.kernel, pong.kernel, uar.kernel, stage.kernel, sq.kernel, src, iters, out,
+        2_000_000_000))
 
 
 def reverse_floor_us(iters: int, payload_bytes: int = 0,
