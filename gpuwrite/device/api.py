@@ -684,8 +684,7 @@ class Thresholds:
         last = 0
         for max_bytes, path in self.rules:
             # An int of the int64 cfg (NaN, inf, 100.5, "100" or True are none).
-            if not isinstance(max_bytes, (int, np.integer)) or isinstance(max_bytes, bool) or \
-                    not 0 < max_bytes <= MAX_RULE_BYTES:
+            if not _is_int(max_bytes) or not 0 < max_bytes <= MAX_RULE_BYTES:
                 raise ValueError(f"rule max_bytes {max_bytes!r}: allowed an integer from 1 to "
                                  f"{MAX_RULE_BYTES} (2^62)")
             if path not in PATH_IDS or path == "auto":

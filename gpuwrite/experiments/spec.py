@@ -258,21 +258,15 @@ def expand_range(where: str, value) -> list:
         raise SpecError(f"{where}={value!r} is not allowed ({many}); allowed: at most "
                         f"{MAX_VARY_VALUES:,} values (a wider step or factor)")
     start, stop = value["from"], value["to"]
+    step, factor = value.get("step"), value.get("factor")
     out, current = [], start
     # counted, not accumulated until past ``to``: a step or factor too small to move a
     # float (1e16 + 0.5, 5e-324 x 1.1) never got there, and the file never finished loading
-    if "step" in value:
-        for _ in range(count):
-            if current > stop:
-                break
-            out.append(current)
-            current = current + value["step"]
-    else:
-        for _ in range(count):
-            if current > stop:
-                break
-            out.append(current)
-            current = current * value["factor"]
+    for _ in range(count):
+        if current > stop:
+            break
+        out.append(current)
+        current = current + step if step is not None else current * factor
     return out
 
 

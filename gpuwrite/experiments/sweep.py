@@ -463,6 +463,12 @@ def _rows_unlike_their_point(sweep: Sweep, rows: pd.DataFrame, points: dict[str,
     return unlike
 
 
+def _unlike_line(path, sweep: Sweep, unlike: int, n_rows: int, remedy: str) -> str:
+    """``--check``'s line for rows that are not the point their hash names."""
+    return (f"{path}: sweep {sweep.name!r}: {unlike} of {n_rows} rows are not the point their config_hash "
+            f"names (configuration columns changed, or a row repeated: edited by hand?); {remedy}")
+
+
 def gpu_rows_of_other_code(spec: ExperimentSpec, results_dir: str | Path = store.DEFAULT_RESULTS) -> list[str]:
     """What in the GPU table of ``spec`` (``<results>/gpu/<name>.parquet``) was not measured
     with this code and this file: one line per sweep whose stored rows hold configuration
@@ -489,9 +495,8 @@ def gpu_rows_of_other_code(spec: ExperimentSpec, results_dir: str | Path = store
         unlike = sum(_rows_unlike_their_point(sweep, rows[rows["device"] == device], points)
                      for device, points in now.items())
         if unlike:
-            out.append(f"{path}: sweep {sweep.name!r}: {unlike} of {len(rows)} rows are not the point their "
-                       "config_hash names (configuration columns changed, or a row repeated: edited by hand?); "
-                       "restore the table from git, or measure it again with scripts/gpu_experiments.sh")
+            out.append(_unlike_line(path, sweep, unlike, len(rows), "restore the table from git, or measure "
+                                    "it again with scripts/gpu_experiments.sh"))
     return out
 
 
@@ -518,7 +523,6 @@ def stale_tables(spec: ExperimentSpec, results_dir: str | Path = store.DEFAULT_R
                        "outdated); run gpuwrite figures (or gpuwrite sweep) to update the table")
         unlike = 0 if rows is None else _rows_unlike_their_point(sweep, rows, points)
         if unlike:
-            out.append(f"{path}: sweep {sweep.name!r}: {unlike} of {len(rows)} rows are not the point their "
-                       "config_hash names (configuration columns changed, or a row repeated: edited by hand?); "
-                       "run gpuwrite sweep --fresh on the file to compute them again")
+            out.append(_unlike_line(path, sweep, unlike, len(rows),
+                                    "run gpuwrite sweep --fresh on the file to compute them again"))
     return out

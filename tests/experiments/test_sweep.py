@@ -121,17 +121,24 @@ def test_a_fresh_sweep_names_an_unreadable_stored_table_before_computing_a_point
     assert calls == []
 
 
-def test_interrupted_sweep_resumes_from_its_chunks(spec, tmp_path, monkeypatch):
-    calls = []
-    real = backends.compute
+def _interrupt_at(monkeypatch, n: int) -> list:
+    """Makes the ``n``-th point computed raise KeyboardInterrupt, as Ctrl-C would; returns
+    the list of the configurations computed so far (the interrupted one included)."""
+    real, calls = backends.compute, []
 
     def failing(config):
         calls.append(config)
-        if len(calls) == 4:
+        if len(calls) == n:
             raise KeyboardInterrupt("stopped by the user")
         return real(config)
 
     monkeypatch.setattr(backends, "compute", failing)
+    return calls
+
+
+def test_interrupted_sweep_resumes_from_its_chunks(spec, tmp_path, monkeypatch):
+    real = backends.compute
+    _interrupt_at(monkeypatch, 4)
     with pytest.raises(KeyboardInterrupt):
         run_spec(spec, tmp_path, only=["lat"], pool=Pool(1))
     assert not (tmp_path / "tiny.parquet").exists()
@@ -279,15 +286,8 @@ def test_a_finished_sweep_clears_its_own_chunks_not_those_of_a_sweep_whose_name_
                     .replace("across_sockets", "same_switch"))
     spec = load_spec(path)
     assert [s.name for s in spec.sweeps] == ["a", "a-b"]
-    real, calls = backends.compute, []
-
-    def failing(config):
-        calls.append(config)
-        if len(calls) == 3:
-            raise KeyboardInterrupt("stopped by the user")
-        return real(config)
-
-    monkeypatch.setattr(backends, "compute", failing)
+    real = backends.compute
+    _interrupt_at(monkeypatch, 3)
     with pytest.raises(KeyboardInterrupt):
         run_spec(spec, tmp_path, only=["a-b"], pool=Pool(1))
     monkeypatch.setattr(backends, "compute", real)
