@@ -428,12 +428,7 @@ def resolve(sweep: Sweep, values: dict, device: str) -> dict:
                 calibration = Path(values["calibration"])
                 if not calibration.is_absolute():
                     calibration = sweep.base_dir / calibration
-                # Params.with_calibration, with a [params] that is not a table named
-                data = checks.read_toml(calibration, "calibration")
-                table = data.get("params", data)
-                if not isinstance(table, dict):
-                    raise ParamError("calibration.params", table, f"a table of keys (in {calibration})")
-                params = params.updated(table)
+                params = params.with_calibration(calibration)
             overrides = _nest({k: v for k, v in values.items() if k in PARAMS_KEYS})
             params = params.updated(overrides) if overrides else params
             config["params"] = params.to_dict()

@@ -175,10 +175,14 @@ class Params:
 
         This is how ``gpuwrite calibrate`` output becomes a "this machine" preset. A
         ``[params]`` table, if present, is used; otherwise the whole file. Its errors name
-        it ``calibration``, the key an experiment file gives it under.
+        it ``calibration``, the key an experiment file gives it under; a ``params`` that is
+        not a table is named with the file.
         """
         data = checks.read_toml(file, "calibration")
-        return self.updated(data.get("params", data))
+        table = data.get("params", data)
+        if not isinstance(table, dict):
+            raise ParamError("calibration.params", table, f"a table of keys (in {file})")
+        return self.updated(table)
 
 
 def _load_toml(text_or_path: str | Path) -> dict:

@@ -159,3 +159,13 @@ def test_push_with_a_fetched_wqe_pays_a_read_round_trip():
     assert gap > 2 * route.one_way_latency_ns
     assert paths.latency_ns("gpu_push", "across_root_ports", 64, fetched) < \
         paths.latency_ns("nic_pull", "across_root_ports", 64, fetched)
+
+
+def test_a_calibration_whose_params_is_not_a_table_is_named_with_its_file(tmp_path):
+    """``Params.with_calibration`` (the model's, and an experiment file's calibration key)
+    names a ``params`` that is not a table, and the file it came from."""
+    file = tmp_path / "c.toml"
+    file.write_text("params = 5\n")
+    with pytest.raises(ParamError, match=r"calibration\.params=5 is not allowed; allowed: a table of keys "
+                                         r"\(in .*c\.toml\)"):
+        Params().with_calibration(file)
