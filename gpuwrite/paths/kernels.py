@@ -72,187 +72,211 @@ MAX_BLOCK_THREADS = 65536 // MAX_REGISTERS
 _LIMITS = dv.KERNEL_OPTIONS
 
 
-@cached
-@cuda.jit(**_LIMITS)
-def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
-    i = cuda.blockIdx.x
-    tid = cuda.threadIdx.x
-    # sh[0], sh[1]: thread 0's reservation outcome (status, word), read by the block between
-    # two barriers. sh[2 + (m & 1)]: message m's status, published at the end of its
-    # iteration; alternating slots let thread 0 publish message m + 1's before every thread
-    # has read message m's (small pushes take no barrier in between).
-    sh = cuda.shared.array(4, dtype=int64)
-    # The block owns QP i: its bookkeeping lives in shared memory while the kernel runs.
-    sh_state = cuda.shared.array(QP_STATE_SHAPE, dtype=int64)
-    sh_info = cuda.shared.array(QP_INFO_SHAPE, dtype=int64)
-    if tid == 0:
-        dv.qp_cache_load(Q, i, sh_state, sh_info)
-    cuda.syncthreads()
-    q = dv.qp_cached(Q, i, sh_state, sh_info)
-    path = params[P_PATH]
-    batch = params[P_BATCH]
-    timeout = params[P_TIMEOUT_NS]
-    chunk = params[P_CHUNK_BYTES]
-    # Every parameter is loaded once, here: a completion wait's system-scope acquire loads
-    # empty the L1 cache, so a load of params inside the loop is an L2 trip per message
-    # (0.2 to 0.4 us on an H100, BENCHMARKS.md session 9), on the latency path.
-    dst_addr = params[P_DST_ADDR]
-    rkey = params[P_RKEY]
-    src_addr = params[P_SRC_ADDR]
-    src_lkey = params[P_SRC_LKEY]
-    wait_each = params[P_WAIT_EACH] != 0
-    m0 = qp_first[i]
-    m1 = qp_first[i + 1]
-    state = q[dv.Q_STATE]
-    info = q[dv.Q_INFO]
-    cap = pend.shape[1]     # a power of two: pend is indexed with masks, not divisions
-    head = 0
-    tail = 0
-    batch_first = m0
-    status = 0
-    m = m0
-    while m < m1 and status == 0:
-        size = msgs[m, M_SIZE]
-        src0 = msgs[m, M_SRC_WORD]
-        dst0 = msgs[m, M_DST_OFF]
-        # A message's clock starts once its row of the table is in registers: loading the
-        # row (a miss to GPU memory, about 0.6 us on an H100) is the runner's bookkeeping,
-        # not the path's; an application has its message's size and addresses at hand.
-        # Branching on the three values makes the stamp wait for their loads.
-        if tid == 0 and (size | src0 | dst0) >= 0:
-            t_post[m] = globaltimer_ns()
-        end_of_batch = m - batch_first + 1 == batch or m == m1 - 1 or wait_each
-        off = 0
-        while off < size and status == 0:
-            n = size - off
-            if path != INLINE and n > chunk:
-                n = chunk
-            last = off + n >= size
-            # Chunks of a split message, and every host_staged WQE, are signaled: their
-            # completions free bounce space and SQ space that later chunks wait for
-            # (gpu_push adds its own, dv.stage_signal, where staging credits need them).
-            signaled = (end_of_batch and last) or not last or path == STAGED
-            src_word = src0 + off // 4
-            raddr = dst_addr + dst0 + off
-            if (path == PUSH or path == INLINE) and dv.small_ok(path == INLINE, src, src_word, n):
-                # One thread posts it, with 16-byte stores and no block barrier: a barrier
-                # after stores to host memory costs 0.2 to 0.5 us on an H200 (run 13).
-                if tid == 0:
-                    status = dv.post_small(q, 0, path == INLINE, src, src_word, n, raddr, rkey,
-                                           signaled, timeout)
-                    if status == 0 and not last:
-                        dv.flush_doorbell(q, 0)
-                off += n
-                continue
-            if path == PUSH and n <= WARP_PUSH_BYTES and \
-                    (WARP_PATH_ANY_BLOCK or cuda.blockDim.x <= 32):
-                # The first warp posts it: lane 0 reserves and writes the WQE, the lanes
-                # copy, and a warp barrier orders their stores before lane 0's doorbell.
-                if tid < 32:
-                    lanes = min(32, cuda.blockDim.x)
-                    # The payload's loads go first: their latency hides behind lane 0's
-                    # bookkeeping (a block of fewer lanes than it needs copies later).
-                    pre = preload_fits(n, lanes)
-                    x = preload(src, src_word, n if pre else 0, tid, lanes)
-                    if tid == 0:
-                        st, word = dv.push_reserve(q, 0, n, raddr, rkey, signaled, timeout)
-                        sh[0] = st
-                        sh[1] = word
-                    warp_sync(lanes)
-                    status = sh[0]
-                    if status == 0 and pre:
-                        store_preloaded(q[dv.Q_STAGE][0], sh[1], x, n, tid, lanes)
-                    elif status == 0:
-                        copy_bytes(q[dv.Q_STAGE][0], sh[1], src, src_word, n, tid, lanes)
-                    warp_sync(lanes)
-                    if tid == 0 and status == 0 and not last:
-                        dv.flush_doorbell(q, 0)
-                off += n
-                continue
-            # Payloads the block can hold in registers are loaded before thread 0 reserves
-            # space for them, as push_small does: the loads' latency hides behind it.
-            pre = (path == PUSH or path == STAGED) and preload_fits(n, cuda.blockDim.x)
-            x = preload(src, src_word, n if pre else 0, tid, cuda.blockDim.x)
-            if tid == 0:
-                nbb = dv.inline_bbs(n) if path == INLINE else 1
-                st = dv.sq_reserve(q, 0, nbb, timeout)
-                word = 0
-                if st == 0 and path == PUSH:
-                    st, first, slots = dv.stage_reserve(q, 0, n, timeout)
-                    if st == 0:
-                        word = dv.stage_header(q, 0, first, n, slots, state[0, dv.S_PI])
-                elif st == 0 and path == STAGED:
-                    # Whole 16-byte vectors: every run starts 16-byte aligned.
-                    st, word = dv.bounce_reserve(q, 0, (n + 15) // 16 * 4, timeout)
-                sh[0] = st
-                sh[1] = word
-            cuda.syncthreads()
-            status = sh[0]
-            if status != 0:
-                break
-            word = sh[1]
-            cuda.syncthreads()  # every thread has read sh before thread 0 writes it again
-            # The block copies the payload; thread 0 writes the WQE alone. Measured on an
-            # H200, a barrier after stores to host memory costs 0.2 to 0.5 us, more than
-            # thread 0 takes to store the 16 words of a WQE (BENCHMARKS.md, run 13).
-            if path == PUSH:
-                if pre:
-                    store_preloaded(q[dv.Q_STAGE][0], word, x, n, tid, cuda.blockDim.x)
-                else:
-                    copy_bytes(q[dv.Q_STAGE][0], word, src, src_word, n, tid, cuda.blockDim.x)
-                cuda.syncthreads()
-                if tid == 0:
-                    dv.wqe_rdma_write(q, 0, dv.stage_address(q, 0, word),
-                                      info[0, dv.I_STAGE_LKEY], n, raddr, rkey,
-                                      dv.stage_signal(q, 0, signaled), dv.stage_aux(q, 0))
-            elif path == STAGED:
-                if pre:
-                    store_preloaded(q[dv.Q_BOUNCE][0], word, x, n, tid, cuda.blockDim.x)
-                else:
-                    copy_bytes(q[dv.Q_BOUNCE][0], word, src, src_word, n, tid, cuda.blockDim.x)
-                cuda.syncthreads()
-                if tid == 0:
-                    dv.wqe_rdma_write(q, 0, info[0, dv.I_BOUNCE_ADDR] + word * 4,
-                                      info[0, dv.I_BOUNCE_LKEY], n, raddr, rkey, signaled,
-                                      state[0, dv.S_BOUNCE_RES])
-            elif path == PULL:
-                if tid == 0:
-                    dv.wqe_rdma_write(q, 0, src_addr + src_word * 4, src_lkey, n, raddr, rkey,
-                                      signaled, 0)
-            else:
-                dv.wqe_rdma_write_inline(q, 0, src, src_word, n, raddr, rkey, signaled)
-            if tid == 0 and (not last or n >= RING_EACH_BYTES):
-                dv.flush_doorbell(q, 0)
-            off += n
-        if status == 0 and end_of_batch and tid == 0:
-            dv.flush_doorbell(q, 0)
-            slot = tail & (cap - 1)
-            pend[i, slot, 0] = state[0, dv.S_PI]
-            pend[i, slot, 1] = batch_first
-            pend[i, slot, 2] = m + 1
-            tail += 1
-            if wait_each or tail - head >= cap:
-                status = dv.wait_done(q, 0, state[0, dv.S_PI], timeout)
-            else:
-                # One non-blocking poll per batch (one CQE per batch is produced), so that
-                # completion times are stamped when they happen, not when space runs out.
-                polled = dv.poll_cq(q, 0)
-                if polled < 0:
-                    status = polled
-            head = _reap(q, pend, i, t_done, head, tail)
-        if status == 0 and end_of_batch:
-            batch_first = m + 1     # every thread: end_of_batch decides which WQEs signal
+def _send_messages(path_const: int):
+    """``send_messages`` with its path a compile-time constant (``PUSH`` .. ``STAGED``), or
+    read from ``params[P_PATH]`` where ``path_const`` is negative."""
+
+    @cached
+    @cuda.jit(**_LIMITS)
+    def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
+        i = cuda.blockIdx.x
+        tid = cuda.threadIdx.x
+        # sh[0], sh[1]: thread 0's reservation outcome (status, word), read by the block between
+        # two barriers. sh[2 + (m & 1)]: message m's status, published at the end of its
+        # iteration; alternating slots let thread 0 publish message m + 1's before every thread
+        # has read message m's (small pushes take no barrier in between).
+        sh = cuda.shared.array(4, dtype=int64)
+        # The block owns QP i: its bookkeeping lives in shared memory while the kernel runs.
+        sh_state = cuda.shared.array(QP_STATE_SHAPE, dtype=int64)
+        sh_info = cuda.shared.array(QP_INFO_SHAPE, dtype=int64)
         if tid == 0:
-            sh[2 + (m & 1)] = status
+            dv.qp_cache_load(Q, i, sh_state, sh_info)
         cuda.syncthreads()
-        status = sh[2 + (m & 1)]
-        m += 1
-    if tid == 0:
-        if status == 0:
-            dv.flush_doorbell(q, 0)
-            status = dv.wait_done(q, 0, state[0, dv.S_PI], timeout)
-        head = _reap(q, pend, i, t_done, head, tail)
-        result[i, R_STATUS] = status
-        result[i, R_SENT] = m - m0
-        result[i, R_SYND] = state[0, dv.S_LAST_SYND]
-        dv.qp_cache_store(Q, i, sh_state)
+        q = dv.qp_cached(Q, i, sh_state, sh_info)
+        # A kernel made for one path has it as a constant: the other paths' code is
+        # dropped, and with it 88 bytes of register spills at 128 registers (ptxas of
+        # CUDA 13.0, sm_90), 0.1 to 0.3 us of a message from 64 B to 4 KiB on an H100
+        # (BENCHMARKS.md, session 24).
+        path = params[P_PATH] if path_const < 0 else path_const
+        batch = params[P_BATCH]
+        timeout = params[P_TIMEOUT_NS]
+        chunk = params[P_CHUNK_BYTES]
+        # Every parameter is loaded once, here: a completion wait's system-scope acquire loads
+        # empty the L1 cache, so a load of params inside the loop is an L2 trip per message
+        # (0.2 to 0.4 us on an H100, BENCHMARKS.md session 9), on the latency path.
+        dst_addr = params[P_DST_ADDR]
+        rkey = params[P_RKEY]
+        src_addr = params[P_SRC_ADDR]
+        src_lkey = params[P_SRC_LKEY]
+        wait_each = params[P_WAIT_EACH] != 0
+        m0 = qp_first[i]
+        m1 = qp_first[i + 1]
+        state = q[dv.Q_STATE]
+        info = q[dv.Q_INFO]
+        cap = pend.shape[1]     # a power of two: pend is indexed with masks, not divisions
+        head = 0
+        tail = 0
+        batch_first = m0
+        status = 0
+        m = m0
+        while m < m1 and status == 0:
+            size = msgs[m, M_SIZE]
+            src0 = msgs[m, M_SRC_WORD]
+            dst0 = msgs[m, M_DST_OFF]
+            # A message's clock starts once its row of the table is in registers: loading the
+            # row (a miss to GPU memory, about 0.6 us on an H100) is the runner's bookkeeping,
+            # not the path's; an application has its message's size and addresses at hand.
+            # Branching on the three values makes the stamp wait for their loads.
+            if tid == 0 and (size | src0 | dst0) >= 0:
+                t_post[m] = globaltimer_ns()
+            end_of_batch = m - batch_first + 1 == batch or m == m1 - 1 or wait_each
+            off = 0
+            while off < size and status == 0:
+                n = size - off
+                if path != INLINE and n > chunk:
+                    n = chunk
+                last = off + n >= size
+                # Chunks of a split message, and every host_staged WQE, are signaled: their
+                # completions free bounce space and SQ space that later chunks wait for
+                # (gpu_push adds its own, dv.stage_signal, where staging credits need them).
+                signaled = (end_of_batch and last) or not last or path == STAGED
+                src_word = src0 + off // 4
+                raddr = dst_addr + dst0 + off
+                if (path == PUSH or path == INLINE) and \
+                        dv.small_ok(path == INLINE, src, src_word, n):
+                    # One thread posts it, with 16-byte stores and no block barrier: a barrier
+                    # after stores to host memory costs 0.2 to 0.5 us on an H200 (run 13).
+                    if tid == 0:
+                        status = dv.post_small(q, 0, path == INLINE, src, src_word, n, raddr, rkey,
+                                               signaled, timeout)
+                        if status == 0 and not last:
+                            dv.flush_doorbell(q, 0)
+                    off += n
+                    continue
+                if path == PUSH and n <= WARP_PUSH_BYTES and \
+                        (WARP_PATH_ANY_BLOCK or cuda.blockDim.x <= 32):
+                    # The first warp posts it: lane 0 reserves and writes the WQE, the lanes
+                    # copy, and a warp barrier orders their stores before lane 0's doorbell.
+                    if tid < 32:
+                        lanes = min(32, cuda.blockDim.x)
+                        # The payload's loads go first: their latency hides behind lane 0's
+                        # bookkeeping (a block of fewer lanes than it needs copies later).
+                        pre = preload_fits(n, lanes)
+                        x = preload(src, src_word, n if pre else 0, tid, lanes)
+                        if tid == 0:
+                            st, word = dv.push_reserve(q, 0, n, raddr, rkey, signaled, timeout)
+                            sh[0] = st
+                            sh[1] = word
+                        warp_sync(lanes)
+                        status = sh[0]
+                        if status == 0 and pre:
+                            store_preloaded(q[dv.Q_STAGE][0], sh[1], x, n, tid, lanes)
+                        elif status == 0:
+                            copy_bytes(q[dv.Q_STAGE][0], sh[1], src, src_word, n, tid, lanes)
+                        warp_sync(lanes)
+                        if tid == 0 and status == 0 and not last:
+                            dv.flush_doorbell(q, 0)
+                    off += n
+                    continue
+                # Payloads the block can hold in registers are loaded before thread 0 reserves
+                # space for them, as push_small does: the loads' latency hides behind it.
+                pre = (path == PUSH or path == STAGED) and preload_fits(n, cuda.blockDim.x)
+                x = preload(src, src_word, n if pre else 0, tid, cuda.blockDim.x)
+                if tid == 0:
+                    nbb = dv.inline_bbs(n) if path == INLINE else 1
+                    st = dv.sq_reserve(q, 0, nbb, timeout)
+                    word = 0
+                    if st == 0 and path == PUSH:
+                        st, first, slots = dv.stage_reserve(q, 0, n, timeout)
+                        if st == 0:
+                            word = dv.stage_header(q, 0, first, n, slots, state[0, dv.S_PI])
+                    elif st == 0 and path == STAGED:
+                        # Whole 16-byte vectors: every run starts 16-byte aligned.
+                        st, word = dv.bounce_reserve(q, 0, (n + 15) // 16 * 4, timeout)
+                    sh[0] = st
+                    sh[1] = word
+                cuda.syncthreads()
+                status = sh[0]
+                if status != 0:
+                    break
+                word = sh[1]
+                cuda.syncthreads()  # every thread has read sh before thread 0 writes it again
+                # The block copies the payload; thread 0 writes the WQE alone. Measured on an
+                # H200, a barrier after stores to host memory costs 0.2 to 0.5 us, more than
+                # thread 0 takes to store the 16 words of a WQE (BENCHMARKS.md, run 13).
+                if path == PUSH:
+                    if pre:
+                        store_preloaded(q[dv.Q_STAGE][0], word, x, n, tid, cuda.blockDim.x)
+                    else:
+                        copy_bytes(q[dv.Q_STAGE][0], word, src, src_word, n, tid, cuda.blockDim.x)
+                    cuda.syncthreads()
+                    if tid == 0:
+                        dv.wqe_rdma_write(q, 0, dv.stage_address(q, 0, word),
+                                          info[0, dv.I_STAGE_LKEY], n, raddr, rkey,
+                                          dv.stage_signal(q, 0, signaled), dv.stage_aux(q, 0))
+                elif path == STAGED:
+                    if pre:
+                        store_preloaded(q[dv.Q_BOUNCE][0], word, x, n, tid, cuda.blockDim.x)
+                    else:
+                        copy_bytes(q[dv.Q_BOUNCE][0], word, src, src_word, n, tid, cuda.blockDim.x)
+                    cuda.syncthreads()
+                    if tid == 0:
+                        dv.wqe_rdma_write(q, 0, info[0, dv.I_BOUNCE_ADDR] + word * 4,
+                                          info[0, dv.I_BOUNCE_LKEY], n, raddr, rkey, signaled,
+                                          state[0, dv.S_BOUNCE_RES])
+                elif path == PULL:
+                    if tid == 0:
+                        dv.wqe_rdma_write(q, 0, src_addr + src_word * 4, src_lkey, n, raddr, rkey,
+                                          signaled, 0)
+                else:
+                    dv.wqe_rdma_write_inline(q, 0, src, src_word, n, raddr, rkey, signaled)
+                if tid == 0 and (not last or n >= RING_EACH_BYTES):
+                    dv.flush_doorbell(q, 0)
+                off += n
+            if status == 0 and end_of_batch and tid == 0:
+                dv.flush_doorbell(q, 0)
+                slot = tail & (cap - 1)
+                pend[i, slot, 0] = state[0, dv.S_PI]
+                pend[i, slot, 1] = batch_first
+                pend[i, slot, 2] = m + 1
+                tail += 1
+                if wait_each or tail - head >= cap:
+                    status = dv.wait_done(q, 0, state[0, dv.S_PI], timeout)
+                else:
+                    # One non-blocking poll per batch (one CQE per batch is produced), so that
+                    # completion times are stamped when they happen, not when space runs out.
+                    polled = dv.poll_cq(q, 0)
+                    if polled < 0:
+                        status = polled
+                head = _reap(q, pend, i, t_done, head, tail)
+            if status == 0 and end_of_batch:
+                batch_first = m + 1     # every thread: end_of_batch decides which WQEs signal
+            if tid == 0:
+                sh[2 + (m & 1)] = status
+            cuda.syncthreads()
+            status = sh[2 + (m & 1)]
+            m += 1
+        if tid == 0:
+            if status == 0:
+                dv.flush_doorbell(q, 0)
+                status = dv.wait_done(q, 0, state[0, dv.S_PI], timeout)
+            head = _reap(q, pend, i, t_done, head, tail)
+            result[i, R_STATUS] = status
+            result[i, R_SENT] = m - m0
+            result[i, R_SYND] = state[0, dv.S_LAST_SYND]
+            dv.qp_cache_store(Q, i, sh_state)
+
+    return send_messages
+
+
+# The path a kernel argument (params[P_PATH]): one kernel for every path.
+send_messages = _send_messages(-1)
+_BY_PATH: dict = {}
+
+
+def send_messages_for(path: str):
+    """``send_messages`` made for ``path`` alone (compiled on first use, then cached), as a
+    kernel of one's own names its path; the runners launch this one."""
+    if path not in _BY_PATH:
+        _BY_PATH[path] = _send_messages(PATH_IDS[path])
+    return _BY_PATH[path]

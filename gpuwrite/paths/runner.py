@@ -201,8 +201,9 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
         d_params = cuda.to_device(params)
         send_args = (qs.device_args, d_msgs, d_first, src_dev, d_params, t_post, t_done, result,
                      pend)
+        kernel = K.send_messages_for(path)
         if path == "nic_pull" and pull_agent == "gpu":
-            preload(K.send_messages, *send_args)
+            preload(kernel, *send_args)
             agent = PullAgent(ctx, pull_timeout_s=pull_timeout_s)
         with agent if agent is not None else contextlib.nullcontext():
             if not ctx.running:
@@ -217,7 +218,7 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
                 timer = threading.Timer(stall_receiver_s, ctx.stall_receiver, args=(False,))
                 if SIMULATOR:
                     timer.start()
-            K.send_messages[n_qps, threads](*send_args)
+            kernel[n_qps, threads](*send_args)
             if timer is not None and not SIMULATOR:
                 timer.start()
             # The legacy default stream only: the agent's kernel runs on a stream of its

@@ -127,9 +127,9 @@ def run(path: str, sizes_bytes, bootstrap: Bootstrap, *, device: str | None = No
             d_td = cuda.to_device(np.zeros(n, dtype=np.int64))
             d_res = cuda.to_device(np.zeros((n_qps, 3), dtype=np.int64))
             pend = cuda.to_device(np.zeros((n_qps, max(4, sq_bbs // 2), 3), dtype=np.int64))
-            K.send_messages[n_qps, block_threads](qs.device_args, cuda.to_device(msgs),
-                                                  cuda.to_device(qp_first), src,
-                                                  cuda.to_device(params), d_tp, d_td, d_res, pend)
+            K.send_messages_for(path)[n_qps, block_threads](
+                qs.device_args, cuda.to_device(msgs), cuda.to_device(qp_first), src,
+                cuda.to_device(params), d_tp, d_td, d_res, pend)
             cuda.synchronize()
             t_post, t_done = d_tp.copy_to_host(), d_td.copy_to_host()
             res = d_res.copy_to_host()
