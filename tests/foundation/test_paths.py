@@ -26,6 +26,14 @@ def test_every_path_delivers_every_byte(path):
     # every completion has the engine's turnaround (doorbell seen to CQE written) counted
     assert r.counters["turnarounds"] == r.counters["cqes"] > 0
     assert r.counters["turnaround_ns"] > 0
+    # The kernel the runner launched was made for this path (kernels.send_messages_for):
+    # the engine moved every byte the path's way and none another's.
+    moved = {k: r.counters.get(k, 0) for k in _BYTES_BY_PATH.values()}
+    assert moved == {k: int(np.sum(sizes)) if k == _BYTES_BY_PATH[path] else 0 for k in moved}
+
+
+_BYTES_BY_PATH = {"gpu_push": "bytes_pushed", "gpu_push_inline": "bytes_inline",
+                  "nic_pull": "bytes_pulled", "host_staged": "bytes_host_read"}
 
 
 def _wqe_bbs(path: str, size_bytes: int) -> int:
