@@ -1,7 +1,8 @@
 """Runs a workload through one data path in emulated mode and checks every byte.
 
 ``run(path, sizes_bytes, ...)`` builds a NIC context, queues and buffers, launches
-:func:`gpuwrite.paths.kernels.send_messages`, and compares each delivered message with
+:func:`gpuwrite.paths.kernels.send_messages_for` the path (``send_messages`` with the path
+a compile-time constant), and compares each delivered message with
 what was sent. The result says what happened to every message: delivered (bytes equal),
 failed (an error completion, with its syndrome), or never completed.
 """
