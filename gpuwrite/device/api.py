@@ -952,14 +952,17 @@ class Session:
                 not isinstance(timeout_s, bool) and 1e-9 <= timeout_s <= MAX_TIMEOUT_S):
             raise ValueError(f"timeout_s={timeout_s!r}: must be > 0; allowed 1e-9 (1 ns) to "
                              f"{MAX_TIMEOUT_S:.3g} s (cfg keeps it as int64 nanoseconds)")
-        if chunk_bytes % 4 or chunk_bytes < 64:
-            raise ValueError(f"chunk_bytes={chunk_bytes}: a multiple of 4 (chunks start on "
-                             "a source word), at least 64")
-        if ring_each_bytes < 0:
-            raise ValueError(f"ring_each_bytes={ring_each_bytes}: must be >= 0")
-        if sq_bbs < 64:
-            raise ValueError(f"sq_bbs={sq_bbs}: at least 64 (a completion is asked for every "
-                             "quarter of the SQ, and an inline WQE takes up to 8 BBs)")
+        # Whole numbers, not floats: cfg keeps them as int64 (1.5 became 1 without a word) and
+        # the rings sized from chunk_bytes were refused under another setting's name.
+        if not _is_int(chunk_bytes) or chunk_bytes % 4 or not 64 <= chunk_bytes <= MAX_WQE_BYTES:
+            raise ValueError(f"chunk_bytes={chunk_bytes!r}: a whole multiple of 4 (chunks start "
+                             f"on a source word), 64 to {MAX_WQE_BYTES} (one WQE)")
+        if not _is_int(ring_each_bytes) or ring_each_bytes < 0:
+            raise ValueError(f"ring_each_bytes={ring_each_bytes!r}: a whole number >= 0")
+        if not _is_int(sq_bbs) or sq_bbs < 64:
+            raise ValueError(f"sq_bbs={sq_bbs!r}: a whole number, at least 64 (a completion is "
+                             "asked for every quarter of the SQ, and an inline WQE takes up to "
+                             "8 BBs)")
         if stage_slots is None:
             # A stage_slot_bytes of 0 or less is the queues' to refuse, by name (here it
             # was a division by zero).

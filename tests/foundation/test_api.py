@@ -699,6 +699,13 @@ def test_session_refuses_more_bad_settings_by_name():
         api.Session(1, thresholds=fixed, stage_slot_bytes=0)
     with pytest.raises(ValueError, match="bounce_bytes=0"):
         api.Session(1, thresholds=fixed, bounce_bytes=0)
+    # Floats were taken: 65536.0 sized the bounce ring as a float, refused under its name;
+    # ring_each_bytes=1.5 became 1 in cfg.
+    for name, value in (("chunk_bytes", 65536.0), ("chunk_bytes", 2**31 + 4), ("chunk_bytes", 60),
+                        ("ring_each_bytes", 1.5), ("ring_each_bytes", -1), ("sq_bbs", 256.0),
+                        ("sq_bbs", 32)):
+        with pytest.raises(ValueError, match=rf"^{name}={value!r}: a whole"):
+            api.Session(1, thresholds=fixed, **{name: value})
     with api.Session(2, thresholds=fixed, timeout_s=1e-9) as s:
         assert s.cfg_host[api.C_TIMEOUT_NS] == 1
         assert s.qp_errors([api.OK, api.E_CLOSED])[1]["status"] == api.error_name(api.E_CLOSED)
