@@ -47,9 +47,32 @@ class SweepReport:
         return asdict(self)
 
 
-def _compute_chunk(configs: list[dict]) -> list[pd.DataFrame]:
-    """Worker entry point: measured columns of each configuration, in order."""
-    return [backends.compute(config) for config in configs]
+class PointError(ValueError):
+    """Point ``position`` of chunk ``chunk`` was refused: ``message`` (a ValueError, such as
+    the model's ParamError: a value the point cannot run with). Plain arguments only, so
+    that it pickles from a worker process to the parent (a ParamError's __init__ takes three
+    arguments, and one that could not be unpickled there killed the pool's result thread:
+    the sweep waited for its chunk for ever)."""
+
+    def __init__(self, chunk: int, position: int, message: str):
+        super().__init__(chunk, position, message)
+        self.chunk, self.position, self.message = chunk, position, message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _compute_chunk(configs: list[dict], index: int = 0) -> list[pd.DataFrame]:
+    """Worker entry point: measured columns of each configuration, in order. A point whose
+    values are refused raises PointError, which says which (``index``: the chunk's); other
+    errors pass as they are (a missing GPU, an interrupt)."""
+    out = []
+    for position, config in enumerate(configs):
+        try:
+            out.append(backends.compute(config))
+        except ValueError as exc:
+            raise PointError(index, position, str(exc)) from exc
+    return out
 
 
 def _worker_init(parent_pid: int) -> None:
@@ -103,7 +126,7 @@ class Pool:
         """Yields (chunk index, results) as chunks finish; in this process if one worker."""
         if self.workers == 1 or len(chunks) == 1:
             for index, chunk in enumerate(chunks):
-                yield index, _compute_chunk(chunk)
+                yield index, _compute_chunk(chunk, index)
             return
         if self._pool is None:
             self._pool = _start_pool(self.workers)
@@ -128,21 +151,21 @@ class Pool:
 def _indexed_chunk(item: tuple[int, list[dict]]) -> tuple[int, list[pd.DataFrame]]:
     index, chunk = item
     try:
-        return index, _compute_chunk(chunk)
+        return index, _compute_chunk(chunk, index)
+    except PointError:
+        raise
     except Exception as exc:
         raise _picklable(exc) from None
 
 
 def _picklable(exc: Exception) -> Exception:
-    """``exc``, or one of its base kind with its message where it cannot be rebuilt from a
-    pickle. A worker's error travels to the parent pickled; one that cannot be unpickled
-    (a ParamError: its __init__ takes three arguments) killed the pool's result thread,
-    and the sweep waited for its chunk for ever instead of naming the point's error."""
+    """``exc``, or a RuntimeError with its message where it cannot be rebuilt from a pickle
+    (a worker's error travels to the parent pickled; see PointError)."""
     try:
         pickle.loads(pickle.dumps(exc))
         return exc
     except Exception:
-        return (ValueError if isinstance(exc, ValueError) else RuntimeError)(str(exc))
+        return RuntimeError(f"{type(exc).__name__}: {exc}")
 
 
 def _today() -> str:
@@ -310,7 +333,7 @@ def run_sweep(spec: ExperimentSpec, sweep: Sweep, results_dir: Path, stored: dic
     if sweep.backend == "model" and sweep.measure == "simulate":
         results = pool.map(chunk_configs)
     else:  # analytic points and emulated runs: here, in order
-        results = ((k, _compute_chunk(chunk)) for k, chunk in enumerate(chunk_configs))
+        results = ((k, _compute_chunk(chunk, k)) for k, chunk in enumerate(chunk_configs))
     try:
         for k, frames in results:
             group = groups[k]
@@ -329,6 +352,11 @@ def run_sweep(spec: ExperimentSpec, sweep: Sweep, results_dir: Path, stored: dic
             report.computed += len(group)
             if task is not None:
                 progress.advance(task, len(group))
+    except PointError as exc:
+        values = points[groups[exc.chunk][exc.position]]
+        point = ", ".join(f"{name}={values[name]!r}" for name in sweep.vary)
+        raise SpecError(f"{spec.path}: sweep {sweep.name!r}" + (f", point {point}" if point else "")
+                        + f": {exc.message}") from exc
     except ValueError as exc:
         raise SpecError(f"{spec.path}: sweep {sweep.name!r}: {exc}") from exc
     rows = _assemble(spec, sweep, points, [measured[i] for i in range(len(points))])

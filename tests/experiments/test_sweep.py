@@ -1,5 +1,6 @@
 """Sweeps: tidy tables with configuration beside measurements, resume, worker processes, CSV."""
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -275,7 +276,10 @@ def test_a_point_the_simulator_refuses_in_a_worker_is_an_error_not_a_hang(tmp_pa
                           "--workers", "2", "--json"], capture_output=True, text=True, timeout=90,
                          env=child_env())
     assert run.returncode == 2, run.stderr
-    assert "simulated time" in json.loads(run.stdout)["error"] and "Traceback" not in run.stderr
+    error = json.loads(run.stdout)["error"]
+    assert "simulated time" in error and "Traceback" not in run.stderr
+    # ... and names the point it refused (either may be the first to fail)
+    assert re.search(r"sweep 'sim', point gpu\.poll_interval_ns=(1e\+16|2e\+16): ", error), error
 
 
 def test_a_finished_sweep_clears_its_own_chunks_not_those_of_a_sweep_whose_name_it_begins(tmp_path, monkeypatch):
