@@ -7,7 +7,8 @@ exit code. Every command accepts ``--json``.
 Every failure leaves through ``main`` in one of a few shapes, the same for all commands:
 bad input (``UsageError``, a model ``ParamError``, an experiment file's ``SpecError``,
 an output path that cannot be written, argparse's own complaints) is one line on stderr
-and exit status 2; no usable GPU is one line and status 3; Ctrl-C is one line and 130,
+and exit status 2; no usable GPU is one line and status 3; a sweep's worker process that
+died (``WorkerLost``: killed, most often for memory) is one line and status 1; Ctrl-C is one line and 130,
 SIGTERM one line and 143. Under ``--json`` the error is also a JSON object on stdout:
 ``{"error": ..., "value": ..., "allowed": ...}``.
 """
@@ -23,6 +24,7 @@ import sys
 
 COMMANDS = ("demo", "bench", "model_cmd", "sim_cmd", "sweep", "figures", "calibrate", "doctor",
             "testbed")
+EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_NO_GPU = 3
 EXIT_SIGINT = 128 + signal.SIGINT     # 130, as a shell reports a Ctrl-C'd command
@@ -185,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(argv: list[str], state: dict) -> int:
     from gpuwrite.experiments.spec import SpecError
+    from gpuwrite.experiments.sweep import WorkerLost
     from gpuwrite.model.errors import ParamError
 
     try:
@@ -197,6 +200,8 @@ def _run(argv: list[str], state: dict) -> int:
         return _report(state["command"], exc, state["json"], EXIT_NO_GPU)
     except (UsageError, ParamError, SpecError) as exc:
         return _report(state["command"], exc, state["json"], EXIT_USAGE)
+    except WorkerLost as exc:
+        return _report(state["command"], exc, state["json"], EXIT_FAILED)
     except OSError as exc:
         if exc.filename is None:
             raise

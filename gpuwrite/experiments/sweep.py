@@ -110,6 +110,16 @@ def _start_pool(workers: int):
             signal.signal(signal.SIGINT, previous)
 
 
+class WorkerLost(RuntimeError):
+    """A worker process died while the sweep waited for its chunk (killed: most often by
+    the kernel, for memory). ``multiprocessing.Pool`` starts another in its place but never
+    reports the chunk the dead one held, so the sweep would wait for it for ever."""
+
+
+# How often a sweep waiting for a chunk looks for dead workers.
+WATCH_S = 1.0
+
+
 class Pool:
     """A spawn-context process pool, started on first use and shared by every sweep of a run.
 
@@ -121,16 +131,43 @@ class Pool:
     def __init__(self, workers: int | None = None):
         self.workers = max(1, workers or os.cpu_count() or 1)
         self._pool = None
+        self._workers: list = []
 
     def map(self, chunks: list[list[dict]]):
-        """Yields (chunk index, results) as chunks finish; in this process if one worker."""
+        """Yields (chunk index, results) as chunks finish; in this process if one worker.
+        Raises WorkerLost if a worker dies while the chunks are out."""
         if self.workers == 1 or len(chunks) == 1:
             for index, chunk in enumerate(chunks):
                 yield index, _compute_chunk(chunk, index)
             return
         if self._pool is None:
+            before = {p.pid for p in multiprocessing.active_children()}
             self._pool = _start_pool(self.workers)
-        yield from self._pool.imap_unordered(_indexed_chunk, list(enumerate(chunks)))
+            # The workers it started, watched through their Process objects (the pool joins
+            # a dead one and replaces it, which sets the exit code these objects report).
+            self._workers = [p for p in multiprocessing.active_children() if p.pid not in before]
+        results = self._pool.imap_unordered(_indexed_chunk, list(enumerate(chunks)))
+        for _ in chunks:
+            while True:
+                try:
+                    item = results.next(timeout=WATCH_S)
+                    break
+                except multiprocessing.TimeoutError:
+                    self._check_workers()
+            yield item
+
+    def _check_workers(self) -> None:
+        dead = [p for p in self._workers if p.exitcode not in (None, 0)]
+        # Replacements are watched too: a chunk handed to one is lost as well if it dies.
+        known = {p.pid for p in self._workers}
+        self._workers += [p for p in multiprocessing.active_children() if p.pid not in known]
+        if dead:
+            how = ", ".join(f"signal {-p.exitcode}" if p.exitcode < 0 else f"status {p.exitcode}"
+                            for p in dead)
+            raise WorkerLost(f"{len(dead)} worker process(es) died ({how}; SIGKILL is signal 9, "
+                             "as the kernel kills for memory) while computing: their points are "
+                             "lost; the points finished are kept (rerun to resume), with fewer "
+                             "--workers or smaller points")
 
     def close(self, clean: bool = True) -> None:
         if self._pool is not None:
@@ -140,6 +177,7 @@ class Pool:
                 self._pool.terminate()
             self._pool.join()
             self._pool = None
+            self._workers = []
 
     def __enter__(self):
         return self

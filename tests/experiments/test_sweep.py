@@ -1,6 +1,7 @@
 """Sweeps: tidy tables with configuration beside measurements, resume, worker processes, CSV."""
 import json
 import re
+import sys
 
 import pandas as pd
 import pytest
@@ -280,6 +281,79 @@ def test_a_point_the_simulator_refuses_in_a_worker_is_an_error_not_a_hang(tmp_pa
     assert "simulated time" in error and "Traceback" not in run.stderr
     # ... and names the point it refused (either may be the first to fail)
     assert re.search(r"sweep 'sim', point gpu\.poll_interval_ns=(1e\+16|2e\+16): ", error), error
+
+
+SLOW_POINTS = """
+[[sweep]]
+name = "slow"
+backend = "model"
+measure = "simulate"
+[sweep.fixed]
+path = "gpu_push"
+"workload.n_messages" = 3000000
+"workload.size_bytes" = 4096
+[sweep.vary]
+seed = [1, 2, 3, 4, 5, 6, 7, 8]
+"""
+
+
+def _spawned_workers(parent: int) -> list[int]:
+    """The multiprocessing workers (spawned interpreters) whose parent is ``parent``."""
+    import os
+    from pathlib import Path
+
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:     # gone meanwhile
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == parent and b"spawn_main" in cmdline and int(entry.name) != os.getpid():
+            out.append(int(entry.name))
+    return out
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the workers in /proc")
+@pytest.mark.timeout(120)
+def test_a_worker_killed_while_the_sweep_runs_ends_it_with_an_error_not_a_hang(tmp_path):
+    """A worker killed mid-chunk (as the kernel's OOM killer does) lost its chunk, and
+    multiprocessing.Pool, which starts another in its place, never reported it: the sweep
+    waited for ever. Here every worker the sweep starts is killed as it appears."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from childenv import child_env
+
+    path = tmp_path / "slow.toml"
+    path.write_text(SLOW_POINTS)
+    proc = subprocess.Popen([sys.executable, "-m", "gpuwrite", "sweep", str(path), "--results",
+                             str(tmp_path / "r"), "--workers", "2", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
+    killed = 0
+    deadline = time.monotonic() + 60
+    try:
+        while proc.poll() is None and time.monotonic() < deadline:
+            for pid in _spawned_workers(proc.pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    killed += 1
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.2)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        out, err = proc.communicate(timeout=30)
+    assert killed > 0
+    assert proc.returncode == 1, (proc.returncode, err[-2000:])
+    error = json.loads(out)["error"]
+    assert "worker process(es) died (signal 9" in error and "Traceback" not in err
 
 
 def test_a_finished_sweep_clears_its_own_chunks_not_those_of_a_sweep_whose_name_it_begins(tmp_path, monkeypatch):
