@@ -629,8 +629,8 @@ def _put_by(h, src, src_word, nbytes, raddr, rkey, lkey, path, with_sig, sig_rad
     chunk = nbytes
     if path == GPU_PUSH or path == HOST_STAGED:
         chunk = chunk_bytes
-    # Chunk by chunk until the last (a put of 0 bytes posts one, empty: a signal alone);
-    # no division for the count, which a 64-bit divide would cost every put.
+    # Chunk by chunk until the last (a put of 0 bytes posts one, empty: a signal alone),
+    # counted by offset: no 64-bit division for the count.
     off = 0
     while True:
         n = min(chunk, nbytes - off)
