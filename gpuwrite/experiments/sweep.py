@@ -390,13 +390,13 @@ def run_sweep(spec: ExperimentSpec, sweep: Sweep, results_dir: Path, stored: dic
             report.computed += len(group)
             if task is not None:
                 progress.advance(task, len(group))
-    except PointError as exc:
-        values = points[groups[exc.chunk][exc.position]]
-        point = ", ".join(f"{name}={values[name]!r}" for name in sweep.vary)
-        raise SpecError(f"{spec.path}: sweep {sweep.name!r}" + (f", point {point}" if point else "")
-                        + f": {exc.message}") from exc
     except ValueError as exc:
-        raise SpecError(f"{spec.path}: sweep {sweep.name!r}: {exc}") from exc
+        where = f"{spec.path}: sweep {sweep.name!r}"
+        if isinstance(exc, PointError):     # a point's values refused: name the point
+            values = points[groups[exc.chunk][exc.position]]
+            point = ", ".join(f"{name}={values[name]!r}" for name in sweep.vary)
+            where += f", point {point}" if point else ""
+        raise SpecError(f"{where}: {exc}") from exc
     rows = _assemble(spec, sweep, points, [measured[i] for i in range(len(points))])
     report.seconds = time.perf_counter() - started
     return rows, report
