@@ -130,11 +130,13 @@ int gw_thread_create(pthread_t *tid, void *(*fn)(void *), void *arg, int cpu, co
 }
 
 int gw_copy_pool_start(struct gw_copy_pool *p, uint32_t threads, uint64_t spin_ns,
-                       const uint16_t *cpus)
+                       size_t split_bytes, const uint16_t *cpus)
 {
     memset(p, 0, sizeof(*p));
     pthread_mutex_init(&p->submit, NULL);
     p->spin_ns = spin_ns;
+    p->split_bytes = split_bytes;
+    p->piece_min = split_bytes / 4;
     if (threads > GW_MAX_COPY_THREADS)
         threads = GW_MAX_COPY_THREADS;
     for (uint32_t i = 0; i < threads; i++) {
@@ -162,7 +164,7 @@ void gw_copy_pool_stop(struct gw_copy_pool *p)
     p->threads = 0;
 }
 
-void gw_copy(struct gw_copy_pool *p, void *dst, const void *src, size_t n)
+int gw_copy(struct gw_copy_pool *p, void *dst, const void *src, size_t n)
 {
     /* A WQE may write a region from itself, its source and destination overlapping: a
      * forward copy (memcpy, the streaming loop, pieces in parallel) would then read bytes
@@ -170,18 +172,18 @@ void gw_copy(struct gw_copy_pool *p, void *dst, const void *src, size_t n)
     uintptr_t d = (uintptr_t)dst, s = (uintptr_t)src;
     if (n && d < s + n && s < d + n) {
         memmove(dst, src, n);
-        return;
+        return 0;
     }
-    if (!p || p->threads == 0 || n < GW_COPY_SPLIT_MIN_BYTES || ((uintptr_t)dst & 15) ||
+    if (!p || p->threads == 0 || n < p->split_bytes || ((uintptr_t)dst & 15) ||
         pthread_mutex_trylock(&p->submit) != 0) {
         gw_copy_one(dst, src, n);
-        return;
+        return 0;
     }
     /* A piece per thread (the caller's included), 64-byte multiples so every piece but
      * the last streams whole lines. */
     size_t piece = (n + p->threads) / (p->threads + 1);
-    if (piece < GW_COPY_PIECE_MIN_BYTES)
-        piece = GW_COPY_PIECE_MIN_BYTES;
+    if (piece < p->piece_min)
+        piece = p->piece_min;
     piece = (piece + 63) & ~(size_t)63;
     uint32_t job = atomic_load_explicit(&p->job, memory_order_relaxed) + 1;
     p->dst = dst;
@@ -200,4 +202,5 @@ void gw_copy(struct gw_copy_pool *p, void *dst, const void *src, size_t n)
     while (atomic_load_explicit(&p->left, memory_order_acquire) != 0)
         _mm_pause();
     pthread_mutex_unlock(&p->submit);
+    return 1;
 }

@@ -15,15 +15,14 @@
 
 /* Include gw_engine.h first (GW_MAX_COPY_THREADS; it has no include guard: cffi reads it). */
 
-enum {
-    /* Copies shorter than this are not split: handing pieces out costs about a
-     * microsecond of cross-core traffic, what one thread copies 8 KiB in. */
-    GW_COPY_SPLIT_MIN_BYTES = 32 << 10,
-    GW_COPY_PIECE_MIN_BYTES = 8 << 10,
-};
-
 struct gw_copy_pool {
     uint32_t threads;                 /* helpers; 0: the pool is off */
+    /* Copies shorter than split_bytes are not split, and no piece is shorter than a
+     * quarter of it. Handing pieces out costs about a microsecond more than one thread
+     * takes for 8 KiB: on an H100 host, split deliveries of 4 to 16 KiB took 1.3 to 1.5
+     * us longer than whole ones, also with every shared word on a cache line of its own
+     * and a claim word per piece (BENCHMARKS.md, session 25). */
+    size_t split_bytes, piece_min;
     pthread_t tid[GW_MAX_COPY_THREADS];
     pthread_mutex_t submit;           /* one job at a time; a busy pool: the caller copies alone */
     /* The job: set by the submitter before it publishes `claim`. */
@@ -41,17 +40,19 @@ struct gw_copy_pool {
     uint64_t spin_ns;                 /* an idle helper spins this long before sleeping */
 };
 
-/* Starts `threads` helpers (0 leaves the pool off); with `cpus`, helper i runs only on
- * CPU cpus[i]. Returns 0, or -1 if a thread could not be started (the pool is then off
- * and every copy is single-threaded). */
+/* Starts `threads` helpers (0 leaves the pool off) that split copies of at least
+ * `split_bytes`; with `cpus`, helper i runs only on CPU cpus[i]. Returns 0, or -1 if a
+ * thread could not be started (the pool is then off and every copy is single-threaded). */
 int gw_copy_pool_start(struct gw_copy_pool *p, uint32_t threads, uint64_t spin_ns,
-                       const uint16_t *cpus);
+                       size_t split_bytes, const uint16_t *cpus);
 void gw_copy_pool_stop(struct gw_copy_pool *p);
 
-/* Copies n bytes; with a running pool and n >= GW_COPY_SPLIT_MIN_BYTES, the helpers and
- * the caller copy pieces of it in parallel. Returns once every byte is in place and
- * globally visible (the non-temporal stores are fenced). */
-void gw_copy(struct gw_copy_pool *p, void *dst, const void *src, size_t n);
+/* Copies n bytes; with a running pool and n >= its split_bytes, the helpers and the
+ * caller copy pieces of it in parallel. Returns once every byte is in place and globally
+ * visible (the non-temporal stores are fenced): 1 if the copy was split, else 0 (too
+ * short, an unaligned destination, overlapping ends, or the pool busy with another
+ * worker's copy). */
+int gw_copy(struct gw_copy_pool *p, void *dst, const void *src, size_t n);
 
 /* pthread_create, the thread confined to CPU `cpu` from its first instruction when cpu
  * >= 0 (an engine thread that busy-polls and shares a CPU runs at half speed; one

@@ -357,7 +357,8 @@ static int deliver_range(struct gw_engine *e, struct worker *w, struct qp *q, st
                 return -1;
             count(&w->c.bytes_pulled, n);
         } else {
-            gw_copy(&e->copy, d->dst + off, (const void *)(uintptr_t)(s->addr + start), n);
+            if (gw_copy(&e->copy, d->dst + off, (const void *)(uintptr_t)(s->addr + start), n))
+                count(&w->c.copies_split, 1);
             if (s->kind == GW_MEM_HOST)
                 count(&w->c.bytes_host_read, n);
         }
@@ -767,6 +768,13 @@ struct gw_engine *gw_engine_create(const struct gw_engine_config *config, char *
                 GW_MAX_COPY_THREADS);
         return NULL;
     }
+    if (config->copy_split_bytes &&
+        (config->copy_split_bytes < GW_COPY_SPLIT_MIN || config->copy_split_bytes > GW_COPY_SPLIT_MAX)) {
+        set_err(err, errlen, "copy_split_bytes=%u: allowed 0 (the default, %u) or %u to %u",
+                config->copy_split_bytes, GW_COPY_SPLIT_DEFAULT, GW_COPY_SPLIT_MIN,
+                GW_COPY_SPLIT_MAX);
+        return NULL;
+    }
     if (config->pin_threads) {
         for (uint32_t i = 0; i < config->workers + config->copy_threads; i++)
             if (config->thread_cpu[i] > GW_MAX_CPU) {
@@ -1111,6 +1119,8 @@ int gw_engine_start(struct gw_engine *e, char *err, size_t errlen)
     }
     const uint16_t *cpu = e->cfg.pin_threads ? e->cfg.thread_cpu : NULL;
     if (gw_copy_pool_start(&e->copy, e->cfg.copy_threads, COPY_SPIN_NS,
+                           e->cfg.copy_split_bytes ? e->cfg.copy_split_bytes
+                                                   : GW_COPY_SPLIT_DEFAULT,
                            cpu ? cpu + e->cfg.workers : NULL) != 0) {
         set_err(err, errlen, "cannot start the engine's %u copy threads%s", e->cfg.copy_threads,
                 cpu ? " on the CPUs given (is each one in this process's affinity mask?)" : "");

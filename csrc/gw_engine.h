@@ -29,6 +29,7 @@ struct gw_engine_config {
     uint32_t max_mrs;
     uint32_t idle_sleep_ns;       /* 0: spin without sleeping (lowest latency) */
     uint32_t copy_threads;        /* helpers that split large deliveries (gw_copy.h); 0: none */
+    uint32_t copy_split_bytes;    /* deliveries this large are split; 0: GW_COPY_SPLIT_DEFAULT */
     /* Nonzero: worker i runs only on CPU thread_cpu[i], copy helper j only on CPU
      * thread_cpu[workers + j] (GW_MAX_WORKERS + GW_MAX_COPY_THREADS entries); zero: the
      * scheduler places every engine thread. */
@@ -90,6 +91,7 @@ struct gw_counters {
     uint64_t rx_occupied_blocks;  /* receiver buffer blocks in use now */
     uint64_t turnaround_ns;       /* summed over completions: doorbell seen to CQE written */
     uint64_t turnarounds;         /* completions in turnaround_ns */
+    uint64_t copies_split;        /* deliveries the copy helpers shared (copy_split_bytes) */
 };
 
 struct gw_cq_desc {
@@ -127,6 +129,9 @@ enum {
     GW_MAX_QPS = 65536,
     GW_MAX_WORKERS = 64,              /* gw_engine_config.workers */
     GW_MAX_COPY_THREADS = 32,     /* gw_engine_config.copy_threads */
+    GW_COPY_SPLIT_MIN = 1024,         /* gw_engine_config.copy_split_bytes: 1 KiB ... */
+    GW_COPY_SPLIT_MAX = 1073741824,   /* ... to 1 GiB */
+    GW_COPY_SPLIT_DEFAULT = 32768,
     GW_MAX_CPU = 1023,                /* gw_engine_config.thread_cpu: below CPU_SETSIZE */
     GW_MAX_MRS = 16777216,            /* a key is index << 8 | 8 random bits, 32 bits in all */
     GW_MAX_CQE = 4194304,             /* CQ entries (mlx5: log_max_cq_sz 22); the consumer

@@ -289,6 +289,10 @@ def _cpu_list(cpus: list[int]) -> str:
     return ",".join(runs) or "none"
 
 
+# The smallest delivery the engine's copy helpers split (Context(copy_split_bytes=...));
+# each piece is at least a quarter of it.
+COPY_SPLIT_BYTES = lib.GW_COPY_SPLIT_DEFAULT
+
 # Engine threads one context may run (the engine's own limit).
 MAX_WORKERS = lib.GW_MAX_WORKERS
 
@@ -300,17 +304,20 @@ class Context:
     the GPU is back-pressured through staging credits, so nothing is lost) or ``"drop"``
     (the naive design: pushed data that finds no credits is dropped and counted).
     ``workers`` engine threads share the QPs (by CQ); a modelled link needs one.
-    ``copy_threads`` helper threads split each delivery of 32 KiB or more with the worker
-    that copies it (csrc/gw_copy.h): one CPU thread copies host memory at about a fifth
-    of a 400 Gb/s link, the step the copy stands in for. ``None`` picks
-    ``default_copy_threads(workers)``. ``pin_threads`` confines each engine thread to a
-    CPU of its own (:func:`engine_thread_cpus`; ``thread_cpus`` says which, () where
-    unpinned).
+    ``copy_threads`` helper threads split each delivery of ``copy_split_bytes`` or more
+    (default ``COPY_SPLIT_BYTES``, 32 KiB) with the worker that copies it (csrc/gw_copy.h):
+    one CPU thread copies host memory at about a fifth of a 400 Gb/s link, the step the
+    copy stands in for; the counter ``copies_split`` says how many were split. On the
+    project's H100 hosts a split below 32 KiB cost 1.3 to 1.5 us more than it saved
+    (BENCHMARKS.md, session 25). ``None`` picks ``default_copy_threads(workers)``.
+    ``pin_threads`` confines each engine thread to a CPU of its own
+    (:func:`engine_thread_cpus`; ``thread_cpus`` says which, () where unpinned).
     """
 
     def __init__(self, policy: str = "hold", link: LinkConfig | None = None, workers: int = 1,
                  max_qps: int = 4096, max_mrs: int = 4096, idle_sleep_ns: int = 0,
-                 copy_threads: int | None = None, pin_threads=False):
+                 copy_threads: int | None = None, pin_threads=False,
+                 copy_split_bytes: int | None = None):
         if policy not in POLICIES:
             raise ValueError(f"policy={policy!r}: allowed {sorted(POLICIES)}")
         if link is not None and not isinstance(link, LinkConfig):
@@ -325,7 +332,13 @@ class Context:
             copy_threads = default_copy_threads(workers)
         copy_threads = _int_in("copy_threads", copy_threads, 0, lib.GW_MAX_COPY_THREADS,
                                " helper threads (0: each worker copies alone)")
+        if copy_split_bytes is None:
+            copy_split_bytes = COPY_SPLIT_BYTES
+        copy_split_bytes = _int_in("copy_split_bytes", copy_split_bytes, lib.GW_COPY_SPLIT_MIN,
+                                   lib.GW_COPY_SPLIT_MAX, " (the smallest delivery the copy "
+                                   "helpers split)")
         self.copy_threads = copy_threads
+        self.copy_split_bytes = copy_split_bytes
         self.thread_cpus = engine_thread_cpus(workers, copy_threads, pin_threads)
         self.policy = policy
         self.link = link or LinkConfig()
@@ -338,6 +351,7 @@ class Context:
         cfg.max_mrs = max_mrs
         cfg.idle_sleep_ns = idle_sleep_ns
         cfg.copy_threads = copy_threads
+        cfg.copy_split_bytes = copy_split_bytes
         cfg.pin_threads = bool(self.thread_cpus)
         for i, cpu in enumerate(self.thread_cpus):
             cfg.thread_cpu[i] = cpu

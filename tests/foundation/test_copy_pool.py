@@ -8,14 +8,15 @@ import numpy as np
 import pytest
 
 from gwtest import ACCESS_RW, canaried
-from gpuwrite.host.verbs import Context, VerbsError
+from gpuwrite._gw_cffi import ffi, lib
+from gpuwrite.host.verbs import COPY_SPLIT_BYTES, Context, VerbsError
 from gpuwrite.host.wqe import HostPoster, rdma_write
 
 pytestmark = pytest.mark.timeout(60)
 
-# Around the split threshold (32 KiB), not a multiple of the piece alignment, several
-# pieces, and more pieces than helpers.
-SIZES = (32767, 32768, 32769, 100_003, 1 << 20)
+# Around the default split threshold (32 KiB) and a lower one (4 KiB, pieces of 1 KiB),
+# not a multiple of the piece alignment, several pieces, and more pieces than helpers.
+SIZES = (4095, 4096, 4097, 9000, 32767, 32768, 32769, 100_003, 1 << 20)
 # Each write's destination starts on a 64-byte boundary (plus the QP's shift).
 DST_OFFS = np.concatenate([[0], np.cumsum([(n + 63) // 64 * 64 for n in SIZES])])
 SRC_OFFS = np.concatenate([[0], np.cumsum(SIZES)])
@@ -34,11 +35,12 @@ def _completions(posters, count, on_completion, deadline_s=20.0):
     return [got[id(p)] for p in posters]
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_split_deliveries_land_exactly(workers):
+@pytest.mark.parametrize("workers, split", [(1, None), (2, None), (1, 4096), (2, 4096)])
+def test_split_deliveries_land_exactly(workers, split):
     rng = np.random.default_rng(5)
     total = sum(SIZES) + 64
-    with Context(workers=workers, copy_threads=3) as ctx:
+    with Context(workers=workers, copy_threads=3, copy_split_bytes=split) as ctx:
+        assert ctx.copy_split_bytes == (split or COPY_SPLIT_BYTES)
         pd = ctx.alloc_pd()
         src = rng.integers(0, 256, total, dtype=np.uint8)
         smr = pd.reg_mr(src)
@@ -60,8 +62,9 @@ def test_split_deliveries_land_exactly(workers):
             # The message's last bytes, read the moment its completion is seen.
             whole, dst, guard, shift = dsts[k]
             n, s_off, d_off = SIZES[j], SRC_OFFS[j], DST_OFFS[j] + shift
-            if c.ok and not np.array_equal(dst[d_off + n - 4096:d_off + n],
-                                           src[s_off + n - 4096:s_off + n]):
+            tail = min(n, 4096)
+            if c.ok and not np.array_equal(dst[d_off + n - tail:d_off + n],
+                                           src[s_off + n - tail:s_off + n]):
                 late.append((k, j))
 
         ctx.start()
@@ -69,6 +72,11 @@ def test_split_deliveries_land_exactly(workers):
             p.ring()
         got = _completions(posters, 2 * len(SIZES), check)
         ctx.stop()
+        # QP 1's aligned deliveries from the threshold up were split (with two workers, one
+        # that finds the helpers busy with the other's copies alone); QP 0's never are.
+        split_ones = sum(n >= ctx.copy_split_bytes for n in SIZES)
+        shared = ctx.counters()["copies_split"]
+        assert shared == split_ones if workers == 1 else 1 <= shared <= split_ones
     assert late == [], "completions seen before their bytes were in place"
     for (whole, dst, guard, shift), comps in zip(dsts, got):
         assert [c.ok for c in comps] == [True] * len(SIZES)
@@ -87,8 +95,57 @@ def test_copy_threads_are_validated():
         Context(copy_threads=-1)
 
 
+def test_copy_split_bytes_is_validated():
+    for bad in (1023, 1 << 31, 4096.0, True):
+        with pytest.raises(ValueError, match=f"copy_split_bytes={bad!r}: allowed .*1024 to "
+                                             "1073741824 .the smallest delivery"):
+            Context(copy_split_bytes=bad)
+    # the engine's own check, for a config that did not come through Context
+    cfg = ffi.new("struct gw_engine_config *")
+    cfg.policy, cfg.workers, cfg.max_qps, cfg.max_cqs, cfg.max_mrs = 0, 1, 1, 2, 2
+    cfg.copy_split_bytes = 1000
+    err = ffi.new("char[]", 256)
+    assert lib.gw_engine_create(cfg, err, 256) == ffi.NULL
+    assert ffi.string(err).decode() == \
+        "copy_split_bytes=1000: allowed 0 (the default, 32768) or 1024 to 1073741824"
+
+
 def test_an_engine_with_helpers_stops_and_starts_again():
     with Context(copy_threads=2) as ctx:
         for _ in range(3):
             ctx.start()
             ctx.stop()
+
+
+def test_many_split_deliveries_in_a_row():
+    """Job after job through the pool (each split into pieces, the helpers racing the
+    submitter for them, two workers taking turns at it): every byte of every write lands,
+    and the deliveries the helpers shared are counted."""
+    rng = np.random.default_rng(11)
+    rounds, per_round = 12, 8
+    sizes = rng.integers(4096, 40_000, size=(2, rounds, per_round)) // 16 * 16
+    with Context(workers=2, copy_threads=3, copy_split_bytes=4096) as ctx:
+        pd = ctx.alloc_pd()
+        src = rng.integers(0, 256, int(sizes.max()) * per_round, dtype=np.uint8)
+        smr = pd.reg_mr(src)
+        qs = pd.create_queues(2, sq_bbs=16, ncqe=16)
+        posters = [HostPoster(qs, i) for i in range(2)]
+        dsts = [np.zeros(int(sizes[k].sum(axis=1).max()), dtype=np.uint8) for k in range(2)]
+        dmrs = [pd.reg_mr(d, access=ACCESS_RW) for d in dsts]
+        ctx.start()
+        for r in range(rounds):
+            for k, p in enumerate(posters):
+                dsts[k][:] = 0
+                off = 0
+                for n in sizes[k, r]:
+                    p.write(rdma_write(p.pi, p.qpn, smr.address + off, smr.lkey, int(n),
+                                       dmrs[k].address + off, dmrs[k].rkey))
+                    off += int(n)
+                p.ring()
+            got = _completions(posters, 2 * per_round, lambda *a: None)
+            assert [[c.ok for c in g] for g in got] == [[True] * per_round] * 2
+            for k in range(2):
+                total = int(sizes[k, r].sum())
+                assert np.array_equal(dsts[k][:total], src[:total]), (r, k)
+        ctx.stop()
+        assert 0 < ctx.counters()["copies_split"] <= sizes.size
