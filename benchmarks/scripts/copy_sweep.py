@@ -7,7 +7,7 @@ from gpuwrite.paths import runner, kernels as K
 from gpuwrite.bench import suite
 out = {}
 r = runner.run("gpu_push", [1 << 16] * 4, n_qps=1, wait_each=True, block_threads=256)
-for name, k in (("send_messages", K.send_messages),):
+for name, k in (("send_messages", K.send_messages_for("gpu_push")),):
     print(name, "regs", k.get_regs_per_thread(), "local", k.get_local_mem_per_thread(), flush=True)
 r = runner.run("nic_pull", [1 << 16] * 4, n_qps=1, wait_each=True, block_threads=256)
 ce = {}

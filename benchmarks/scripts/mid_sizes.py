@@ -14,7 +14,10 @@ E3  code size: A with the block path cut out of the kernel (S; only small and wa
 E4  the block path's steps: A and B (the clock started just before the doorbell, as in
     send_split.py), 4 and 16 KiB: what the GPU spends before the doorbell.
 
-Each variant is the committed source with a few lines replaced, compiled on its own.
+Each variant is the source of session 25's start (``514c78c``) with a few lines replaced,
+compiled on its own; the replacements expect that source (E2's push_small body is gone
+since ``dv.push_mid`` came of it). Results: BENCHMARKS.md, session 25;
+``benchmarks/h100-2026-11-27-session25-mid-sizes-*.jsonl``.
 Usage: python3 benchmarks/scripts/mid_sizes.py OUT.jsonl [E1,E2,E3,E4]"""
 import json
 import sys

@@ -12,6 +12,7 @@ one function here:
   16-byte vectors (``gpuwrite.device.copy``); ``copy_words`` is its word-count form
 * ``push_reserve``    the bookkeeping of a pushed write: SQ and staging space, header, WQE
 * ``push_small``      all of a pushed write of at most SMALL_PUSH_BYTES, on one thread
+* ``push_mid``        the same for whole aligned 16-byte words up to MID_PUSH_BYTES
 * ``inline_small``    all of an inline write of at most SMALL_PUSH_BYTES, on one thread
 * ``wqe_rdma_write``  build an RDMA-write WQE (data segment) at the producer index
 * ``wqe_rdma_write_inline``  the same with the payload inside the WQE
@@ -176,12 +177,17 @@ if (_W_OPC, _W_QPN_DS, _W_FLAGS, _W_IMM, _W_RADDR, _W_DATA) != (0, 1, 2, 3, 4, 8
                       "stores (_ctrl, _raddr, wqe_rdma_write, stage_header) need updating")
 
 # Payloads of at most this many bytes are pushed by one thread alone (``push_small``),
-# whose four 16-byte loads are all issued before its bookkeeping. Beyond 64 bytes one
-# thread loads in rounds, each a GPU-memory latency: on an H100 a 64-byte push took
-# 3.6 us and a 256-byte one 5.4 us (BENCHMARKS.md, issue 14), so larger payloads go to a
-# warp, which loads them in one round (``gpuwrite.paths.kernels``).
+# whose four 16-byte loads are all issued before its bookkeeping.
 SMALL_PUSH_BYTES = 64
-if SMALL_PUSH_BYTES >= _ALIGN_MIN:
+# Whole aligned 16-byte words beyond SMALL_PUSH_BYTES, up to this many bytes, are pushed
+# by one thread too (``push_mid``): the first 128 bytes are loaded before the bookkeeping
+# (more would spill at 128 registers) and the rest right after it. On an H100 one thread
+# pushed 128 B in 3.49 to 3.62 us and 192 to 256 B in 3.71 to 3.94 where the first warp
+# took 4.61 to 4.67 (BENCHMARKS.md, session 25). Beyond it one thread would load in
+# rounds, each a GPU-memory latency, so larger payloads go to a warp, which loads them in
+# one round (``gpuwrite.paths.kernels``).
+MID_PUSH_BYTES = 256
+if MID_PUSH_BYTES >= _ALIGN_MIN:
     raise ImportError("push_small assumes its payloads take no alignment lead")
 
 
@@ -491,10 +497,35 @@ def push_small(Q, i, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns):
         copy_bytes(stage, word, src, src_word, nbytes, 0, 1)
         return OK
     _store64(stage, word, first64, chunks)
-    k = 4
-    while k < chunks:   # beyond 64 bytes: 64 bytes at a time, loads before stores
-        _store64(stage, word + 4 * k, _load64(src, src_word + 4 * k, chunks - k), chunks - k)
-        k += 4
+    return OK
+
+
+@cuda.jit(device=True)
+def push_mid_ok(src, src_word, nbytes):
+    """Whether ``push_mid`` sends this payload: more than ``SMALL_PUSH_BYTES`` and at most
+    ``MID_PUSH_BYTES``, whole 16-byte words from a 16-byte aligned source."""
+    return SMALL_PUSH_BYTES < nbytes <= MID_PUSH_BYTES and _fast16(src, src_word, nbytes)
+
+
+@cuda.jit(device=True)
+def push_mid(Q, i, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns):
+    """Posts a pushed RDMA write that ``push_mid_ok`` accepts from one thread, as
+    ``push_small`` does; returns a status. Its first 128 bytes are loaded before the
+    bookkeeping, the rest right after it, before the first are stored (their latency
+    then hides behind those stores). The doorbell is the caller's."""
+    chunks = nbytes >> 4
+    x0 = _load64(src, src_word, chunks)
+    x1 = _load64(src, src_word + 16, chunks - 4)
+    st, word = push_reserve(Q, i, nbytes, raddr, rkey, signaled, timeout_ns)
+    if st != OK:
+        return st
+    x2 = _load64(src, src_word + 32, chunks - 8)
+    x3 = _load64(src, src_word + 48, chunks - 12)
+    stage = Q[Q_STAGE][i]
+    _store64(stage, word, x0, chunks)
+    _store64(stage, word + 16, x1, chunks - 4)
+    _store64(stage, word + 32, x2, chunks - 8)
+    _store64(stage, word + 48, x3, chunks - 12)
     return OK
 
 

@@ -4,10 +4,10 @@ One thread block drives one queue pair and sends that QP's messages in order. Th
 does the bookkeeping (slots, WQEs, doorbells, completions) and publishes each step's
 outcome to the block through shared memory; all threads copy payloads
 (``gpuwrite.device.copy.copy_bytes``), except that thread 0 posts small pushes and small
-inline writes alone (``dv.push_small``, ``dv.inline_small``) and the first warp posts
-medium pushes without a block barrier.
+inline writes alone (``dv.push_small``, ``dv.push_mid``, ``dv.inline_small``) and the
+first warp posts medium pushes without a block barrier.
 
-Paths (the ``path`` argument):
+Paths (one kernel each, ``send_messages_for(path)``):
   PUSH     gpu_push: payload written by the GPU into the NIC's staging region
   INLINE   gpu_push_inline: payload written inside the WQE
   PULL     nic_pull: payload left in GPU memory for the NIC to read
@@ -29,9 +29,9 @@ PATH_IDS = {"gpu_push": PUSH, "gpu_push_inline": INLINE, "nic_pull": PULL, "host
 # Columns of the message table.
 M_SIZE, M_SRC_WORD, M_DST_OFF = 0, 1, 2
 # Kernel parameters (int64 array).
-P_PATH, P_BATCH, P_TIMEOUT_NS, P_CHUNK_BYTES, P_DST_ADDR, P_RKEY, P_SRC_ADDR, P_SRC_LKEY, \
-    P_WAIT_EACH = range(9)
-P_COLS = 9
+P_BATCH, P_TIMEOUT_NS, P_CHUNK_BYTES, P_DST_ADDR, P_RKEY, P_SRC_ADDR, P_SRC_LKEY, \
+    P_WAIT_EACH = range(8)
+P_COLS = 8
 # Per-QP outcome columns.
 R_STATUS, R_SENT, R_SYND = 0, 1, 2
 
@@ -39,11 +39,11 @@ R_STATUS, R_SENT, R_SYND = 0, 1, 2
 # Messages this large are announced to the NIC as soon as they are written rather than
 # at the end of their batch: the NIC's copy of one overlaps the GPU's writing of the next.
 RING_EACH_BYTES = 65536
-# Pushes of at most this many bytes (and more than dv.SMALL_PUSH_BYTES) are posted by the
-# first warp alone, with warp barriers: a block barrier after stores to host memory costs
-# 0.2 to 0.5 us on an H200 (BENCHMARKS.md, run 13), and one warp's unrolled round moves
-# 2 KiB (32 lanes x 4 vectors x 16 bytes), so up to there the block's other warps have
-# no vector of their own to copy.
+# Pushes of at most this many bytes (that neither dv.push_small nor dv.push_mid takes) are
+# posted by the first warp alone, with warp barriers: a block barrier after stores to host
+# memory costs 0.2 to 0.5 us on an H200 (BENCHMARKS.md, run 13), and one warp's unrolled
+# round moves 2 KiB (32 lanes x 4 vectors x 16 bytes), so up to there the block's other
+# warps have no vector of their own to copy.
 WARP_PUSH_BYTES = 2048
 # The simulator's warp barrier is the block's (intrinsics.warp_sync): there the warp path
 # is taken only where the block is one warp.
@@ -72,9 +72,8 @@ MAX_BLOCK_THREADS = 65536 // MAX_REGISTERS
 _LIMITS = dv.KERNEL_OPTIONS
 
 
-def _send_messages(path_const: int):
-    """``send_messages`` with its path a compile-time constant (``PUSH`` .. ``STAGED``), or
-    read from ``params[P_PATH]`` where ``path_const`` is negative."""
+def _send_messages(path: int):
+    """``send_messages`` for one path (``PUSH`` .. ``STAGED``), a compile-time constant."""
 
     @cached
     @cuda.jit(**_LIMITS)
@@ -93,11 +92,10 @@ def _send_messages(path_const: int):
             dv.qp_cache_load(Q, i, sh_state, sh_info)
         cuda.syncthreads()
         q = dv.qp_cached(Q, i, sh_state, sh_info)
-        # A kernel made for one path has it as a constant: the other paths' code is
-        # dropped, and with it 88 bytes of register spills at 128 registers (ptxas of
-        # CUDA 13.0, sm_90), 0.1 to 0.3 us of a message from 64 B to 4 KiB on an H100
-        # (BENCHMARKS.md, session 24).
-        path = params[P_PATH] if path_const < 0 else path_const
+        # The path is a constant: the other paths' code is dropped. With the path a kernel
+        # argument, one kernel for all, it spilled 88 bytes at 128 registers (ptxas of
+        # CUDA 13.0, sm_90) and took 0.1 to 0.3 us longer per message from 64 B to 4 KiB
+        # on an H100 (BENCHMARKS.md, session 24).
         batch = params[P_BATCH]
         timeout = params[P_TIMEOUT_NS]
         chunk = params[P_CHUNK_BYTES]
@@ -142,13 +140,20 @@ def _send_messages(path_const: int):
                 signaled = (end_of_batch and last) or not last or path == STAGED
                 src_word = src0 + off // 4
                 raddr = dst_addr + dst0 + off
-                if (path == PUSH or path == INLINE) and \
-                        dv.small_ok(path == INLINE, src, src_word, n):
-                    # One thread posts it, with 16-byte stores and no block barrier: a barrier
-                    # after stores to host memory costs 0.2 to 0.5 us on an H200 (run 13).
+                small = (path == PUSH or path == INLINE) and \
+                    dv.small_ok(path == INLINE, src, src_word, n)
+                if small or (path == PUSH and dv.push_mid_ok(src, src_word, n)):
+                    # One thread posts it, with 16-byte stores and no barrier: a barrier
+                    # after stores to host memory costs 0.2 to 0.5 us on an H200 (run 13),
+                    # and up to 256 B one thread was 0.7 to 1.0 us faster than the first
+                    # warp on an H100 (BENCHMARKS.md, session 25).
                     if tid == 0:
-                        status = dv.post_small(q, 0, path == INLINE, src, src_word, n, raddr, rkey,
-                                               signaled, timeout)
+                        if small:
+                            status = dv.post_small(q, 0, path == INLINE, src, src_word, n, raddr,
+                                                   rkey, signaled, timeout)
+                        else:
+                            status = dv.push_mid(q, 0, src, src_word, n, raddr, rkey, signaled,
+                                                 timeout)
                         if status == 0 and not last:
                             dv.flush_doorbell(q, 0)
                     off += n
@@ -204,23 +209,19 @@ def _send_messages(path_const: int):
                 # The block copies the payload; thread 0 writes the WQE alone. Measured on an
                 # H200, a barrier after stores to host memory costs 0.2 to 0.5 us, more than
                 # thread 0 takes to store the 16 words of a WQE (BENCHMARKS.md, run 13).
-                if path == PUSH:
+                if path == PUSH or path == STAGED:
+                    # The payload goes to the staging region (gpu_push) or the bounce ring.
+                    ring = q[dv.Q_STAGE][0] if path == PUSH else q[dv.Q_BOUNCE][0]
                     if pre:
-                        store_preloaded(q[dv.Q_STAGE][0], word, x, n, tid, cuda.blockDim.x)
+                        store_preloaded(ring, word, x, n, tid, cuda.blockDim.x)
                     else:
-                        copy_bytes(q[dv.Q_STAGE][0], word, src, src_word, n, tid, cuda.blockDim.x)
+                        copy_bytes(ring, word, src, src_word, n, tid, cuda.blockDim.x)
                     cuda.syncthreads()
-                    if tid == 0:
+                    if tid == 0 and path == PUSH:
                         dv.wqe_rdma_write(q, 0, dv.stage_address(q, 0, word),
                                           info[0, dv.I_STAGE_LKEY], n, raddr, rkey,
                                           dv.stage_signal(q, 0, signaled), dv.stage_aux(q, 0))
-                elif path == STAGED:
-                    if pre:
-                        store_preloaded(q[dv.Q_BOUNCE][0], word, x, n, tid, cuda.blockDim.x)
-                    else:
-                        copy_bytes(q[dv.Q_BOUNCE][0], word, src, src_word, n, tid, cuda.blockDim.x)
-                    cuda.syncthreads()
-                    if tid == 0:
+                    elif tid == 0:
                         dv.wqe_rdma_write(q, 0, info[0, dv.I_BOUNCE_ADDR] + word * 4,
                                           info[0, dv.I_BOUNCE_LKEY], n, raddr, rkey, signaled,
                                           state[0, dv.S_BOUNCE_RES])
@@ -269,14 +270,12 @@ def _send_messages(path_const: int):
     return send_messages
 
 
-# The path a kernel argument (params[P_PATH]): one kernel for every path.
-send_messages = _send_messages(-1)
 _BY_PATH: dict = {}
 
 
 def send_messages_for(path: str):
-    """``send_messages`` made for ``path`` alone (compiled on first use, then cached), as a
-    kernel of one's own names its path; the runners launch this one."""
+    """``send_messages`` made for ``path`` (compiled on first use, then cached): the
+    kernel the runners launch."""
     if path not in _BY_PATH:
         _BY_PATH[path] = _send_messages(PATH_IDS[path])
     return _BY_PATH[path]

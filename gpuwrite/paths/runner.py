@@ -184,7 +184,6 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
                               bounce_bytes=bounce_bytes or max(-(-4 * max_chunk // 16) * 16, 65536),
                               stage_credits=stage_credits, poll_delay_ns=poll_delay_ns)
         params = np.zeros(K.P_COLS, dtype=np.int64)
-        params[K.P_PATH] = K.PATH_IDS[path]
         params[K.P_BATCH] = batch
         params[K.P_TIMEOUT_NS] = int(timeout_s * 1e9)
         params[K.P_CHUNK_BYTES] = chunk_bytes

@@ -155,7 +155,6 @@ from gpuwrite.bench import breakdown as B, suite as S
 SEND = (Q, i64[:, ::1], i64[::1], u32[::1], i64[::1], i64[::1], i64[::1], i64[:, ::1],
         i64[:, :, ::1])
 kernels = {
-    "send_messages": (K.send_messages, SEND),
     # what the runners launch: the kernel made for each path (its path a constant)
     **{f"send_messages_for_{p}": (K.send_messages_for(p), SEND) for p in K.PATH_IDS},
     "push_steps": (B._push_steps, (Q, u32[::1], i64, i64, i64, i64, i64[:, ::1], i64[::1])),
@@ -171,8 +170,7 @@ for name, (kernel, sig) in kernels.items():
     ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=(9, 0))
     print(name, ".entry" in ptx)
 """)
-    assert out.split() == ["send_messages", "True",
-                           "send_messages_for_gpu_push", "True",
+    assert out.split() == ["send_messages_for_gpu_push", "True",
                            "send_messages_for_gpu_push_inline", "True",
                            "send_messages_for_nic_pull", "True",
                            "send_messages_for_host_staged", "True",

@@ -183,6 +183,37 @@ def test_which_payloads_one_thread_pushes():
     assert out.copy_to_host().tolist() == [1, 1, 1, 0, 0, 1, 1, 1, 0]   # any 1..64 B payload, any word offset
 
 
+@cuda.jit
+def _mid_ok(src, cases, out):
+    if cuda.threadIdx.x == 0:
+        for k in range(cases.shape[0]):
+            out[k] = dv.push_mid_ok(src, cases[k, 0], cases[k, 1])
+
+
+def test_which_payloads_one_thread_pushes_beyond_64_bytes():
+    """dv.push_mid: whole 16-byte words from a 16-byte aligned source, 80 to 256 bytes."""
+    src = cuda.to_device(np.zeros(256, dtype=np.uint32))
+    cases = np.array([[0, 80], [0, 256], [4, 128], [0, 64], [0, 272], [0, 72], [2, 128],
+                      [1, 256], [0, 100]], dtype=np.int64)
+    out = cuda.to_device(np.zeros(len(cases), dtype=np.int64))
+    _mid_ok[1, 1](src, cuda.to_device(cases), out)
+    assert out.copy_to_host().tolist() == [1, 1, 1, 0, 0, 0, 0, 0, 0]
+
+
+@pytest.mark.parametrize("threads", [4, 32])
+def test_one_thread_pushes_of_80_to_256_bytes_land_exactly(threads):
+    """Every size dv.push_mid takes (and its neighbours the warp takes: not whole 16-byte
+    words, or from a source word that is not 16-byte aligned), each checked with the
+    canary after it, batched and one at a time."""
+    sizes = [16 * k for k in range(5, 17)] + [68, 100, 240, 252, 256, 20, 256, 272, 144]
+    for wait_each in (False, True):
+        r = runner.run("gpu_push", sizes, n_qps=1, block_threads=threads, wait_each=wait_each,
+                       batch=3)
+        assert r.qp_errors == {} and r.errors == 0
+        assert r.delivered == r.messages == len(sizes)
+        assert r.counters["bytes_pushed"] == sum(sizes)
+
+
 def test_small_inline_writes_wrap_the_send_queue_exactly():
     """The one-thread inline post (dv.inline_small) for 16 to 64 bytes, and the block path
     for a size it does not take (20 B): every byte lands, also where a WQE's second BB

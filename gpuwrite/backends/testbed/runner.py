@@ -112,7 +112,6 @@ def run(path: str, sizes_bytes, bootstrap: Bootstrap, *, device: str | None = No
         res = np.zeros((n_qps, 3), dtype=np.int64)
         if bootstrap.rank == 0:
             params = np.zeros(K.P_COLS, dtype=np.int64)
-            params[K.P_PATH] = K.PATH_IDS[path]
             params[K.P_BATCH] = batch
             params[K.P_TIMEOUT_NS] = kernel_timeout_ns
             params[K.P_CHUNK_BYTES] = chunk_bytes
