@@ -168,36 +168,28 @@ def test_small_pushes_and_block_pushes_interleave_in_order(batch):
 
 
 @cuda.jit
-def _small_ok(src, cases, out):
+def _one_thread_ok(src, cases, out):
     if cuda.threadIdx.x == 0:
         for k in range(cases.shape[0]):
-            out[k] = dv.push_small_ok(src, cases[k, 0], cases[k, 1])
+            out[k, 0] = dv.push_small_ok(src, cases[k, 0], cases[k, 1])
+            out[k, 1] = dv.push_mid_ok(src, cases[k, 0], cases[k, 1])
+
+
+def _one_thread_takes(cases) -> list:
+    """(push_small_ok, push_mid_ok) for each (source word, bytes) case, on the device."""
+    src = cuda.to_device(np.zeros(256, dtype=np.uint32))   # allocations are 256-byte aligned
+    out = cuda.to_device(np.zeros((len(cases), 2), dtype=np.int64))
+    _one_thread_ok[1, 1](src, cuda.to_device(np.array(cases, dtype=np.int64)), out)
+    return [tuple(row) for row in out.copy_to_host().tolist()]
 
 
 def test_which_payloads_one_thread_pushes():
-    src = cuda.to_device(np.zeros(256, dtype=np.uint32))   # allocations are 256-byte aligned
-    cases = np.array([[0, 64], [4, 64], [8, 16], [0, 256], [0, 272], [0, 60], [2, 64],
-                      [1, 16], [0, 0]], dtype=np.int64)
-    out = cuda.to_device(np.zeros(len(cases), dtype=np.int64))
-    _small_ok[1, 1](src, cuda.to_device(cases), out)
-    assert out.copy_to_host().tolist() == [1, 1, 1, 0, 0, 1, 1, 1, 0]   # any 1..64 B payload, any word offset
-
-
-@cuda.jit
-def _mid_ok(src, cases, out):
-    if cuda.threadIdx.x == 0:
-        for k in range(cases.shape[0]):
-            out[k] = dv.push_mid_ok(src, cases[k, 0], cases[k, 1])
-
-
-def test_which_payloads_one_thread_pushes_beyond_64_bytes():
-    """dv.push_mid: whole 16-byte words from a 16-byte aligned source, 80 to 256 bytes."""
-    src = cuda.to_device(np.zeros(256, dtype=np.uint32))
-    cases = np.array([[0, 80], [0, 256], [4, 128], [0, 64], [0, 272], [0, 72], [2, 128],
-                      [1, 256], [0, 100]], dtype=np.int64)
-    out = cuda.to_device(np.zeros(len(cases), dtype=np.int64))
-    _mid_ok[1, 1](src, cuda.to_device(cases), out)
-    assert out.copy_to_host().tolist() == [1, 1, 1, 0, 0, 0, 0, 0, 0]
+    """dv.push_small: any 1 to 64-byte payload from any word; beyond it dv.push_mid: whole
+    16-byte words from a 16-byte aligned source, 80 to 256 bytes."""
+    got = _one_thread_takes([[0, 64], [4, 64], [8, 16], [0, 60], [2, 64], [1, 16], [0, 0],
+                             [0, 80], [0, 256], [4, 128], [0, 272], [0, 72], [2, 128],
+                             [1, 256], [0, 100]])
+    assert got == [(1, 0)] * 6 + [(0, 0)] + [(0, 1)] * 3 + [(0, 0)] * 5
 
 
 @pytest.mark.parametrize("threads", [4, 32])
