@@ -5,6 +5,9 @@ from gpuwrite import layouts as L
 from gpuwrite.cudaenv import SIMULATOR
 
 ACCESS_RW = L.ACCESS_LOCAL_WRITE | L.ACCESS_REMOTE_WRITE
+# The engine counter of each path's payload bytes (how the NIC got them).
+BYTES_BY_PATH = {"gpu_push": "bytes_pushed", "gpu_push_inline": "bytes_inline",
+                 "nic_pull": "bytes_pulled", "host_staged": "bytes_host_read"}
 
 
 def canaried(nbytes: int, guard: int = 256):

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from numba import int64
 
+from gwtest import BYTES_BY_PATH
 from gpuwrite.cudaenv import SIMULATOR, cuda, preload
 from gpuwrite.device import api
 from gpuwrite.device import verbs as dv
@@ -140,9 +141,7 @@ def test_put_delivers_exact_bytes_in_qp_order(scope, path):
     layout, got, status, counters, errors = _run(kernel, grid, threads, path, sizes)
     assert list(status) == [api.OK, api.OK], (errors, counters)
     assert np.array_equal(got, layout.want())
-    column = {"gpu_push": "bytes_pushed", "gpu_push_inline": "bytes_inline",
-              "nic_pull": "bytes_pulled", "host_staged": "bytes_host_read"}[path]
-    assert counters[column] == int(layout.plan[:, :, M_BYTES].sum()), counters
+    assert counters[BYTES_BY_PATH[path]] == int(layout.plan[:, :, M_BYTES].sum()), counters
     # gpu_push and host_staged split a message into WQEs of at most chunk_bytes (256 here);
     # the other paths post one WQE a message.
     n = layout.plan[:, :, M_BYTES]

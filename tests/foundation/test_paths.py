@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from gwtest import ACCESS_RW, small
+from gwtest import ACCESS_RW, BYTES_BY_PATH, small
 from gpuwrite import layouts as L
 from gpuwrite.cudaenv import cuda
 from gpuwrite.device import verbs as dv
@@ -28,12 +28,8 @@ def test_every_path_delivers_every_byte(path):
     assert r.counters["turnaround_ns"] > 0
     # The kernel the runner launched was made for this path (kernels.send_messages_for):
     # the engine moved every byte the path's way and none another's.
-    moved = {k: r.counters.get(k, 0) for k in _BYTES_BY_PATH.values()}
-    assert moved == {k: int(np.sum(sizes)) if k == _BYTES_BY_PATH[path] else 0 for k in moved}
-
-
-_BYTES_BY_PATH = {"gpu_push": "bytes_pushed", "gpu_push_inline": "bytes_inline",
-                  "nic_pull": "bytes_pulled", "host_staged": "bytes_host_read"}
+    moved = {k: r.counters.get(k, 0) for k in BYTES_BY_PATH.values()}
+    assert moved == {k: int(np.sum(sizes)) if k == BYTES_BY_PATH[path] else 0 for k in moved}
 
 
 def _wqe_bbs(path: str, size_bytes: int) -> int:
@@ -175,20 +171,16 @@ def _one_thread_ok(src, cases, out):
             out[k, 1] = dv.push_mid_ok(src, cases[k, 0], cases[k, 1])
 
 
-def _one_thread_takes(cases) -> list:
-    """(push_small_ok, push_mid_ok) for each (source word, bytes) case, on the device."""
-    src = cuda.to_device(np.zeros(256, dtype=np.uint32))   # allocations are 256-byte aligned
-    out = cuda.to_device(np.zeros((len(cases), 2), dtype=np.int64))
-    _one_thread_ok[1, 1](src, cuda.to_device(np.array(cases, dtype=np.int64)), out)
-    return [tuple(row) for row in out.copy_to_host().tolist()]
-
-
 def test_which_payloads_one_thread_pushes():
     """dv.push_small: any 1 to 64-byte payload from any word; beyond it dv.push_mid: whole
     16-byte words from a 16-byte aligned source, 80 to 256 bytes."""
-    got = _one_thread_takes([[0, 64], [4, 64], [8, 16], [0, 60], [2, 64], [1, 16], [0, 0],
-                             [0, 80], [0, 256], [4, 128], [0, 272], [0, 72], [2, 128],
-                             [1, 256], [0, 100]])
+    cases = np.array([[0, 64], [4, 64], [8, 16], [0, 60], [2, 64], [1, 16], [0, 0], [0, 80],
+                      [0, 256], [4, 128], [0, 272], [0, 72], [2, 128], [1, 256], [0, 100]],
+                     dtype=np.int64)
+    src = cuda.to_device(np.zeros(256, dtype=np.uint32))   # allocations are 256-byte aligned
+    out = cuda.to_device(np.zeros((len(cases), 2), dtype=np.int64))
+    _one_thread_ok[1, 1](src, cuda.to_device(cases), out)
+    got = [tuple(row) for row in out.copy_to_host().tolist()]
     assert got == [(1, 0)] * 6 + [(0, 0)] + [(0, 1)] * 3 + [(0, 0)] * 5
 
 
