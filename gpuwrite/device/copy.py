@@ -167,10 +167,39 @@ def _ld_part(src, s0, j, words, aligned):
 
 
 @cuda.jit(device=True)
+def load16_if(src, word, present):
+    """16 bytes from ``src[word]`` (16-byte aligned) where ``present``, else zeros and no
+    load: one predicated vector load."""
+    if present:
+        return ld_v4_u32(src, word)
+    z = uint32(0)
+    return (z, z, z, z)
+
+
+@cuda.jit(device=True)
+def store16_if(dst, word, x, present):
+    """Stores ``x`` (four words) at ``dst[word]`` (16-byte aligned) where ``present``."""
+    if present:
+        _st16(dst, word, x)
+
+
+# Whole aligned vectors (every payload the benches and figures send) take straight-line
+# code, one predicated vector access per share: the general code (per-word accesses where a
+# vector is partial, byte stores of a last partial word) cost a push 0.4 to 0.8 us per
+# message even where it moved nothing, on an H100: the first warp's 256 B 4.42 -> 3.74 us,
+# 1 KiB 4.64 -> 3.81, the block path's 4 KiB 6.08 -> 5.31 (256 threads) and 6.37 -> 5.95
+# (32 threads, which preload nothing of it) (BENCHMARKS.md, session 26).
+@cuda.jit(device=True)
 def preload(src, src_word, nbytes, rank, nranks):
     """This rank's share of a payload (``preload_fits``): vectors rank + k * nranks, for
     ``store_preloaded``. The loads are issued now and waited for at the first use."""
     aligned = (int64(address_of(src, src_word)) & 15) == 0
+    if (nbytes & 15) == 0 and (aligned or nbytes == 0):
+        nvec = nbytes >> 4
+        return (load16_if(src, src_word + 4 * rank, rank < nvec),
+                load16_if(src, src_word + 4 * (rank + nranks), rank + nranks < nvec),
+                load16_if(src, src_word + 4 * (rank + 2 * nranks), rank + 2 * nranks < nvec),
+                load16_if(src, src_word + 4 * (rank + 3 * nranks), rank + 3 * nranks < nvec))
     words = (nbytes + 3) >> 2
     return (_ld_part(src, src_word, rank, words, aligned),
             _ld_part(src, src_word, rank + nranks, words, aligned),
@@ -201,6 +230,13 @@ def store_preloaded(dst, dst_word, x, nbytes, rank, nranks):
     """Stores what ``preload`` returned to ``dst`` at ``dst_word``; byte-exact like
     ``copy_bytes``. Every rank of the ``preload`` calls it with the same arguments."""
     aligned = (int64(address_of(dst, dst_word)) & 15) == 0
+    if (nbytes & 15) == 0 and aligned:
+        nvec = nbytes >> 4
+        store16_if(dst, dst_word + 4 * rank, x[0], rank < nvec)
+        store16_if(dst, dst_word + 4 * (rank + nranks), x[1], rank + nranks < nvec)
+        store16_if(dst, dst_word + 4 * (rank + 2 * nranks), x[2], rank + 2 * nranks < nvec)
+        store16_if(dst, dst_word + 4 * (rank + 3 * nranks), x[3], rank + 3 * nranks < nvec)
+        return
     words = (nbytes + 3) >> 2
     # Written out, not looped: a register array indexed at run time would go to local memory.
     if 4 * rank < words:

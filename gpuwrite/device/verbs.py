@@ -31,7 +31,7 @@ from numba import uint32
 
 from gpuwrite import layouts as L
 from gpuwrite.cudaenv import SIMULATOR, cuda
-from gpuwrite.device.copy import copy_bytes
+from gpuwrite.device.copy import copy_bytes, load16_if, store16_if
 from gpuwrite.device.intrinsics import (
     backoff,
     fence_sys,
@@ -41,7 +41,6 @@ from gpuwrite.device.intrinsics import (
     st_relaxed_sys_u64,
     st_release_sys_u32,
     st_v4_u32,
-    ld_v4_u32,
     address_of,
     bswap32,
 )
@@ -182,13 +181,14 @@ SMALL_PUSH_BYTES = 64
 # Whole aligned 16-byte words beyond SMALL_PUSH_BYTES, up to this many bytes, are pushed
 # by one thread too (``push_mid``): the first 128 bytes are loaded before the bookkeeping
 # (more would spill at 128 registers) and the rest right after it. On an H100 one thread
-# pushed 128 B in 3.49 to 3.62 us and 192 to 256 B in 3.71 to 3.94 where the first warp
-# took 4.61 to 4.67 (BENCHMARKS.md, session 25). Beyond it one thread would load in
-# rounds, each a GPU-memory latency, so larger payloads go to a warp, which loads them in
-# one round (``gpuwrite.paths.kernels``).
+# pushed 128 B in 3.62 to 3.65 us where the first warp took 3.81 to 3.84, and 256 B 0.03 to
+# 0.06 us faster (BENCHMARKS.md, session 26; with it in the kernel a 64-byte push is 0.03
+# to 0.04 us slower). Beyond it one thread would load in rounds, each a GPU-memory
+# latency, so larger payloads go to a warp, which loads them in one round
+# (``gpuwrite.paths.kernels``).
 MID_PUSH_BYTES = 256
 if MID_PUSH_BYTES >= _ALIGN_MIN:
-    raise ImportError("push_small assumes its payloads take no alignment lead")
+    raise ImportError("push_small and push_mid assume their payloads take no alignment lead")
 
 
 @cuda.jit(device=True)
@@ -426,35 +426,20 @@ def _fast16(src, src_word, nbytes):
 
 
 @cuda.jit(device=True)
-def _load16(src, word, present):
-    """16 bytes of payload, or zeros where ``present`` is false (nothing is read)."""
-    if present:
-        return ld_v4_u32(src, word)
-    z = uint32(0)
-    return (z, z, z, z)
-
-
-@cuda.jit(device=True)
-def _store16(dst, word, x, present):
-    if present:
-        st_v4_u32(dst, word, x[0], x[1], x[2], x[3])
-
-
-@cuda.jit(device=True)
 def _load64(src, word, chunks):
     """Up to 64 bytes of payload as four 16-byte words: the first ``chunks`` are read,
     the rest are zeros. The four loads are independent, so they are in flight together."""
-    return (_load16(src, word, chunks > 0), _load16(src, word + 4, chunks > 1),
-            _load16(src, word + 8, chunks > 2), _load16(src, word + 12, chunks > 3))
+    return (load16_if(src, word, chunks > 0), load16_if(src, word + 4, chunks > 1),
+            load16_if(src, word + 8, chunks > 2), load16_if(src, word + 12, chunks > 3))
 
 
 @cuda.jit(device=True)
 def _store64(dst, word, x, chunks):
     """Stores the first ``chunks`` 16-byte words of ``x`` (from ``_load64``)."""
-    _store16(dst, word, x[0], chunks > 0)
-    _store16(dst, word + 4, x[1], chunks > 1)
-    _store16(dst, word + 8, x[2], chunks > 2)
-    _store16(dst, word + 12, x[3], chunks > 3)
+    store16_if(dst, word, x[0], chunks > 0)
+    store16_if(dst, word + 4, x[1], chunks > 1)
+    store16_if(dst, word + 8, x[2], chunks > 2)
+    store16_if(dst, word + 12, x[3], chunks > 3)
 
 
 @cuda.jit(device=True)

@@ -145,9 +145,8 @@ def _send_messages(path: int):
                 if small or (path == PUSH and dv.push_mid_ok(src, src_word, n)):
                     # One thread posts it, with 16-byte stores and no barrier: a block
                     # barrier after stores to host memory costs 0.2 to 0.5 us on an H200
-                    # (run 13), and up to 256 B one thread was 0.7 to 1.0 us faster than the
-                    # first warp on an H100, whose barriers cost nothing there but whose
-                    # lanes' hand-off and copy did (BENCHMARKS.md, session 25).
+                    # (run 13), and on an H100 one thread is 0.2 us faster than the first
+                    # warp at 128 B and 0.03 to 0.06 at 256 B (BENCHMARKS.md, session 26).
                     if tid == 0:
                         if small:
                             status = dv.post_small(q, 0, path == INLINE, src, src_word, n, raddr,
