@@ -50,19 +50,22 @@ static uint64_t now_ns(void)
 }
 
 /* Copies pieces of job `job` until none is left to claim. */
+_Static_assert(GW_MAX_COPY_THREADS + 1 <= 0xFFFF, "a job's piece count fits 16 bits of the claim word");
+
 static void take_pieces(struct gw_copy_pool *p, uint32_t job)
 {
     uint64_t v = atomic_load_explicit(&p->claim, memory_order_acquire);
     for (;;) {
         if ((uint32_t)(v >> 32) != job)
             break;
-        uint32_t k = (uint32_t)v;
-        /* The acquire that saw this job's claim word also sees its fields. */
-        if (k >= p->pieces)
+        uint32_t k = (uint32_t)v & 0xFFFF, pieces = (uint32_t)(v >> 16) & 0xFFFF;
+        if (k >= pieces)
             break;
         if (!atomic_compare_exchange_weak_explicit(&p->claim, &v, v + 1, memory_order_acq_rel,
                                                    memory_order_acquire))
             continue;
+        /* The acquire of the swap that claimed piece k of this job sees the job's fields,
+         * and the submitter leaves them as they are until this piece is counted done. */
         size_t off = (size_t)k * p->piece;
         size_t n = p->bytes - off < p->piece ? p->bytes - off : p->piece;
         gw_copy_one(p->dst + off, p->src + off, n);   /* fences its own streaming stores */
@@ -186,13 +189,14 @@ int gw_copy(struct gw_copy_pool *p, void *dst, const void *src, size_t n)
         piece = p->piece_min;
     piece = (piece + 63) & ~(size_t)63;
     uint32_t job = atomic_load_explicit(&p->job, memory_order_relaxed) + 1;
+    uint32_t pieces = (uint32_t)((n + piece - 1) / piece);   /* <= threads + 1 */
     p->dst = dst;
     p->src = src;
     p->bytes = n;
     p->piece = piece;
-    p->pieces = (uint32_t)((n + piece - 1) / piece);
-    atomic_store_explicit(&p->left, p->pieces, memory_order_relaxed);
-    atomic_store_explicit(&p->claim, (uint64_t)job << 32, memory_order_release);
+    atomic_store_explicit(&p->left, pieces, memory_order_relaxed);
+    atomic_store_explicit(&p->claim, (uint64_t)job << 32 | (uint64_t)pieces << 16,
+                          memory_order_release);
     atomic_store_explicit(&p->job, job, memory_order_release);
     if (atomic_load(&p->sleepers))
         syscall(SYS_futex, (uint32_t *)&p->job, FUTEX_WAKE_PRIVATE, GW_MAX_COPY_THREADS, NULL,

@@ -29,9 +29,14 @@ struct gw_copy_pool {
     uint8_t *dst;
     const uint8_t *src;
     size_t bytes, piece;
-    uint32_t pieces;
-    /* (job << 32 | next piece): a helper claims a piece with a compare-and-swap that also
-     * checks the job, so one that wakes late never takes a piece of a later job. */
+    /* (job << 32 | pieces << 16 | next piece): a helper claims a piece with a
+     * compare-and-swap of the whole word, so a claim that succeeds names a piece that
+     * exists in the job it names, and one that wakes late never takes a piece of a later
+     * job. The count is in the word, not a field of its own beside it: read there, a
+     * helper that had seen job J's last piece claimed could read job J + 1's count while
+     * the submitter wrote it (ThreadSanitizer, session 26) and, its swap landing before
+     * J + 1's claim word, copy a piece of J + 1 that was not yet handed out and count it
+     * done: the submitter would then publish J + 1 before its last piece had landed. */
     _Atomic uint64_t claim;
     _Atomic uint32_t left;            /* pieces of the job not yet copied */
     _Atomic uint32_t job;             /* futex word: helpers sleep on it */
