@@ -86,11 +86,14 @@ def sanitize_args(spec: str | None) -> list[str]:
     spec = (spec or "").strip()
     if not spec:
         return []
-    allowed = {"address", "undefined"}
+    allowed = {"address", "undefined", "thread"}
     names = [name.strip() for name in spec.split(",")]
     if not names or any(name not in allowed for name in names):
         raise SystemExit(f"GPUWRITE_SANITIZE={spec!r}: allowed a comma-separated list of "
                          f"{sorted(allowed)}")
+    if "thread" in names and "address" in names:
+        raise SystemExit(f"GPUWRITE_SANITIZE={spec!r}: thread and address cannot be combined "
+                         "(their runtimes each take over the process's memory)")
     return [f"-fsanitize={','.join(names)}", "-fno-sanitize-recover=all",
             "-fno-omit-frame-pointer", "-g", "-O1"]
 
