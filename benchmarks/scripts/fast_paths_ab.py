@@ -3,43 +3,32 @@ aligned 16-byte vectors as straight-line predicated code, ahead of the general c
 ``preload`` / ``store_preloaded`` (per-word loads and stores, byte stores of a last
 partial word), in the first warp's path and in the block path.
 
-  A     as committed
+  A     as committed at the time (f5f3e3c; from 8284ee9 on, A holds the change itself)
   W0F3  warp_store_ab's F3 at 256 B (no push_mid branch; straight-line stores)
   W0H   W0F3 with the straight-line preload too
   AF    A with both, wherever the kernel preloads (warp and block paths)
 
 32 and 256 threads, five rounds in turn, 2000 messages each (1000 at 16 KiB), p50 us.
 Usage: python3 benchmarks/scripts/fast_paths_ab.py OUT.jsonl"""
-import json
 import sys
 
-from numba import uint32
-
 from gpuwrite.cudaenv import cuda
-from gpuwrite.device.copy import preload
-from gpuwrite.device.intrinsics import address_of, ld_v4_u32
-from gpuwrite.paths import kernels as K, runner
+from gpuwrite.device.copy import load16_if, preload
+from gpuwrite.device.intrinsics import address_of
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 import warp_store_ab as WS  # noqa: E402
-
-
-@cuda.jit(device=True, inline=True)
-def _ld16p(src, word, present):
-    if present:
-        return ld_v4_u32(src, word)
-    z = uint32(0)
-    return (z, z, z, z)
+from _ab import run_rounds  # noqa: E402
 
 
 @cuda.jit(device=True)
 def preload_fast(src, src_word, nbytes, rank, nranks):
     if (nbytes & 15) == 0 and (address_of(src, src_word) & 15) == 0:
         nvec = nbytes >> 4
-        return (_ld16p(src, src_word + 4 * rank, rank < nvec),
-                _ld16p(src, src_word + 4 * (rank + nranks), rank + nranks < nvec),
-                _ld16p(src, src_word + 4 * (rank + 2 * nranks), rank + 2 * nranks < nvec),
-                _ld16p(src, src_word + 4 * (rank + 3 * nranks), rank + 3 * nranks < nvec))
+        return (load16_if(src, src_word + 4 * rank, rank < nvec),
+                load16_if(src, src_word + 4 * (rank + nranks), rank + nranks < nvec),
+                load16_if(src, src_word + 4 * (rank + 2 * nranks), rank + 2 * nranks < nvec),
+                load16_if(src, src_word + 4 * (rank + 3 * nranks), rank + 3 * nranks < nvec))
     return preload(src, src_word, nbytes, rank, nranks)
 
 
@@ -59,21 +48,7 @@ PLAN = {256: ("W0F3", "W0H"), 1024: ("A", "AF"), 4096: ("A", "AF"), 16384: ("A",
 
 def main(out_path: str) -> None:
     ks = {v: variant(v) for v in ("A", "W0F3", "W0H", "AF")}
-    out = open(out_path, "w")
-    for rnd in range(5):
-        for th in (32, 256):
-            for size, vs in PLAN.items():
-                for v in vs:
-                    K._BY_PATH["gpu_push"] = ks[v]
-                    r = runner.run("gpu_push", [size] * (1000 if size > 4096 else 2000),
-                                   n_qps=1, wait_each=True, block_threads=th,
-                                   stage_slot_bytes=256)
-                    row = dict(round=rnd, v=v, size=size, threads=th, p50=r.latency_p50_us,
-                               delivered=r.delivered, messages=r.messages)
-                    out.write(json.dumps(row) + "\n")
-                    out.flush()
-                    print(row, flush=True)
-    K._BY_PATH.pop("gpu_push", None)
+    run_rounds(ks, PLAN, out_path, messages=lambda size: 1000 if size > 4096 else 2000)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 64-byte message, what a shuffle hand-off gains the first warp's path, and where the warp
 path's extra 0.7 us at 256 B lies (loads or stores).
 
-  A    as committed
+  A    as committed (f5f3e3c; with --after, 8284ee9)
   N    without the push_mid branch (``if small:``): 64 B
   S    A with lane 0's reservation handed to the lanes by shuffles (no shared memory, no
        first warp barrier): 1 KiB and 2 KiB
@@ -14,28 +14,20 @@ path's extra 0.7 us at 256 B lies (loads or stores).
 With ``--after`` (run on the tree after fast_paths_ab.py's straight-line preload and store
 were adopted): A against N only, at 64, 128, 256 and 1024 B.
 Usage: python3 benchmarks/scripts/mid_branch_ab.py [--after] OUT.jsonl"""
-import json
 import sys
 import types as pytypes
 
-from gpuwrite.paths import kernels as K, runner
+from gpuwrite.paths import kernels as K
 
-K_SRC = open(K.__file__).read()
-MID = "                if small or (path == PUSH and dv.push_mid_ok(src, src_word, n)):\n"
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from _ab import run_rounds  # noqa: E402
+
+from warp_path_ab import K_SRC, MID, RES  # noqa: E402  (the kernel's text they replace)
+
+# The first warp's path: its preload, then warp_path_ab's lines from the reservation on.
 WARP = """                        pre = preload_fits(n, lanes)
                         x = preload(src, src_word, n if pre else 0, tid, lanes)
-                        if tid == 0:
-                            st, word = dv.push_reserve(q, 0, n, raddr, rkey, signaled, timeout)
-                            sh[0] = st
-                            sh[1] = word
-                        warp_sync(lanes)
-                        status = sh[0]
-                        if status == 0 and pre:
-                            store_preloaded(q[dv.Q_STAGE][0], sh[1], x, n, tid, lanes)
-                        elif status == 0:
-                            copy_bytes(q[dv.Q_STAGE][0], sh[1], src, src_word, n, tid, lanes)
-                        warp_sync(lanes)
-"""
+""" + RES
 SHUFFLE = """                        pre = preload_fits(n, lanes)
                         x = preload(src, src_word, n if pre else 0, tid, lanes)
                         st = 0
@@ -128,21 +120,8 @@ PLAN_AFTER = {64: ("A", "N"), 128: ("A", "N"), 256: ("A", "N"), 1024: ("A", "N")
 
 
 def main(out_path: str, plan=PLAN) -> None:
-    ks = {v: variant(v) for v in sorted({v for vs in plan.values() for v in vs})}
-    out = open(out_path, "w")
-    for rnd in range(5):
-        for th in (32, 256):
-            for size, vs in plan.items():
-                for v in vs:
-                    K._BY_PATH["gpu_push"] = ks[v]
-                    r = runner.run("gpu_push", [size] * 2000, n_qps=1, wait_each=True,
-                                   block_threads=th, stage_slot_bytes=256)
-                    row = dict(round=rnd, v=v, size=size, threads=th, p50=r.latency_p50_us,
-                               delivered=r.delivered, messages=r.messages)
-                    out.write(json.dumps(row) + "\n")
-                    out.flush()
-                    print(row, flush=True)
-    K._BY_PATH.pop("gpu_push", None)
+    names = sorted({v for vs in plan.values() for v in vs})
+    run_rounds({v: variant(v) for v in names}, plan, out_path)
 
 
 if __name__ == "__main__":

@@ -6,11 +6,13 @@ and the first barrier (W5), and without the second barrier (W6: a diagnostic onl
 then orders the lanes' stores before the doorbell). 256 B and 1 KiB, 32 and 256 threads,
 five rounds in turn, 2000 messages each, p50 us.
 Usage: python3 benchmarks/scripts/warp_path_ab.py OUT.jsonl"""
-import json
 import sys
 import types as pytypes
 
-from gpuwrite.paths import kernels as K, runner
+from gpuwrite.paths import kernels as K
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from _ab import run_rounds  # noqa: E402
 
 K_SRC = open(K.__file__).read()
 MID = "                if small or (path == PUSH and dv.push_mid_ok(src, src_word, n)):\n"
@@ -63,22 +65,8 @@ def variant(v: str):
 
 def main(out_path: str) -> None:
     ks = {v: variant(v) for v in ("A", "W0", "W1", "W5", "W6")}
-    out = open(out_path, "w")
-    for rnd in range(5):
-        for th in (32, 256):
-            for size in (256, 1024):
-                for v in ks:
-                    if v == "W1" and size > 256:
-                        continue
-                    K._BY_PATH["gpu_push"] = ks[v]
-                    r = runner.run("gpu_push", [size] * 2000, n_qps=1, wait_each=True,
-                                   block_threads=th, stage_slot_bytes=256)
-                    row = dict(round=rnd, v=v, size=size, threads=th, p50=r.latency_p50_us,
-                               delivered=r.delivered, messages=r.messages)
-                    out.write(json.dumps(row) + "\n")
-                    out.flush()
-                    print(row, flush=True)
-    K._BY_PATH.pop("gpu_push", None)
+    # W1 (lane 0 posting it all) holds at most 256 B
+    run_rounds(ks, {256: tuple(ks), 1024: ("A", "W0", "W5", "W6")}, out_path)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ mid_branch_ab.py found that the lanes loading (lane 0 storing) and the lanes sto
 (lane 0 loading) are each as fast as one thread; only the lanes doing both, through
 ``store_preloaded`` and its ``copy_bytes`` fallback, are slow.
 
-  A     as committed (push_mid for 80 to 256 B)
+  A     as committed at the time (f5f3e3c: push_mid for 80 to 256 B)
   W0    without the push_mid branch: 256 B takes the warp path
   F1    W0 with a straight-line store of whole aligned vectors before store_preloaded
   F2    W0 without the warp path's copy_bytes fallback (never taken here: 32 lanes hold
@@ -15,17 +15,17 @@ mid_branch_ab.py found that the lanes loading (lane 0 storing) and the lanes sto
 
 32 and 256 threads, five rounds in turn, 2000 messages each, p50 us.
 Usage: python3 benchmarks/scripts/warp_store_ab.py OUT.jsonl"""
-import json
 import sys
 import types as pytypes
 
 from gpuwrite.cudaenv import cuda
 from gpuwrite.device.copy import store_preloaded
 from gpuwrite.device.intrinsics import address_of, st_v4_u32
-from gpuwrite.paths import kernels as K, runner
+from gpuwrite.paths import kernels as K
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 import mid_branch_ab as MB  # noqa: E402
+from _ab import run_rounds  # noqa: E402
 
 
 @cuda.jit(device=True)
@@ -82,20 +82,7 @@ PLAN = {256: ("W0", "F1", "F2", "F3", "A"), 1024: ("A", "F3A", "F3S"),
 
 def main(out_path: str) -> None:
     ks = {v: variant(v) for v in ("A", "W0", "F1", "F2", "F3", "F3A", "F3S")}
-    out = open(out_path, "w")
-    for rnd in range(5):
-        for th in (32, 256):
-            for size, vs in PLAN.items():
-                for v in vs:
-                    K._BY_PATH["gpu_push"] = ks[v]
-                    r = runner.run("gpu_push", [size] * 2000, n_qps=1, wait_each=True,
-                                   block_threads=th, stage_slot_bytes=256)
-                    row = dict(round=rnd, v=v, size=size, threads=th, p50=r.latency_p50_us,
-                               delivered=r.delivered, messages=r.messages)
-                    out.write(json.dumps(row) + "\n")
-                    out.flush()
-                    print(row, flush=True)
-    K._BY_PATH.pop("gpu_push", None)
+    run_rounds(ks, PLAN, out_path)
 
 
 if __name__ == "__main__":

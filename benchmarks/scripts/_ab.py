@@ -1,0 +1,32 @@
+"""What the same-host A/B scripts of sessions 25 and 26 share: kernel variants of
+send_messages for gpu_push run in turn, one message in flight, so that drift on the host
+falls on every variant alike."""
+import json
+
+from gpuwrite.paths import kernels as K, runner
+
+
+def run_rounds(kernels: dict, plan: dict, out_path: str, rounds: int = 5,
+               threads=(32, 256), messages=lambda size: 2000) -> None:
+    """For each round, block size and message size of ``plan`` (size -> variant names),
+    launches each variant's kernel (``kernels[name]``, what ``runner.run`` then takes for
+    gpu_push) on ``messages(size)`` messages of that size and writes one JSON line of
+    its p50 to ``out_path``."""
+    with open(out_path, "w") as out:
+        try:
+            for rnd in range(rounds):
+                for th in threads:
+                    for size, names in plan.items():
+                        for v in names:
+                            K._BY_PATH["gpu_push"] = kernels[v]
+                            r = runner.run("gpu_push", [size] * messages(size), n_qps=1,
+                                           wait_each=True, block_threads=th,
+                                           stage_slot_bytes=256)
+                            row = dict(round=rnd, v=v, size=size, threads=th,
+                                       p50=r.latency_p50_us, delivered=r.delivered,
+                                       messages=r.messages)
+                            out.write(json.dumps(row) + "\n")
+                            out.flush()
+                            print(row, flush=True)
+        finally:
+            K._BY_PATH.pop("gpu_push", None)
