@@ -43,7 +43,10 @@ share of the bound more (the engine's share: its least turnaround for that path;
 nic_pull, gpu_push's, and the rest of its turnaround is its read, ``pull``, which the
 bound has no share for: ``sweep_steps``; for the 64-byte latency, the floor of the same
 repeat is the GPU side's share, and the push breakdown of that repeat is kept beside it);
-for bandwidth and rate, against the median run. Every rate run also keeps the engine's side
+for bandwidth and rate, against the median run. A sweep point's runs slower than its
+fastest by about a whole completion-poll read (``poll_read_us``: the floor's rise when the
+host answers late) are listed as ``runs_a_poll_read_later``: their completions were found a
+read later, which is the poll's phase, not the path's work. Every rate run also keeps the engine's side
 (``rate_engine_side``: its turnaround and how many doorbell rings it saw in one look), which
 is where the slow runs of session 18 lost their time.
 """
@@ -328,6 +331,10 @@ def _answered_pingpong_us(iters: int, launch, answer_delay_ns: int = 0) -> float
     return _p50_after_start_us(ns)
 
 
+# A rise of the floor answered late smaller than this is not a whole poll read.
+POLL_READ_MIN_US = 0.5
+
+
 def floor_pingpong_us(iters: int, poll_delay_ns: int = 0, answer_delay_ns: int = 0) -> float:
     """Median round trip of a bare doorbell ping-pong between GPU and a host C thread;
     ``poll_delay_ns`` after its store, the GPU starts polling for the answer; the host
@@ -577,12 +584,42 @@ def run_suite(quick: bool = False, progress=None, *, sizes=SWEEP_SIZES, paths=SW
                                  repeats=reps, step=step,
                                  reverse_us=out["floor_reverse_64B_us"]["median"])
     out["verdict"] = out.get("verdict", {})
+    read = poll_read_us(out.get("floor_by_answer_delay_us", {}))
+    if read is not None:
+        out["poll_read_us"] = read
     for pt in out["sweep"]:
+        pt["runs_a_poll_read_later"] = poll_phase_runs([r["p50_us"] for r in pt["runs"]], read)
         if pt["target_ratio"] is not None:
             key = f"sweep {pt['path']} {pt['size_bytes']} B {pt['threads']} thr"
             out["verdict"][key] = pt["runs_met"] == len(pt["runs"])
             if pt.get("target_below_least"):
                 out.setdefault("targets_below_least", {})[key] = pt["least_ratio"]
+    return out
+
+
+def poll_read_us(stairs: dict) -> float | None:
+    """The completion poll's read, from the floor answered late (``floor_by_answer_delay_us``,
+    delay ns -> us): the largest rise between consecutive delays, where it is at least half
+    a microsecond; None where no delay moved the floor that much. The poll is a chain of
+    reads of host memory, one in flight at a time, so an answer that misses a read waits
+    for the next: the floor rises by a whole read (1.1 us on H100 hosts) at some delay."""
+    vals = [stairs[k] for k in sorted(stairs, key=int)]
+    rise = max((b - a for a, b in zip(vals, vals[1:])), default=0.0)
+    return rise if rise >= POLL_READ_MIN_US else None
+
+
+def poll_phase_runs(p50s, read_us: float | None, tol: float = 0.25) -> list[int]:
+    """The runs of one point slower than its fastest by about a whole number of completion
+    poll reads (within ``tol`` of one read): runs whose completion was found a read or more
+    later, the poll's phase rather than the path's work. [] without a read."""
+    if not read_us:
+        return []
+    lo = min(p50s)
+    out = []
+    for k, p in enumerate(p50s):
+        n = round((p - lo) / read_us)
+        if n >= 1 and abs(p - lo - n * read_us) <= tol * read_us:
+            out.append(k)
     return out
 
 

@@ -146,6 +146,17 @@ def _copies(out: dict) -> str:
             f"{two('block256_copy')} GB/s")
 
 
+def _sweep_why(pt: dict) -> str:
+    """Where a sweep point's missed runs lost their time: the steps named, and how many of
+    its runs were a whole completion-poll read later than its fastest."""
+    lost = sorted({r["lost_in"]["step"] for r in pt["runs"] if "lost_in" in r})
+    late = len(pt.get("runs_a_poll_read_later", []))
+    parts = [", ".join(lost)] if lost else []
+    if late:
+        parts.append(f"{late} run{'s' if late > 1 else ''} a poll read later")
+    return "; ".join(parts)
+
+
 def _print(out: dict) -> None:
     console.print(f"[bold]gpuwrite bench[/bold] on {out['world']}; every repeated figure as "
                   f"min / median / max of {out['repeats']} runs")
@@ -169,10 +180,15 @@ def _print(out: dict) -> None:
             console.print(f"  gpu_push's least (the floor's ping-pong after the stores a 64-byte "
                           f"push orders before its doorbell): {_mmm(push['least_us'])} us, "
                           f"{_mmm(push['least_ratio'])}x the floor")
+        read = out.get("poll_read_us")
         for miss in push["misses"]:
+            grew = miss["lost_in"]["grew_by"]
+            reads = round(grew / read) if read else 0
+            note = (f" (about {reads} completion-poll read{'s' if reads > 1 else ''})"
+                    if reads >= 1 and abs(grew - reads * read) <= 0.25 * read else "")
             console.print(f"  run {miss['run'] + 1} missed ({miss['ratio']:.2f}x): the "
-                          f"{miss['lost_in']['step']} side took {miss['lost_in']['grew_by']:.2f} us "
-                          "more than its share of the floor")
+                          f"{miss['lost_in']['step']} side took {grew:.2f} us "
+                          f"more than its share of the floor{note}")
         by_pause = out.get("gpu_push_64B_by_poll_delay_us")
         if by_pause:
             pause = out.get("gpu_push_poll_delay_ns", 0)
@@ -204,17 +220,21 @@ def _print(out: dict) -> None:
                              "delivered"], rows))
     rows = []
     for pt in out["sweep"]:
-        lost = [r["lost_in"]["step"] for r in pt["runs"] if "lost_in" in r]
+        why = _sweep_why(pt)
         rows.append([pt["path"], pt["size_bytes"], pt["threads"], _mmm(pt["p50_us"]),
                      pt["bound_us"], _mmm(pt["ratio"]),
                      f"{pt['least_ratio']:.2f}" if "least_ratio" in pt else "",
                      pt["engine_us"]["median"],
                      "" if pt["target_ratio"] is None else
                      f"{pt['runs_met']}/{len(pt['runs'])} <= {pt['target_ratio']}x"
-                     + (f" (lost in: {', '.join(sorted(set(lost)))})" if lost else "")])
+                     + (f" (lost in: {why})" if why else "")])
     console.print(table("latency vs size, one message in flight (bound = floor + size / ceiling)",
                         ["path", "bytes", "thr", "p50 us", "bound us", "x bound",
                          "least, x bound", "engine us", "runs met"], rows))
+    if "poll_read_us" in out:
+        console.print(f"  a poll read later: slower than the point's fastest run by about a whole "
+                      f"completion-poll read ({out['poll_read_us']:.2f} us, the floor's rise when "
+                      "the host answers late): the poll's phase, not the path's work")
     for path in sorted({pt["path"] for pt in out["sweep"]}):
         console.print(f"  {path}: {next(pt['emulation'] for pt in out['sweep'] if pt['path'] == path)}")
     below = out.get("targets_below_least", {})

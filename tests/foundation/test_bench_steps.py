@@ -311,3 +311,44 @@ def test_the_bench_names_which_least_a_target_lies_below(capsys):
     assert ("target sweep nic_pull 65536 B 256 thr: missed (below the least: floor + the "
             "64-byte reverse trip + the rest's copy = 1.85x the bound)") in text
     assert "gpu_push 65536 B 256 thr: missed (" not in text
+
+
+def test_the_poll_read_is_the_floors_rise_when_the_host_answers_late():
+    """The floor answered late rises by a whole completion-poll read at some delay (session
+    26's first host: 3.20 us up to 800 ns, 4.29 from 1000); a floor that never rises by
+    half a microsecond gives no read."""
+    stairs = {"0": 3.2, "100": 3.17, "200": 3.23, "800": 3.2, "1000": 4.29, "1200": 4.29}
+    assert suite.poll_read_us(stairs) == pytest.approx(1.09)
+    assert suite.poll_read_us({"0": 3.2, "100": 3.3, "200": 3.5}) is None
+    assert suite.poll_read_us({}) is None
+
+
+def test_runs_a_whole_poll_read_slower_than_the_fastest_are_named():
+    """Of one point's runs, those slower than the fastest by about one or two reads are
+    the poll's phase; the fastest, its equals and a run half a read slower are not."""
+    p50s = [5.18, 5.15, 3.84, 4.4, 3.86, 6.02]
+    assert suite.poll_phase_runs(p50s, 1.1) == [0, 1, 5]
+    assert suite.poll_phase_runs(p50s, None) == []
+    assert suite.poll_phase_runs([3.8, 3.8], 1.1) == []
+
+
+def test_the_printed_sweep_counts_the_runs_a_poll_read_later(capsys):
+    """Printed, a sweep point says how many of its runs lost a whole poll read, and the
+    64-byte misses that lost about one say so (session 26's first host)."""
+    from gpuwrite.cli.bench import _print, _sweep_why
+    out = json.load(open(REPO / "benchmarks" / "h100-2026-11-27-bench-session26.json"))
+    out["poll_read_us"] = suite.poll_read_us(out["floor_by_answer_delay_us"])
+    for pt in out["sweep"]:
+        pt["runs_a_poll_read_later"] = suite.poll_phase_runs(
+            [r["p50_us"] for r in pt["runs"]], out["poll_read_us"])
+    out["latency_64B"]["gpu_push"]["misses"][0]["lost_in"]["grew_by"] = 1.1
+    _print(out)
+    text = " ".join(capsys.readouterr().out.split())
+    assert "completion-poll read (1.09 us" in text
+    assert "took 1.10 us more than its share of the floor (about 1 completion-poll read)" in text
+    assert "a poll read later" in text
+    # gpu_push 1 KiB, 32 threads: 5.18 / 5.15 / 5.12 us against 3.84 / 3.84
+    kib = next(pt for pt in out["sweep"] if (pt["path"], pt["size_bytes"], pt["threads"]) ==
+               ("gpu_push", 1024, 32))
+    assert _sweep_why(kib) == "gpu; 3 runs a poll read later"
+    assert _sweep_why({"runs": [{"p50_us": 3.0}]}) == ""
