@@ -49,9 +49,9 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* Copies pieces of job `job` until none is left to claim. */
 _Static_assert(GW_MAX_COPY_THREADS + 1 <= 0xFFFF, "a job's piece count fits 16 bits of the claim word");
 
+/* Copies pieces of job `job` until none is left to claim. */
 static void take_pieces(struct gw_copy_pool *p, uint32_t job)
 {
     uint64_t v = atomic_load_explicit(&p->claim, memory_order_acquire);
