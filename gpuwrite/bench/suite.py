@@ -608,19 +608,21 @@ def poll_read_us(stairs: dict) -> float | None:
     return rise if rise >= POLL_READ_MIN_US else None
 
 
-def poll_phase_runs(p50s, read_us: float | None, tol: float = 0.25) -> list[int]:
-    """The runs of one point slower than its fastest by about a whole number of completion
-    poll reads (within ``tol`` of one read): runs whose completion was found a read or more
-    later, the poll's phase rather than the path's work. [] without a read."""
+def whole_reads(extra_us: float, read_us: float | None, tol: float = 0.25) -> int:
+    """How many whole completion-poll reads ``extra_us`` is (1 or more, within ``tol`` of
+    one read), else 0; 0 without a read."""
     if not read_us:
-        return []
+        return 0
+    n = round(extra_us / read_us)
+    return n if n >= 1 and abs(extra_us - n * read_us) <= tol * read_us else 0
+
+
+def poll_phase_runs(p50s, read_us: float | None) -> list[int]:
+    """The runs of one point slower than its fastest by about a whole number of completion
+    poll reads (``whole_reads``): runs whose completion was found a read or more later, the
+    poll's phase rather than the path's work. [] without a read."""
     lo = min(p50s)
-    out = []
-    for k, p in enumerate(p50s):
-        n = round((p - lo) / read_us)
-        if n >= 1 and abs(p - lo - n * read_us) <= tol * read_us:
-            out.append(k)
-    return out
+    return [k for k, p in enumerate(p50s) if whole_reads(p - lo, read_us)]
 
 
 def latency_least(leasts, floors) -> dict:

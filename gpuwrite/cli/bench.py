@@ -180,12 +180,11 @@ def _print(out: dict) -> None:
             console.print(f"  gpu_push's least (the floor's ping-pong after the stores a 64-byte "
                           f"push orders before its doorbell): {_mmm(push['least_us'])} us, "
                           f"{_mmm(push['least_ratio'])}x the floor")
-        read = out.get("poll_read_us")
+        from gpuwrite.bench.suite import whole_reads
         for miss in push["misses"]:
             grew = miss["lost_in"]["grew_by"]
-            reads = round(grew / read) if read else 0
-            note = (f" (about {reads} completion-poll read{'s' if reads > 1 else ''})"
-                    if reads >= 1 and abs(grew - reads * read) <= 0.25 * read else "")
+            reads = whole_reads(grew, out.get("poll_read_us"))
+            note = f" (about {reads} completion-poll read{'s' if reads > 1 else ''})" if reads else ""
             console.print(f"  run {miss['run'] + 1} missed ({miss['ratio']:.2f}x): the "
                           f"{miss['lost_in']['step']} side took {grew:.2f} us "
                           f"more than its share of the floor{note}")
