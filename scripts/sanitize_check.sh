@@ -88,6 +88,9 @@ files=$host_tests
 [ "$mode" != quick ] && files="$files $kernel_tests"
 marks="not slow"
 [ "$mode" = full ] && marks="slow or not slow"
+# Under ThreadSanitizer the simulator's threads run several times slower: the slow
+# 128-thread copy test took more than its 300 s (session 26). Every test's limit x 6.
+case ,$SANITIZE, in *,thread,*) export GPUWRITE_TIMEOUT_SCALE=${GPUWRITE_TIMEOUT_SCALE:-6} ;; esac
 # --capture=sys: a sanitizer writes its report to file descriptor 2 and stops the process;
 # pytest's default capture of that descriptor would take the report with it.
 # The RSS test counts what 300 dropped contexts keep: ASan's quarantine keeps freed

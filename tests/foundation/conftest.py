@@ -1,3 +1,4 @@
+import os
 from pathlib import Path
 
 import pytest
@@ -15,10 +16,30 @@ HERE = Path(__file__).resolve().parent
 DEFAULT_TIMEOUT_S = 60 if SIMULATOR else 180
 
 
+def _timeout_scale() -> float:
+    """GPUWRITE_TIMEOUT_SCALE (default 1): every foundation test's limit is multiplied by
+    it. Under ThreadSanitizer the simulator's threads run several times slower
+    (scripts/sanitize_check.sh sets it there)."""
+    raw = os.environ.get("GPUWRITE_TIMEOUT_SCALE", "1")
+    try:
+        scale = float(raw)
+    except ValueError:
+        scale = 0.0
+    if not scale >= 1:
+        raise pytest.UsageError(f"GPUWRITE_TIMEOUT_SCALE={raw!r}: allowed a number >= 1")
+    return scale
+
+
 def pytest_collection_modifyitems(config, items):
+    scale = _timeout_scale()
     for item in items:
-        if HERE in Path(item.path).resolve().parents and item.get_closest_marker("timeout") is None:
-            item.add_marker(pytest.mark.timeout(DEFAULT_TIMEOUT_S))
+        if HERE not in Path(item.path).resolve().parents:
+            continue
+        marker = item.get_closest_marker("timeout")
+        if marker is None:
+            item.add_marker(pytest.mark.timeout(DEFAULT_TIMEOUT_S * scale))
+        elif scale != 1 and marker.args:
+            item.add_marker(pytest.mark.timeout(marker.args[0] * scale))
 
 
 @pytest.fixture
