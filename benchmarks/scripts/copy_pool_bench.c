@@ -6,7 +6,9 @@
  * Build and run (from the repository root):
  *   cc -O2 -Icsrc -o /tmp/cpb benchmarks/scripts/copy_pool_bench.c csrc/gw_copy.c -lpthread
  *   /tmp/cpb [helpers] [gap_ns]
- * Prints one line per (size, mode): median / p90 / max ns of 2000 copies. */
+ * Prints one line per (size, mode): median / p90 / max ns of 2000 copies.
+ * scripts/sanitize_check.sh (SANITIZE=thread) also builds it with -fsanitize=thread, as the
+ * copy pool's race driver: the submitter, the helpers and the source's writer race here. */
 #define _GNU_SOURCE
 #include <stdint.h>
 #include <stddef.h>
