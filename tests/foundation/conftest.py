@@ -1,3 +1,4 @@
+import math
 import os
 from pathlib import Path
 
@@ -25,8 +26,8 @@ def _timeout_scale() -> float:
         scale = float(raw)
     except ValueError:
         scale = 0.0
-    if not scale >= 1:
-        raise pytest.UsageError(f"GPUWRITE_TIMEOUT_SCALE={raw!r}: allowed a number >= 1")
+    if not (math.isfinite(scale) and scale >= 1):
+        raise pytest.UsageError(f"GPUWRITE_TIMEOUT_SCALE={raw!r}: allowed a finite number >= 1")
     return scale
 
 
