@@ -10,6 +10,7 @@
 #include <sched.h>
 #include <linux/futex.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -49,40 +50,38 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-_Static_assert(GW_MAX_COPY_THREADS + 1 <= 0xFFFF, "a job's piece count fits 16 bits of the claim word");
+_Static_assert(GW_MAX_COPY_THREADS + 1 <= 0xFFFF, "a job's piece count fits 16 bits of seq");
 
-/* Copies pieces of job `job` until none is left to claim. */
-static void take_pieces(struct gw_copy_pool *p, uint32_t job)
+/* Copies piece k (>= 1) of job `job` if its state is still below claimed for that job and
+ * this thread's compare-and-swap claims it; then marks it copied. */
+static void take_piece(struct gw_copy_pool *p, uint32_t k, uint64_t job)
 {
-    uint64_t v = atomic_load_explicit(&p->claim, memory_order_acquire);
-    for (;;) {
-        if ((uint32_t)(v >> 32) != job)
-            break;
-        uint32_t k = (uint32_t)v & 0xFFFF, pieces = (uint32_t)(v >> 16) & 0xFFFF;
-        if (k >= pieces)
-            break;
-        if (!atomic_compare_exchange_weak_explicit(&p->claim, &v, v + 1, memory_order_acq_rel,
-                                                   memory_order_acquire))
-            continue;
-        /* The acquire of the swap that claimed piece k of this job sees the job's fields,
-         * and the submitter leaves them as they are until this piece is counted done. */
-        size_t off = (size_t)k * p->piece;
-        size_t n = p->bytes - off < p->piece ? p->bytes - off : p->piece;
-        gw_copy_one(p->dst + off, p->src + off, n);   /* fences its own streaming stores */
-        atomic_fetch_sub_explicit(&p->left, 1, memory_order_release);
-        v = atomic_load_explicit(&p->claim, memory_order_acquire);
-    }
+    struct gw_copy_slot *s = &p->slot[k];
+    uint64_t v = atomic_load_explicit(&s->state, memory_order_relaxed);
+    if (v >= job << 1 ||
+        !atomic_compare_exchange_strong_explicit(&s->state, &v, job << 1, memory_order_acq_rel,
+                                                 memory_order_relaxed))
+        return;
+    /* Claimed: the job's fields are this job's (the acquire of `seq` that named it saw
+     * them), and the submitter leaves them as they are until this piece is marked. */
+    size_t off = (size_t)k * p->piece;
+    size_t n = p->bytes - off < p->piece ? p->bytes - off : p->piece;
+    gw_copy_one(p->dst + off, p->src + off, n);   /* fences its own streaming stores */
+    atomic_store_explicit(&s->state, job << 1 | 1, memory_order_release);
 }
 
 static void *helper_main(void *arg)
 {
-    struct gw_copy_pool *p = arg;
-    uint32_t seen = atomic_load_explicit(&p->job, memory_order_acquire);
+    struct gw_copy_pool *p = ((struct gw_copy_pool **)arg)[0];
+    uint32_t k = (uint32_t)(uintptr_t)((void **)arg)[1];   /* the piece this helper takes */
+    free(arg);
+    uint64_t seen = atomic_load_explicit(&p->seq, memory_order_acquire) >> 16;
     while (!atomic_load_explicit(&p->stop, memory_order_acquire)) {
-        uint32_t job = atomic_load_explicit(&p->job, memory_order_acquire);
-        if (job != seen) {
-            seen = job;
-            take_pieces(p, job);
+        uint64_t seq = atomic_load_explicit(&p->seq, memory_order_acquire);
+        if (seq >> 16 != seen) {
+            seen = seq >> 16;
+            if (k < (seq & 0xFFFF))
+                take_piece(p, k, seen);
             continue;
         }
         /* Idle: spin (a job's pieces must start within a microsecond to help), then
@@ -90,8 +89,8 @@ static void *helper_main(void *arg)
         uint64_t start = now_ns();
         int woke = 0;
         while (now_ns() - start < p->spin_ns) {
-            for (int k = 0; k < 64; k++) {
-                if (atomic_load_explicit(&p->job, memory_order_relaxed) != seen ||
+            for (int r = 0; r < 64; r++) {
+                if (atomic_load_explicit(&p->seq, memory_order_relaxed) >> 16 != seen ||
                     atomic_load_explicit(&p->stop, memory_order_relaxed)) {
                     woke = 1;
                     break;
@@ -104,9 +103,11 @@ static void *helper_main(void *arg)
         if (woke)
             continue;
         atomic_fetch_add(&p->sleepers, 1);
-        /* The kernel compares the word with `seen` under its lock: a job published
-         * after this load and before the wait makes the wait return at once. */
-        syscall(SYS_futex, (uint32_t *)&p->job, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
+        /* The kernel compares the word with the job seen under its lock: a job published
+         * after the increment is either woken for (the submitter sees this sleeper) or
+         * makes the wait return at once (its word is already the new job's). */
+        syscall(SYS_futex, (uint32_t *)&p->wake, FUTEX_WAIT_PRIVATE, (uint32_t)seen, NULL,
+                NULL, 0);
         atomic_fetch_sub(&p->sleepers, 1);
     }
     return NULL;
@@ -145,7 +146,16 @@ int gw_copy_pool_start(struct gw_copy_pool *p, uint32_t threads, uint64_t spin_n
     for (uint32_t i = 0; i < threads; i++) {
         char name[24];
         snprintf(name, sizeof(name), "gw-copy-%u", i);
-        if (gw_thread_create(&p->tid[i], helper_main, p, cpus ? cpus[i] : -1, name) != 0) {
+        void **arg = malloc(2 * sizeof(void *));    /* the pool, and piece i + 1 */
+        int rc = -1;
+        if (arg) {
+            arg[0] = p;
+            arg[1] = (void *)(uintptr_t)(i + 1);
+            rc = gw_thread_create(&p->tid[i], helper_main, arg, cpus ? cpus[i] : -1, name);
+            if (rc != 0)
+                free(arg);
+        }
+        if (rc != 0) {
             p->threads = i;
             gw_copy_pool_stop(p);
             return -1;
@@ -160,8 +170,8 @@ void gw_copy_pool_stop(struct gw_copy_pool *p)
     if (p->threads == 0)
         return;
     atomic_store_explicit(&p->stop, 1, memory_order_release);
-    atomic_fetch_add_explicit(&p->job, 1, memory_order_release);
-    syscall(SYS_futex, (uint32_t *)&p->job, FUTEX_WAKE_PRIVATE, GW_MAX_COPY_THREADS, NULL, NULL, 0);
+    atomic_fetch_add_explicit(&p->wake, 1, memory_order_release);
+    syscall(SYS_futex, (uint32_t *)&p->wake, FUTEX_WAKE_PRIVATE, GW_MAX_COPY_THREADS, NULL, NULL, 0);
     for (uint32_t i = 0; i < p->threads; i++)
         pthread_join(p->tid[i], NULL);
     p->threads = 0;
@@ -183,28 +193,32 @@ int gw_copy(struct gw_copy_pool *p, void *dst, const void *src, size_t n)
         return 0;
     }
     /* A piece per thread (the caller's included), 64-byte multiples so every piece but
-     * the last streams whole lines. */
+     * the last streams whole lines. Piece k >= 1 is helper k - 1's. */
     size_t piece = (n + p->threads) / (p->threads + 1);
     if (piece < p->piece_min)
         piece = p->piece_min;
     piece = (piece + 63) & ~(size_t)63;
-    uint32_t job = atomic_load_explicit(&p->job, memory_order_relaxed) + 1;
     uint32_t pieces = (uint32_t)((n + piece - 1) / piece);   /* <= threads + 1 */
+    uint64_t job = ++p->jobs;
     p->dst = dst;
     p->src = src;
     p->bytes = n;
     p->piece = piece;
-    atomic_store_explicit(&p->left, pieces, memory_order_relaxed);
-    atomic_store_explicit(&p->claim, (uint64_t)job << 32 | (uint64_t)pieces << 16,
-                          memory_order_release);
-    atomic_store_explicit(&p->job, job, memory_order_release);
+    atomic_store_explicit(&p->seq, job << 16 | pieces, memory_order_release);
+    /* Sequentially consistent, as the helpers' increment of `sleepers` is: a helper that
+     * counted itself asleep before this store is seen below and woken. */
+    atomic_store(&p->wake, (uint32_t)job);
     if (atomic_load(&p->sleepers))
-        syscall(SYS_futex, (uint32_t *)&p->job, FUTEX_WAKE_PRIVATE, GW_MAX_COPY_THREADS, NULL,
+        syscall(SYS_futex, (uint32_t *)&p->wake, FUTEX_WAKE_PRIVATE, GW_MAX_COPY_THREADS, NULL,
                 NULL, 0);
-    take_pieces(p, job);
-    /* Helpers that claimed a piece finish it; the acquire pairs with their release. */
-    while (atomic_load_explicit(&p->left, memory_order_acquire) != 0)
-        _mm_pause();
+    gw_copy_one(dst, src, piece < n ? piece : n);
+    /* Every other piece: taken here if its helper has not claimed it yet, else waited
+     * for; the acquire pairs with the helper's release of "copied". */
+    for (uint32_t k = 1; k < pieces; k++) {
+        take_piece(p, k, job);
+        while (atomic_load_explicit(&p->slot[k].state, memory_order_acquire) != (job << 1 | 1))
+            _mm_pause();
+    }
     pthread_mutex_unlock(&p->submit);
     return 1;
 }

@@ -15,34 +15,47 @@
 
 /* Include gw_engine.h first (GW_MAX_COPY_THREADS; it has no include guard: cffi reads it). */
 
+/* One cache line (two: the adjacent-line prefetcher pairs lines) per word that a thread
+ * writes and others poll, so that no write invalidates a word another thread spins on. */
+#define GW_COPY_LINE 128
+
+struct gw_copy_slot {
+    /* Piece k's state for job J (k >= 1; the submitter copies piece 0 itself): below
+     * J << 1 free, J << 1 claimed, J << 1 | 1 copied. Its home helper (k - 1) claims it with
+     * a compare-and-swap; the submitter, its own piece done, takes any piece still free
+     * the same way, so a helper that is late (asleep, descheduled) delays no copy. */
+    _Alignas(GW_COPY_LINE) _Atomic uint64_t state;
+};
+
 struct gw_copy_pool {
     uint32_t threads;                 /* helpers; 0: the pool is off */
     /* Copies shorter than split_bytes are not split, and no piece is shorter than a
-     * quarter of it. Handing pieces out costs about a microsecond more than one thread
-     * takes for 8 KiB: on an H100 host, split deliveries of 4 to 16 KiB took 1.3 to 1.5
-     * us longer than whole ones, also with every shared word on a cache line of its own
-     * and a claim word per piece (BENCHMARKS.md, session 25). */
+     * quarter of it. Below 32 KiB a split did not pay in the engine on the H100 hosts,
+     * with either pool: 8 KiB split took 1 us longer than whole, 16 KiB the same
+     * (BENCHMARKS.md, sessions 25 and 27). */
     size_t split_bytes, piece_min;
+    uint64_t spin_ns;                 /* an idle helper spins this long before sleeping */
     pthread_t tid[GW_MAX_COPY_THREADS];
     pthread_mutex_t submit;           /* one job at a time; a busy pool: the caller copies alone */
-    /* The job: set by the submitter before it publishes `claim`. */
+    uint64_t jobs;                    /* the submitter's job counter (under `submit`) */
+    /* The job: set by the submitter before it publishes `seq`, read by a helper only
+     * once it has claimed a piece of that job, and left as it is until every piece is
+     * copied. */
     uint8_t *dst;
     const uint8_t *src;
     size_t bytes, piece;
-    /* (job << 32 | pieces << 16 | next piece): a helper claims a piece with a
-     * compare-and-swap of the whole word, so a claim that succeeds names a piece that
-     * exists in the job it names, and one that wakes late never takes a piece of a later
-     * job. The count is in the word, not a field of its own beside it: read there, a
-     * helper that had seen job J's last piece claimed could read job J + 1's count while
-     * the submitter wrote it (ThreadSanitizer, session 26) and, its swap landing before
-     * J + 1's claim word, copy a piece of J + 1 that was not yet handed out and count it
-     * done: the submitter would then publish J + 1 before its last piece had landed. */
-    _Atomic uint64_t claim;
-    _Atomic uint32_t left;            /* pieces of the job not yet copied */
-    _Atomic uint32_t job;             /* futex word: helpers sleep on it */
+    /* (job << 16 | pieces): what the idle helpers poll, alone on its line. */
+    _Alignas(GW_COPY_LINE) _Atomic uint64_t seq;
+    _Alignas(GW_COPY_LINE) _Atomic uint32_t wake;   /* futex word (the job's low 32 bits) */
     _Atomic uint32_t sleepers;
     _Atomic int stop;
-    uint64_t spin_ns;                 /* an idle helper spins this long before sleeping */
+    struct gw_copy_slot slot[GW_MAX_COPY_THREADS + 1];
+    /* Why not one claim counter and one pieces-left counter shared by every thread (the
+     * pool until session 27): each helper's compare-and-swap and decrement then waits its
+     * turn for the same two lines, and the helpers polling the job word beside them lose
+     * it at each. On an H100 host (16 vCPUs, 0.19 to 0.21 us one way between two cores)
+     * a job of six helpers and 64-byte pieces took 2.0 us that way and 0.96 us this way
+     * (benchmarks/scripts/handoff_probe.c, BENCHMARKS.md, session 27). */
 };
 
 /* Starts `threads` helpers (0 leaves the pool off) that split copies of at least

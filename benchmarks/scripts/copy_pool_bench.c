@@ -5,8 +5,10 @@
  *
  * Build and run (from the repository root):
  *   cc -O2 -Icsrc -o /tmp/cpb benchmarks/scripts/copy_pool_bench.c csrc/gw_copy.c -lpthread
- *   /tmp/cpb [helpers] [gap_ns]
- * Prints one line per (size, mode): median / p90 / max ns of 2000 copies.
+ *   /tmp/cpb [helpers] [gap_ns] [copies]
+ * Prints one line per (size, mode): median / p90 / max ns of `copies` (2000) copies. Every
+ * copy's destination is checked once gw_copy returns (outside the timed span): a byte not
+ * yet in place ends the run with status 1 (tests/foundation/test_copy_pool.py runs it so).
  * scripts/sanitize_check.sh (SANITIZE=thread) also builds it with -fsanitize=thread, as the
  * copy pool's race driver: the submitter, the helpers and the source's writer race here. */
 #define _GNU_SOURCE
@@ -60,7 +62,12 @@ int main(int argc, char **argv)
 {
     uint32_t helpers = argc > 1 ? (uint32_t)atoi(argv[1]) : 6;
     uint64_t gap_ns = argc > 2 ? (uint64_t)atoll(argv[2]) : 5000;
-    enum { REPS = 2000, MAXB = 1 << 20 };
+    enum { MAXREPS = 2000, MAXB = 1 << 20 };
+    int REPS = argc > 3 ? atoi(argv[3]) : MAXREPS;
+    if (REPS < 1 || REPS > MAXREPS) {
+        fprintf(stderr, "copies=%d: allowed 1 to %d\n", REPS, MAXREPS);
+        return 2;
+    }
     uint8_t *src = aligned_alloc(4096, MAXB), *dst = aligned_alloc(4096, MAXB);
     memset(src, 1, MAXB);
     memset(dst, 0, MAXB);
@@ -72,7 +79,7 @@ int main(int argc, char **argv)
     }
     pthread_t w;
     gw_thread_create(&w, writer, NULL, -1, "writer");
-    static uint64_t t[REPS];
+    static uint64_t t[MAXREPS];
     const size_t sizes[] = {4096, 8192, 16384, 32768, 65536};
     printf("helpers %u, gap %llu ns\n", helpers, (unsigned long long)gap_ns);
     uint32_t ask = 0;
@@ -89,6 +96,25 @@ int main(int argc, char **argv)
                 uint64_t t0 = now_ns();
                 shared += gw_copy(&pool, dst, src, sizes[s]);
                 t[r] = now_ns() - t0;
+                /* The last byte of every 64-byte line first, then every byte: a check
+                 * of every byte in turn is slower than a helper's copy, and would give a
+                 * piece still being copied the time to land. */
+                for (size_t b = 63; b < sizes[s]; b += 64) {
+                    if (dst[b] != (uint8_t)ask) {
+                        fprintf(stderr, "copy %d of %zu B (%s): byte %zu is %u, not %u, when "
+                                "gw_copy returned\n", r, sizes[s], split ? "split" : "whole",
+                                b, dst[b], (uint8_t)ask);
+                        return 1;
+                    }
+                }
+                for (size_t b = 0; b < sizes[s]; b++) {
+                    if (dst[b] != (uint8_t)ask) {
+                        fprintf(stderr, "copy %d of %zu B (%s): byte %zu is %u, not %u, when "
+                                "gw_copy returned\n", r, sizes[s], split ? "split" : "whole",
+                                b, dst[b], (uint8_t)ask);
+                        return 1;
+                    }
+                }
                 uint64_t until = now_ns() + gap_ns;
                 while (now_ns() < until)
                     ;
