@@ -308,8 +308,10 @@ class Context:
     (default ``COPY_SPLIT_BYTES``, 32 KiB) with the worker that copies it (csrc/gw_copy.h):
     one CPU thread copies host memory at about a fifth of a 400 Gb/s link, the step the
     copy stands in for; the counter ``copies_split`` says how many were split. On the
-    project's H100 hosts a split below 32 KiB cost 1.3 to 1.5 us more than it saved
-    (BENCHMARKS.md, session 25). ``None`` picks ``default_copy_threads(workers)``.
+    project's H100 hosts a split below 32 KiB cost more than it saved (1.3 to 1.5 us
+    with the pool of session 25; with the pool of session 27, a line per piece, 8 KiB
+    still 1 us and 16 KiB level; BENCHMARKS.md). ``None`` picks
+    ``default_copy_threads(workers)``.
     ``pin_threads`` confines each engine thread to a CPU of its own
     (:func:`engine_thread_cpus`; ``thread_cpus`` says which, () where unpinned).
     """
