@@ -20,6 +20,7 @@
 #include "gw_layouts.h"
 #include "gw_engine.h"
 #include "gw_copy.h"
+#include "probe_clock.h"
 
 #include <emmintrin.h>
 #include <pthread.h>
@@ -33,19 +34,6 @@
 
 #define LINE 128
 #define MAXH 8
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
 
 static void report(const char *what, uint64_t *ns, int n)
 {
