@@ -32,10 +32,9 @@ from llvmlite import ir
 from numba import cuda, types
 from numba.core.extending import intrinsic
 
-from gpuwrite._gw_cffi import ffi, lib
 from gpuwrite.device.intrinsics import (_element_pointer, globaltimer_ns,
                                         ld_acquire_sys_u32, st_release_sys_u32)
-from gpuwrite.host.memory import mapped
+from gpuwrite.bench.suite import answered_pingpong_ns
 
 
 # Here, not in gpuwrite.device.intrinsics beside its acquire twin: that module is part of the
@@ -116,22 +115,18 @@ def _pipe_kernel(k: int):
 
 
 def round_trips(kernel, iters, delay_ns, spacing=0, drain=False):
-    ping = mapped((16,), np.uint32)
-    pong = mapped((16,), np.uint32)
-    out = cuda.to_device(np.zeros(iters, dtype=np.int64))
-    responder = lib.gw_pong_start_delayed(ffi.cast("void *", ping.address),
-                                          ffi.cast("void *", pong.address), delay_ns)
-    try:
+    """p10, p50 and p90 of the round trips (us, the first tenth left out) and the
+    kernel's whole time per round (us)."""
+    took = []
+
+    def launch(ping, pong, out):
         t = time.perf_counter()
         kernel[1, 32](ping.kernel, pong.kernel, iters, out, 2_000_000_000, spacing, drain)
         cuda.synchronize()
-        per_round = (time.perf_counter() - t) / iters * 1e6
-    finally:
-        lib.gw_pong_stop(responder)
-    ns = out.copy_to_host()[iters // 10:]
-    if (ns < 0).any():
-        raise RuntimeError("no answer within 2 s")
-    return [float(np.percentile(ns, q) / 1e3) for q in (10, 50, 90)] + [per_round]
+        took.append((time.perf_counter() - t) / iters * 1e6)
+
+    ns = answered_pingpong_ns(iters, launch, delay_ns)[iters // 10:]
+    return [float(np.percentile(ns, q) / 1e3) for q in (10, 50, 90)] + took
 
 
 def main():

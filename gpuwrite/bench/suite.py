@@ -311,10 +311,10 @@ def _p50_after_start_us(ns) -> float:
     return float(np.median(ns[len(ns) // 10:]) / 1e3)
 
 
-def _answered_pingpong_us(iters: int, launch, answer_delay_ns: int = 0) -> float:
+def answered_pingpong_ns(iters: int, launch, answer_delay_ns: int = 0) -> np.ndarray:
     """Runs ``launch(ping, pong, out)`` (a ping-pong kernel writing each round trip's ns
     into ``out``, -1 where no answer came) against the host C thread that answers each
-    ping ``answer_delay_ns`` after it sees it; the median round trip in us."""
+    ping ``answer_delay_ns`` after it sees it; every round trip, ns."""
     ping = mapped((16,), np.uint32)
     pong = mapped((16,), np.uint32)
     out = cuda.to_device(np.zeros(iters, dtype=np.int64))
@@ -328,7 +328,12 @@ def _answered_pingpong_us(iters: int, launch, answer_delay_ns: int = 0) -> float
     ns = out.copy_to_host()
     if (ns < 0).any():
         raise RuntimeError("the ping-pong responder did not answer within 2 s")
-    return _p50_after_start_us(ns)
+    return ns
+
+
+def _answered_pingpong_us(iters: int, launch, answer_delay_ns: int = 0) -> float:
+    """The median round trip of ``answered_pingpong_ns``, in us."""
+    return _p50_after_start_us(answered_pingpong_ns(iters, launch, answer_delay_ns))
 
 
 # A rise of the floor answered late smaller than this is not a whole poll read.
