@@ -691,10 +691,14 @@ def _three_targets(out: dict, quick: bool, lat_n: int, repeats: int, step) -> No
     out["latency_64B"] = lat
     out["latency_breakdown_ns"] = {k: spread([b[k] for b in breakdowns]) for k in breakdowns[0]}
     step("gpu_push: 64-byte latency by poll delay")
+    # Each pause held fixed (poll_adapt=False): the default run above starts at
+    # DEFAULT_POLL_DELAY_NS and adapts.
     out["gpu_push_64B_by_poll_delay_us"] = {
         str(d): runner.run("gpu_push", [64] * lat_n, n_qps=1, wait_each=True, block_threads=32,
-                           poll_delay_ns=d).latency_p50_us for d in (0, *POLL_DELAYS_NS)}
+                           poll_delay_ns=d, poll_adapt=False).latency_p50_us
+        for d in (0, *POLL_DELAYS_NS)}
     out["gpu_push_poll_delay_ns"] = DEFAULT_POLL_DELAY_NS
+    out["gpu_push_poll_adapt"] = True
     best_push = min([lat["gpu_push"]["p50_us"]["median"],
                      *out["gpu_push_64B_by_poll_delay_us"].values()])
     best_floor = min([out["floor_pingpong_us"], *out["floor_by_poll_delay_us"].values()])

@@ -191,8 +191,11 @@ def _print(out: dict) -> None:
         by_pause = out.get("gpu_push_64B_by_poll_delay_us")
         if by_pause:
             pause = out.get("gpu_push_poll_delay_ns", 0)
-            console.print(f"  gpu_push pauses {pause} ns before its first completion poll (the "
-                          "QueueSet's default; the floor polls at once); by pause (ns: us): " +
+            how = ("starts at {} ns and follows its completions" if out.get("gpu_push_poll_adapt")
+                   else "is {} ns").format(pause)
+            console.print(f"  gpu_push's pause before its first completion poll {how} (the "
+                          "QueueSet's default; the floor polls at once); by pause held fixed "
+                          "(ns: us): " +
                           ", ".join(f"{d}: {v:.2f}" for d, v in by_pause.items()) +
                           "; the floor by pause: " +
                           ", ".join(f"{d}: {v:.2f}" for d, v in out["floor_by_poll_delay_us"].items()) +

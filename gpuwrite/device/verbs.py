@@ -88,13 +88,14 @@ S_STAGE_SIG = 13    # S_STAGE_RES when the last signaled pushed WQE was posted (
 S_LAST_PI = 14      # producer index of the last WQE written
 S_LAST_AUX = 15     # its bookkeeping word (as kept in Q_WQE_AUX), for poll_cq's common case
 S_CQ_PUB = 16       # CQEs handed back to the NIC: the consumer index last written (cq_publish)
-S_COLS = 17
+S_POLL_ADJ = 17     # ns added to I_POLL_DELAY_NS before a wait's first poll (I_POLL_ADAPT)
+S_COLS = 18
 
 # Columns of the read-only QP description (int64).
 I_QPN, I_SQ_BBS, I_NCQE, I_LOG_NCQE, I_SLOTS, I_SLOT_BYTES, I_STAGE_ADDR, I_STAGE_LKEY, \
     I_BOUNCE_ADDR, I_BOUNCE_LKEY, I_BOUNCE_WORDS, I_SLOT_SHIFT, I_DB_MMIO, I_STAGE_CQE, \
-    I_POLL_DELAY_NS = range(15)
-I_COLS = 15
+    I_POLL_DELAY_NS, I_POLL_ADAPT = range(16)
+I_COLS = 16
 # I_POLL_DELAY_NS: how long a wait for every WQE written lets pass before its first poll (a
 # QueueSet's poll_delay_ns, default gpuwrite.host.verbs.DEFAULT_POLL_DELAY_NS: 300 ns).
 # A host read issued right after the doorbell can reach host memory before the NIC has
@@ -102,6 +103,14 @@ I_COLS = 15
 # 4.9 us polling at once and 3.4 to 3.7 with 300 ns, on H100 and H200 hosts alike (the
 # constant's comment). The best value depends on the machine and the kernel: measure it
 # (``gpuwrite bench`` reports the sweep of pauses; BENCHMARKS.md, sessions 3 and 23).
+# I_POLL_ADAPT: nonzero where that pause follows the completions (``next_poll_adj``): it
+# starts at I_POLL_DELAY_NS, and after each wait for every WQE written it shrinks by
+# _PAUSE_DOWN_NS if the first poll found what the wait needed and grows by _PAUSE_UP_NS if
+# it did not. A completion lands later the larger the message (the NIC's copy), and a first
+# read sent before it lands costs a whole read more: with 300 ns, a 4 KiB gpu_push took
+# 5.22 to 5.28 us on an H100 host, with 900 ns 4.38, and 64 B to 1 KiB were fastest at
+# 300 (BENCHMARKS.md, session 27). The pause so settles just past where the completion
+# lands, whatever the size, host and NIC, and the first poll misses about one wait in nine.
 # I_STAGE_CQE: nonzero where staging credits come back with completions rather than in
 # the NIC status line (a real NIC has no such line): pushed WQEs carry their staging
 # cursor as ``aux`` (``stage_aux``), enough of them are signaled (``stage_signal``), and
@@ -154,6 +163,15 @@ _CQE_INVALID = L.CQE_INVALID
 _CQE_REQ_ERR = L.CQE_REQ_ERR
 _QPS_ERR = L.QPS_ERR
 _POLL_NS = 64
+# How an adapting first-poll pause (I_POLL_ADAPT) moves: down after a wait whose first poll
+# found its completion, up after one whose first poll did not, within 0 .. _PAUSE_MAX_NS.
+# Down eight times slower than up: a miss costs a whole read (1.1 to 1.3 us on an H100
+# host), each step down saves 16 ns. Same-host A/B (BENCHMARKS.md, session 27): 4 KiB 4.35
+# to 4.45 us against 5.22 to 5.28 fixed at 300 ns, 64 B and 256 B level; 128 / 16 was
+# ahead of 256 / 32 at 64 B with 256 threads (3.42 to 3.58 against 3.68 to 3.74).
+_PAUSE_UP_NS = 128
+_PAUSE_DOWN_NS = 16
+_PAUSE_MAX_NS = 8000
 # A completion wait polls this many times back to back before it starts pausing. One poll
 # is a PCIe read round trip (about 1.1 us), which already paces a single thread, and a
 # 64 ns nanosleep sleeps 128 ns on an H200: pausing from the first empty poll added about
@@ -803,8 +821,8 @@ def _poll_cq_until(Q, i, column, target, timeout_ns, timeout_error, pause_max_ns
 
     WQEs written but not yet announced are announced first: their completions may be
     what the wait needs. A wait for every WQE written (``wait_done``) lets
-    ``I_POLL_DELAY_NS`` pass before its first poll: the newest WQE's completion cannot be
-    there sooner. A wait for space (SQ, staging, bounce) polls at once: the completion it
+    ``I_POLL_DELAY_NS`` (with I_POLL_ADAPT, adjusted by ``S_POLL_ADJ``) pass before its
+    first poll: the newest WQE's completion cannot be there sooner. A wait for space (SQ, staging, bounce) polls at once: the completion it
     needs is most often written already, and there a pause is lost time (300 ns before
     every such wait took the 64-byte rate from 37-68 to 23-39 M/s on one H100 host,
     BENCHMARKS.md, session 23). Between empty polls
@@ -816,7 +834,9 @@ def _poll_cq_until(Q, i, column, target, timeout_ns, timeout_error, pause_max_ns
         return OK
     flush_doorbell(Q, i)
     start = globaltimer_ns()
-    delay = Q[Q_INFO][i, I_POLL_DELAY_NS] if column == S_DONE and target >= state[i, S_PI] else 0
+    info = Q[Q_INFO]
+    whole = column == S_DONE and target >= state[i, S_PI]
+    delay = info[i, I_POLL_DELAY_NS] + state[i, S_POLL_ADJ] if whole else 0
     while globaltimer_ns() - start < delay:
         pass
     pause = _POLL_NS
@@ -832,7 +852,21 @@ def _poll_cq_until(Q, i, column, target, timeout_ns, timeout_error, pause_max_ns
             if polls > _EAGER_POLLS:
                 backoff(pause)
                 pause = min(2 * pause, pause_max_ns)
+    if whole and info[i, I_POLL_ADAPT] != 0:
+        state[i, S_POLL_ADJ] = next_poll_adj(state[i, S_POLL_ADJ], info[i, I_POLL_DELAY_NS],
+                                             polls == 0)
     return OK
+
+
+@cuda.jit(device=True)
+def next_poll_adj(adj, delay_ns, first_poll_found):
+    """The first-poll pause's adjustment (S_POLL_ADJ) after a wait for every WQE written
+    (I_POLL_ADAPT): ``_PAUSE_DOWN_NS`` less if its first poll found what it waited for,
+    ``_PAUSE_UP_NS`` more if not; the pause, ``delay_ns`` + the adjustment, stays within
+    0 .. ``_PAUSE_MAX_NS``."""
+    if first_poll_found:
+        return max(adj - _PAUSE_DOWN_NS, -delay_ns)
+    return min(adj + _PAUSE_UP_NS, _PAUSE_MAX_NS - delay_ns)
 
 
 @cuda.jit(device=True)

@@ -132,6 +132,7 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
         stage_slot_bytes: int = 256, block_threads: int | None = None, timeout_s: float = 5.0,
         workers: int | None = None, seed: int = 7, stall_receiver_s: float = 0.0,
         stage_credits: str = "status", poll_delay_ns: int = DEFAULT_POLL_DELAY_NS,
+        poll_adapt: bool = True,
         bounce_bytes: int | None = None, context: Context | None = None,
         pull_agent: str | None = None, pull_timeout_s: float = 1.0) -> PathResult:
     """Sends ``sizes_bytes`` messages (spread round-robin over ``n_qps`` QPs) on ``path``.
@@ -140,7 +141,8 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
     completions, as it must on a real NIC (``gpuwrite.host.verbs.STAGE_CREDITS``);
     ``workers`` engine threads run the context this makes (default 1); a ``context``
     given runs its own, and another ``workers`` is an error. ``poll_delay_ns`` is the pause
-    before a completion wait's first poll
+    before a completion wait's first poll (where it starts, with ``poll_adapt``, the
+    default; ``QueueSet``)
     (``gpuwrite.device.verbs.I_POLL_DELAY_NS``; default
     ``gpuwrite.host.verbs.DEFAULT_POLL_DELAY_NS``). host_staged's bounce ring holds
     ``bounce_bytes`` per QP (default: four of the largest WQE's payload, at least 64 KiB).
@@ -182,7 +184,8 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
         qs = pd.create_queues(n_qps, sq_bbs=sq_bbs, ncqe=max(sq_bbs, 256), stage_slots=stage_slots,
                               stage_slot_bytes=stage_slot_bytes,
                               bounce_bytes=bounce_bytes or max(-(-4 * max_chunk // 16) * 16, 65536),
-                              stage_credits=stage_credits, poll_delay_ns=poll_delay_ns)
+                              stage_credits=stage_credits, poll_delay_ns=poll_delay_ns,
+                              poll_adapt=poll_adapt)
         params = np.zeros(K.P_COLS, dtype=np.int64)
         params[K.P_BATCH] = batch
         params[K.P_TIMEOUT_NS] = int(timeout_s * 1e9)

@@ -143,6 +143,64 @@ def test_every_queue_set_pauses_the_default_before_its_first_poll_unless_told():
         api.Session(1, world="testbed", poll_delay_ns=0)
 
 
+def test_the_first_poll_pause_moves_toward_where_completions_land():
+    """``next_poll_adj`` (I_POLL_ADAPT): 16 ns shorter after a wait whose first poll found
+    its completion, 128 ns longer after one whose first poll did not, the pause (start +
+    adjustment) kept within 0 .. 8 us; a miss costs a whole PCIe read, so the pause goes
+    down eight times slower than up."""
+    adj = dv.next_poll_adj.py_func
+    assert adj(0, 300, True) == -16 and adj(0, 300, False) == 128
+    assert adj(-300, 300, True) == -300          # never below no pause at all
+    assert adj(-290, 300, True) == -300
+    assert adj(7700, 300, False) == 7700         # never above 8 us
+    assert adj(7600, 300, False) == 7700
+    pause = 300
+    for found in [True] * 5 + [False] + [True] * 3:
+        pause = 300 + adj(pause - 300, 300, found)
+    assert pause == 300 - 8 * 16 + 128
+
+
+@pytest.mark.timeout(RUNNER_TIMEOUT_S)
+def test_an_adapting_pause_is_kept_per_qp_and_a_fixed_one_is_not_moved():
+    """With poll_adapt (the default) every wait for all of a QP's WQEs moves its pause
+    (S_POLL_ADJ, kept for the next kernel) by a whole step; with poll_adapt=False it stays
+    as given; the info row says which."""
+    with Context() as ctx:
+        pd = ctx.alloc_pd()
+        assert pd.create_queues(1).info_host[0, dv.I_POLL_ADAPT] == 1
+        src = cuda.to_device(np.arange(16, dtype=np.uint32))
+        dst = np.zeros(16 * 8, dtype=np.uint32)
+        dmr = pd.reg_mr(dst, access=ACCESS_RW)
+        status = cuda.to_device(np.ones(1, np.int64))
+        for adapt in (True, False):
+            qs = pd.create_queues(1, poll_delay_ns=500, poll_adapt=adapt)
+            assert qs.info_host[0, dv.I_POLL_ADAPT] == int(adapt)
+            ctx.start()
+            for k in range(4):      # four kernels, one push and one wait each
+                _push_and_wait[1, 1](qs.device_args, src, dmr.address + 256 * adapt + 64 * k,
+                                     dmr.rkey, status)
+                cuda.synchronize()
+                assert status.copy_to_host()[0] == 0
+            ctx.stop()
+            moved = int(qs.state.copy_to_host()[0, dv.S_POLL_ADJ])
+            if adapt:
+                # four waits, each 16 down or 128 up: -64, 80, 224, 368 or 512
+                assert -64 <= moved <= 512 and (moved + 64) % 144 == 0
+            else:
+                assert moved == 0
+        assert (dst.reshape(-1, 16) == np.arange(16)).all()
+
+
+@cuda.jit
+def _push_and_wait(Q, src, raddr, rkey, status):
+    """One 64-byte push on QP 0 and a wait for it (thread 0)."""
+    if cuda.threadIdx.x == 0:
+        st = dv.post_small(Q, 0, False, src, 0, 64, raddr, rkey, True, 2_000_000_000)
+        if st == 0:
+            st = dv.wait_done(Q, 0, Q[dv.Q_STATE][0, dv.S_PI], 2_000_000_000)
+        status[0] = st
+
+
 def test_poll_delay_is_checked():
     with pytest.raises(ValueError, match="poll_delay_ns=-1: allowed 0 to 100000"):
         runner.run("gpu_push", [64], poll_delay_ns=-1)

@@ -291,6 +291,7 @@ def test_create_queues_of_max_qps_and_numbers_come_back():
     (lambda: Context().alloc_pd().reg_mr(np.zeros(8, np.uint8), access=8), "access=0x8"),
     (lambda: Context().alloc_pd().reg_mr(np.zeros(0, np.uint8)), "0 bytes"),
     (lambda: Context().alloc_pd().create_queues(1, poll_delay_ns=1.5), "poll_delay_ns=1.5"),
+    (lambda: Context().alloc_pd().create_queues(1, poll_adapt="yes"), "poll_adapt='yes'"),
     (lambda: Context().alloc_pd().create_queues(1, stage_slots=2**32), "stage_slots=4294967296"),
 ])
 def test_bad_configuration_values_are_refused_by_name(make, named):
