@@ -11,6 +11,9 @@ The prototype keeps the pause in the QP's info row (``I_POLL_DELAY_NS``), which 
 ``send_messages`` block holds in shared memory for the whole launch. Variants: A (as
 committed), P (UP 128, DOWN 16), Q (UP 256, DOWN 32); gpu_push 64 B to 64 KiB, 32 and
 256 threads, rounds in turn (``_ab.run_rounds``).
+Its replacements expect the verbs as they were before the change it led to (`03c2198`);
+``kernel_variant`` (today's kernel, or one made with another verbs module) is shared with
+``poll_adapt_steps_ab.py``.
 Usage: python3 benchmarks/scripts/poll_adapt_ab.py OUT.jsonl [rounds]
 """
 import sys
