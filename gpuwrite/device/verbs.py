@@ -110,7 +110,7 @@ I_COLS = 16
 # read sent before it lands costs a whole read more: with 300 ns, a 4 KiB gpu_push took
 # 5.22 to 5.28 us on an H100 host, with 900 ns 4.38, and 64 B to 1 KiB were fastest at
 # 300 (BENCHMARKS.md, session 27). The pause so settles just past where the completion
-# lands, whatever the size, host and NIC, and the first poll misses about one wait in nine.
+# lands, whatever the size, host and NIC, and the first poll misses about one wait in five.
 # I_STAGE_CQE: nonzero where staging credits come back with completions rather than in
 # the NIC status line (a real NIC has no such line): pushed WQEs carry their staging
 # cursor as ``aux`` (``stage_aux``), enough of them are signaled (``stage_signal``), and
@@ -165,11 +165,14 @@ _QPS_ERR = L.QPS_ERR
 _POLL_NS = 64
 # How an adapting first-poll pause (I_POLL_ADAPT) moves: down after a wait whose first poll
 # found its completion, up after one whose first poll did not, within 0 .. _PAUSE_MAX_NS.
-# Down eight times slower than up: a miss costs a whole read (1.1 to 1.3 us on an H100
-# host), each step down saves 16 ns. Same-host A/B (BENCHMARKS.md, session 27): 4 KiB 4.35
-# to 4.45 us against 5.22 to 5.28 fixed at 300 ns, 64 B and 256 B level; 128 / 16 was
-# ahead of 256 / 32 at 64 B with 256 threads (3.42 to 3.58 against 3.68 to 3.74).
-_PAUSE_UP_NS = 128
+# Down four times slower than up, so that four first polls in five find their completion:
+# a miss costs a whole read (1.1 to 1.3 us on an H100 host), each step down saves 16 ns.
+# Same-host A/B against the pause fixed at 300 ns (BENCHMARKS.md, session 27; 32 | 256
+# threads, three rounds): 4 KiB 4.77 to 4.96 | 4.19 to 4.42 us against 5.73 to 5.89 | 5.31
+# to 5.34, 16 KiB 7.14 to 7.52 | 5.18 to 5.28 against 7.23 to 8.32 | 5.44 to 6.43, 64 B to
+# 1 KiB level or up to 0.2 us faster. 128 up (eight in nine) was 0.1 to 0.2 us slower at 256
+# B and 1 KiB; 32 up (two in three) left 4 KiB a read later in some runs.
+_PAUSE_UP_NS = 64
 _PAUSE_DOWN_NS = 16
 _PAUSE_MAX_NS = 8000
 # A completion wait polls this many times back to back before it starts pausing. One poll

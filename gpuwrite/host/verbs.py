@@ -584,7 +584,7 @@ class QueueSet:
 
     A wait for every WQE written pauses ``poll_delay_ns`` before its first completion
     poll; with ``poll_adapt`` (the default) that pause then follows the completions, 16 ns
-    shorter after a wait whose first poll found its completion and 128 ns longer after one
+    shorter after a wait whose first poll found its completion and 64 ns longer after one
     whose first poll did not (device verbs ``next_poll_adj``), so that it settles where
     this QP's completions land; ``poll_adapt=False`` keeps it fixed.
     """
