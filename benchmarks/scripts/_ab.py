@@ -7,24 +7,26 @@ from gpuwrite.paths import kernels as K, runner
 
 
 def run_rounds(kernels: dict, plan: dict, out_path: str, rounds: int = 5,
-               threads=(32, 256), messages=lambda size: 2000) -> None:
+               threads=(32, 256), messages=lambda size: 2000, extra=None) -> None:
     """For each round, block size and message size of ``plan`` (size -> variant names),
     launches each variant's kernel (``kernels[name]``, what ``runner.run`` then takes for
-    gpu_push) on ``messages(size)`` messages of that size and writes one JSON line of
-    its p50 to ``out_path``."""
+    gpu_push, or a (kernel, dict of further ``runner.run`` arguments) pair) on
+    ``messages(size)`` messages of that size and writes one JSON line of its p50 (and
+    ``extra(result)``'s fields) to ``out_path``."""
     with open(out_path, "w") as out:
         try:
             for rnd in range(rounds):
                 for th in threads:
                     for size, names in plan.items():
                         for v in names:
-                            K._BY_PATH["gpu_push"] = kernels[v]
+                            kern, kw = kernels[v] if isinstance(kernels[v], tuple) else (kernels[v], {})
+                            K._BY_PATH["gpu_push"] = kern
                             r = runner.run("gpu_push", [size] * messages(size), n_qps=1,
                                            wait_each=True, block_threads=th,
-                                           stage_slot_bytes=256)
+                                           stage_slot_bytes=256, **kw)
                             row = dict(round=rnd, v=v, size=size, threads=th,
                                        p50=r.latency_p50_us, delivered=r.delivered,
-                                       messages=r.messages)
+                                       messages=r.messages, **(extra(r) if extra else {}))
                             out.write(json.dumps(row) + "\n")
                             out.flush()
                             print(row, flush=True)

@@ -18,12 +18,13 @@ Each variant is today's source with one stamp added, compiled on its own; all ru
 turn, one message in flight, 3 rounds.
 Usage: python3 benchmarks/scripts/block_steps.py OUT.jsonl [rounds]
 """
-import json
 import sys
 import types as pytypes
 
+from _ab import run_rounds
+
 from gpuwrite.bench.suite import engine_split_us
-from gpuwrite.paths import kernels as K, runner
+from gpuwrite.paths import kernels as K
 
 K_SRC = open(K.__file__).read()
 STAMP = "t_post[m] = globaltimer_ns()"
@@ -55,26 +56,9 @@ def variant(v: str):
 
 def main(out_path: str, rounds: int = 3) -> None:
     kernels = {v: variant(v) for v in ("A", "R", "C", "D", "W")}
-    sizes = (4096, 16384, 65536)
-    with open(out_path, "w") as out:
-        try:
-            for rnd in range(rounds):
-                for th in (32, 256):
-                    for size in sizes:
-                        for v, kern in kernels.items():
-                            K._BY_PATH["gpu_push"] = kern
-                            r = runner.run("gpu_push", [size] * 1000, n_qps=1, wait_each=True,
-                                           block_threads=th, chunk_bytes=max(size, 65536),
-                                           stage_slot_bytes=256)
-                            assert r.delivered == r.messages
-                            row = dict(round=rnd, v=v, size=size, threads=th,
-                                       p50=r.latency_p50_us,
-                                       engine=engine_split_us(r)["engine"])
-                            out.write(json.dumps(row) + "\n")
-                            out.flush()
-                            print(row, flush=True)
-        finally:
-            K._BY_PATH.pop("gpu_push", None)
+    run_rounds(kernels, {size: tuple(kernels) for size in (4096, 16384, 65536)}, out_path,
+               rounds=rounds, messages=lambda size: 1000,
+               extra=lambda r: {"engine": engine_split_us(r)["engine"]})
 
 
 if __name__ == "__main__":

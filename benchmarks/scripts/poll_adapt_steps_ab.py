@@ -6,11 +6,10 @@ fixed at 300 ns, ``poll_adapt=False``), C (128 / 16), M (64 / 16: four in five),
 16: two in three); gpu_push one message in flight, rounds in turn.
 Usage: python3 benchmarks/scripts/poll_adapt_steps_ab.py OUT.jsonl [rounds]
 """
-import json
 import sys
 
+from _ab import run_rounds
 from poll_adapt_ab import kernel_variant, V_SRC, V, pytypes
-from gpuwrite.paths import kernels as K, runner
 
 
 def verbs_steps(up: int, down: int):
@@ -26,27 +25,11 @@ def verbs_steps(up: int, down: int):
 
 def main(out_path: str, rounds: int = 3) -> None:
     base = kernel_variant()
-    kernels = {"F": (base, False), "C": (base, True),
-               "M": (kernel_variant(verbs_steps(64, 16)), True),
-               "L": (kernel_variant(verbs_steps(32, 16)), True)}
-    with open(out_path, "w") as out:
-        try:
-            for rnd in range(rounds):
-                for th in (32, 256):
-                    for size in (64, 256, 1024, 4096, 16384):
-                        for v, (kern, adapt) in kernels.items():
-                            K._BY_PATH["gpu_push"] = kern
-                            r = runner.run("gpu_push", [size] * 1500, n_qps=1, wait_each=True,
-                                           block_threads=th, stage_slot_bytes=256,
-                                           poll_adapt=adapt)
-                            row = dict(round=rnd, v=v, size=size, threads=th,
-                                       p50=r.latency_p50_us, p99=r.latency_p99_us,
-                                       delivered=r.delivered, messages=r.messages)
-                            out.write(json.dumps(row) + "\n")
-                            out.flush()
-                            print(row, flush=True)
-        finally:
-            K._BY_PATH.pop("gpu_push", None)
+    kernels = {"F": (base, {"poll_adapt": False}), "C": base,
+               "M": kernel_variant(verbs_steps(64, 16)), "L": kernel_variant(verbs_steps(32, 16))}
+    run_rounds(kernels, {size: tuple(kernels) for size in (64, 256, 1024, 4096, 16384)},
+               out_path, rounds=rounds, messages=lambda size: 1500,
+               extra=lambda r: {"p99": r.latency_p99_us})
 
 
 if __name__ == "__main__":
