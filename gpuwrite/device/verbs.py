@@ -825,12 +825,13 @@ def _poll_cq_until(Q, i, column, target, timeout_ns, timeout_error, pause_max_ns
     WQEs written but not yet announced are announced first: their completions may be
     what the wait needs. A wait for every WQE written (``wait_done``) lets
     ``I_POLL_DELAY_NS`` (with I_POLL_ADAPT, adjusted by ``S_POLL_ADJ``) pass before its
-    first poll: the newest WQE's completion cannot be there sooner. A wait for space (SQ, staging, bounce) polls at once: the completion it
-    needs is most often written already, and there a pause is lost time (300 ns before
-    every such wait took the 64-byte rate from 37-68 to 23-39 M/s on one H100 host,
-    BENCHMARKS.md, session 23). Between empty polls
-    the thread pauses (after ``_EAGER_POLLS`` polls), from ``_POLL_NS`` doubling up to
-    ``pause_max_ns``. Returns OK, an error completion's code, or ``timeout_error``.
+    first poll: the newest WQE's completion cannot be there sooner. A wait for space (SQ,
+    staging, bounce) polls at once: the completion it needs is most often written
+    already, and there a pause is lost time (300 ns before every such wait took the
+    64-byte rate from 37-68 to 23-39 M/s on one H100 host, BENCHMARKS.md, session 23).
+    Between empty polls the thread pauses (after ``_EAGER_POLLS`` polls), from
+    ``_POLL_NS`` doubling up to ``pause_max_ns``. Returns OK, an error completion's code,
+    or ``timeout_error``.
     """
     state = Q[Q_STATE]
     if state[i, column] >= target:
