@@ -3,7 +3,8 @@ message in flight). A wait for every WQE written pauses ``poll_delay_ns`` (defau
 before its first poll; the poll is a chain of 1.1 to 1.3 us PCIe reads, so a completion
 that lands just after a read was answered waits a whole read more. ``block_steps.py``
 found the completion wait 1.6 us longer at 4 KiB than at 64 B, with the engine's share
-only 0.4 us of it. Here the same sizes run with pauses of 300 to 1500 ns, in turn.
+only 0.4 us of it. Here the same sizes run with pauses of 300 to 1500 ns, in turn, each
+held fixed (``poll_adapt=False``: since session 27 a QueueSet's pause adapts by default).
 Usage: python3 benchmarks/scripts/poll_delay_sizes.py OUT.jsonl [rounds]
 """
 import json
@@ -21,7 +22,7 @@ def main(out_path: str, rounds: int = 3) -> None:
                     for delay in (300, 600, 900, 1200, 1500):
                         r = runner.run("gpu_push", [size] * 1000, n_qps=1, wait_each=True,
                                        block_threads=th, stage_slot_bytes=256,
-                                       poll_delay_ns=delay)
+                                       poll_delay_ns=delay, poll_adapt=False)
                         assert r.delivered == r.messages
                         row = dict(round=rnd, size=size, threads=th, delay=delay,
                                    p50=r.latency_p50_us, engine=engine_split_us(r)["engine"])
