@@ -920,10 +920,10 @@ class Session:
                  timeout_s: float = 5.0, chunk_bytes: int = 65536,
                  ring_each_bytes: int = 65536, sq_bbs: int = 256,
                  stage_slots: int | None = None, stage_slot_bytes: int = 256,
-                 bounce_bytes: int | None = None, stage_credits: str = "status",
+                 bounce_bytes: int | None = None, stage_credits: str | None = None,
                  poll_delay_ns: int | None = None, context=None, testbed: dict | None = None,
                  pull_agent: str = "copy_engine"):
-        from gpuwrite.host.verbs import DEFAULT_POLL_DELAY_NS, Context
+        from gpuwrite.host.verbs import DEFAULT_POLL_DELAY_NS, DEFAULT_STAGE_CREDITS, Context
         from gpuwrite.paths.pull_agent import PULL_AGENTS
 
         if world not in WORLDS:
@@ -991,7 +991,7 @@ class Session:
                 self.queues = self.pd.create_queues(
                     n_qps, sq_bbs=sq_bbs, ncqe=max(sq_bbs, 256), stage_slots=stage_slots,
                     stage_slot_bytes=stage_slot_bytes, bounce_bytes=bounce_bytes,
-                    stage_credits=stage_credits,
+                    stage_credits=DEFAULT_STAGE_CREDITS if stage_credits is None else stage_credits,
                     poll_delay_ns=DEFAULT_POLL_DELAY_NS if poll_delay_ns is None else poll_delay_ns)
             cfg = np.zeros(C_COLS, dtype=np.int64)
             cfg[C_TIMEOUT_NS] = int(timeout_s * 1e9)

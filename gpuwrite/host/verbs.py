@@ -572,6 +572,14 @@ class ProtectionDomain:
 # pushed WQEs (``dv.stage_signal`` asks for enough of them), as a real NIC requires; the
 # engine then publishes no counter, so nothing else can stand in for them.
 STAGE_CREDITS = ("status", "completions")
+# The default is the real NIC's way. With "status", a push whose known room runs out reads
+# the status line, a PCIe round trip before its doorbell: with one message in flight and a
+# ring of four messages (runner.run's), every fourth message of 4 KiB or more took 1.2 us
+# longer, a step at the 75th percentile of Fig. 5's 4 KiB gpu_push CDF that no NIC makes
+# (H100, BENCHMARKS.md, session 28). With "completions" the wait for a message's own
+# completion brings its credits; rate, bandwidth and latency measured level otherwise
+# (runs 23 to 25).
+DEFAULT_STAGE_CREDITS = "completions"
 
 
 class QueueSet:
@@ -591,8 +599,8 @@ class QueueSet:
 
     def __init__(self, pd: ProtectionDomain, n_qps: int, sq_bbs: int = 256, ncqe: int = 256,
                  stage_slots: int = 256, stage_slot_bytes: int = 256, bounce_bytes: int = 64 * 1024,
-                 stage_credits: str = "status", poll_delay_ns: int = DEFAULT_POLL_DELAY_NS,
-                 poll_adapt: bool = True):
+                 stage_credits: str = DEFAULT_STAGE_CREDITS,
+                 poll_delay_ns: int = DEFAULT_POLL_DELAY_NS, poll_adapt: bool = True):
         ctx = pd.context
         ctx._engine   # a closed context says so before anything else
         if stage_credits not in STAGE_CREDITS:

@@ -17,7 +17,7 @@ from gpuwrite import layouts as L
 from gpuwrite.cudaenv import SIMULATOR, cuda, preload
 from gpuwrite.device import verbs as dv
 from gpuwrite.host.memory import mapped
-from gpuwrite.host.verbs import DEFAULT_POLL_DELAY_NS, Context, LinkConfig
+from gpuwrite.host.verbs import DEFAULT_POLL_DELAY_NS, DEFAULT_STAGE_CREDITS, Context, LinkConfig
 from gpuwrite.paths import kernels as K
 from gpuwrite.paths import workload
 from gpuwrite.paths.pull_agent import PULL_AGENTS, PullAgent
@@ -131,14 +131,15 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
         chunk_bytes: int = 65536, sq_bbs: int = 256, stage_slots: int | None = None,
         stage_slot_bytes: int = 256, block_threads: int | None = None, timeout_s: float = 5.0,
         workers: int | None = None, seed: int = 7, stall_receiver_s: float = 0.0,
-        stage_credits: str = "status", poll_delay_ns: int = DEFAULT_POLL_DELAY_NS,
+        stage_credits: str = DEFAULT_STAGE_CREDITS, poll_delay_ns: int = DEFAULT_POLL_DELAY_NS,
         poll_adapt: bool = True,
         bounce_bytes: int | None = None, context: Context | None = None,
         pull_agent: str | None = None, pull_timeout_s: float = 1.0) -> PathResult:
     """Sends ``sizes_bytes`` messages (spread round-robin over ``n_qps`` QPs) on ``path``.
 
-    ``stage_credits="completions"`` makes gpu_push count its staging credits from
-    completions, as it must on a real NIC (``gpuwrite.host.verbs.STAGE_CREDITS``);
+    gpu_push counts its staging credits from completions, as it must on a real NIC
+    (``stage_credits="completions"``, the default); ``"status"`` reads them from a counter
+    the emulated NIC publishes (``gpuwrite.host.verbs.STAGE_CREDITS``);
     ``workers`` engine threads run the context this makes (default 1); a ``context``
     given runs its own, and another ``workers`` is an error. ``poll_delay_ns`` is the pause
     before a completion wait's first poll (where it starts, with ``poll_adapt``, the

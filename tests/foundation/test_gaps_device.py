@@ -152,7 +152,7 @@ def test_a_run_padded_at_the_ring_end_waits_for_the_pad_slots_while_they_are_hel
     slot 0 and is charged 5 slots. ``seen``: the GPU has already read that A came back
     (its copy of the NIC's counter is current), so only the padding makes it wait."""
     qs = nic.alloc_pd().create_queues(1, sq_bbs=16, ncqe=16, stage_slots=8,
-                                      stage_slot_bytes=SLOT)
+                                      stage_slot_bytes=SLOT, stage_credits="status")
     freed = qs.status.host[0, L.STATUS_W_STAGE_FREED:L.STATUS_W_STAGE_FREED + 1]
 
     def reserve(*n_slots):

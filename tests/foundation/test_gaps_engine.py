@@ -229,7 +229,9 @@ def stalled_link(policy: str, nbytes: int):
         pd = ctx.alloc_pd()
         whole, dst, guard = canaried(nbytes)
         dmr = pd.reg_mr(dst, access=ACCESS_RW)
-        qs = pd.create_queues(1, sq_bbs=16, ncqe=16, stage_slots=16, stage_slot_bytes=256)
+        # Credits in the status line: the tests read what the NIC returned there.
+        qs = pd.create_queues(1, sq_bbs=16, ncqe=16, stage_slots=16, stage_slot_bytes=256,
+                              stage_credits="status")
         ctx.stall_receiver(True)
         yield ctx, qs, HostPoster(qs), whole, dst, guard, dmr
 
@@ -455,7 +457,8 @@ def test_a_push_padded_at_the_ring_end_is_taken_from_slot_0(nic):
     pd = nic.alloc_pd()
     whole, dst, guard = canaried(1024)
     dmr = pd.reg_mr(dst, access=ACCESS_RW)
-    qs = pd.create_queues(1, sq_bbs=16, ncqe=16, stage_slots=4, stage_slot_bytes=256)
+    qs = pd.create_queues(1, sq_bbs=16, ncqe=16, stage_slots=4, stage_slot_bytes=256,
+                          stage_credits="status")
     p = HostPoster(qs)
     a = (np.arange(600) % 251).astype(np.uint8)            # 112 + 16 + 600 bytes: 3 slots
     b = np.full(300, 0x3C, np.uint8)                        # 16 + 300 bytes: 2 slots

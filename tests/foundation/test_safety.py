@@ -229,7 +229,7 @@ def test_a_data_segment_of_2_31_bytes_is_a_length_error(nic):
 
 def test_messages_that_fit_the_ring_never_wait_forever():
     push = runner.run("gpu_push", [64, 1900], n_qps=1, stage_slots=8, stage_slot_bytes=256,
-                      timeout_s=2)
+                      stage_credits="status", timeout_s=2)
     staged = runner.run("host_staged", [64, 4096], n_qps=1, bounce_bytes=4096, timeout_s=2)
     # Credits from completions: the 12-slot run wraps and needs the slots of WQEs posted
     # unsignaled; the wait asks for their completion (a signaled NOP) instead of hanging.

@@ -95,7 +95,11 @@ def test_a_staging_credit_wait_times_out_when_the_nic_returns_none(nic, credits)
 
 @pytest.mark.timeout(20)
 def test_a_staging_credit_wait_stops_at_once_when_the_qp_is_in_error(nic):
-    qs = nic.alloc_pd().create_queues(1, sq_bbs=16, ncqe=16, stage_slots=4, stage_slot_bytes=64)
+    # Credits from the status line: the wait polls it and reads the QP's state there.
+    # (With credits from completions the engine flushes the WQEs a wait needs, and their
+    # error completions end it: test_safety.)
+    qs = nic.alloc_pd().create_queues(1, sq_bbs=16, ncqe=16, stage_slots=4, stage_slot_bytes=64,
+                                      stage_credits="status")
     qs.status.host[0, L.STATUS_W_QP_STATE] = L.QPS_ERR      # as the NIC publishes it
     out = cuda.to_device(np.zeros(3, dtype=np.int64))
     _reserve_twice[1, 1](qs.device_args, 150, out)
