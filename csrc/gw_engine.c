@@ -129,12 +129,11 @@ struct gw_engine *gw_engine_create(const struct gw_engine_config *config, char *
     }
     /* Aligned as its copy pool's lines are (gw_copy.h); calloc promises 16 bytes. */
     struct gw_engine *e = aligned_alloc(_Alignof(struct gw_engine), sizeof(*e));
-    if (e)
-        memset(e, 0, sizeof(*e));
     if (!e) {
         set_err(err, errlen, "out of memory");
         return NULL;
     }
+    memset(e, 0, sizeof(*e));
     e->cfg = *config;
     pthread_mutex_init(&e->lock, NULL);
     pthread_mutex_init(&e->late_lock, NULL);
