@@ -107,7 +107,8 @@ ffibuilder.set_source(
     "#include <stdint.h>\n#include <stddef.h>\n"
     + "".join(f'#include "{name}"\n' for name in HEADERS)
     + f'const char *gw_csrc_sha256(void) {{ return "{csrc_sha256()}"; }}\n',
-    sources=["csrc/gw_engine.c", "csrc/gw_link.c", "csrc/gw_pull.c", "csrc/gw_pong.c",
+    sources=["csrc/gw_engine.c", "csrc/gw_wqe.c", "csrc/gw_service.c", "csrc/gw_cq.c",
+             "csrc/gw_invalidate.c", "csrc/gw_link.c", "csrc/gw_pull.c", "csrc/gw_pong.c",
              "csrc/gw_copy.c"],   # relative: setuptools builds from the project root
     include_dirs=["csrc"],
     # A sanitizer build (GPUWRITE_SANITIZE) drops _FORTIFY_SOURCE: its checked string

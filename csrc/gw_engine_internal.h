@@ -2,12 +2,21 @@
  * gw_engine_internal.h: what the pieces of the software NIC engine share. Internal to
  * csrc/ (not read by cffi: ffi_build.py's HEADERS are the interface).
  *
- *   gw_engine.c  fetching and validating WQEs, delivery, per-QP service, invalidation,
- *                the workers and the public API;
- *   gw_link.c    the link model: rate, credit-based flow control, a receiver that stalls;
- *   gw_pull.c    nic_pull's stand-ins: the GPU-resident pull agent (and its late pulls)
- *                and the copy engine, through the CUDA driver loaded at run time;
- *   gw_pong.c    the floor's doorbell ping-pong responder.
+ *   gw_engine.c      the public API (gw_engine.h: the engine, its regions, CQs and QPs,
+ *                    start and stop, poll, counters) and the helpers every part uses;
+ *   gw_wqe.c         doorbells and fetching and validating WQEs into descriptors: regions'
+ *                    keys and bounds, staging claims, the drop policy on arrival;
+ *   gw_service.c     per-QP service: head messages onto the link, their bytes delivered;
+ *                    the workers' pass and loop;
+ *   gw_cq.c          completions: a head descriptor retired, its CQE written, its staging
+ *                    slots returned;
+ *   gw_invalidate.c  invalidation: regions deregistered and QPs reset or destroyed while
+ *                    their WQEs are in flight;
+ *   gw_link.c        the link model: rate, credit-based flow control, a receiver that stalls;
+ *   gw_pull.c        nic_pull's stand-ins: the GPU-resident pull agent (and its late pulls)
+ *                    and the copy engine, through the CUDA driver loaded at run time;
+ *   gw_pong.c        the floor's doorbell ping-pong responder.
+ * (The copy pool of large deliveries, gw_copy.c, has its own header: gw_copy.h.)
  *
  * A function one file defines for another is declared here GW_INTERNAL (hidden): not
  * exported from the extension, so no symbol of the same name elsewhere can interpose.
@@ -279,6 +288,37 @@ static inline void desc_fail(struct desc *d, uint8_t syndrome, uint8_t reason)
     d->reason = reason;
 }
 
+/* ---- memory regions ------------------------------------------------------------------ */
+
+static inline struct mr *mr_lookup(struct gw_engine *e, uint32_t key)
+{
+    uint32_t index = key >> 8;
+    if (index >= e->cfg.max_mrs)
+        return NULL;
+    struct mr *m = &e->mrs[index];
+    if (!atomic_load_explicit(&m->valid, memory_order_acquire) || m->key != key)
+        return NULL;
+    return m;
+}
+
+/* ---- the send queue and its descriptors ---------------------------------------------- */
+
+static inline uint8_t *sq_bb(struct qp *q, uint32_t index)
+{
+    return q->sq + (size_t)(index & (q->sq_bbs - 1)) * GW_SEND_WQE_BB;
+}
+
+static inline uint32_t desc_count(const struct qp *q) { return q->desc_tail - q->desc_head; }
+
+/* Held: pushed bytes in the staging region, accepted but not yet on the link. */
+static inline void update_held(struct worker *w, int64_t msgs, int64_t bytes)
+{
+    count_set(&w->c.held_msgs, w->c.held_msgs + msgs);
+    count_set(&w->c.held_bytes, w->c.held_bytes + bytes);
+    if (w->c.held_bytes > w->c.held_bytes_max)
+        count_set(&w->c.held_bytes_max, w->c.held_bytes);
+}
+
 /* ---- nic_pull (gw_pull.c) ------------------------------------------------------------ */
 
 GW_INTERNAL int pull_device(struct gw_engine *e, struct worker *w, void *dst, uint64_t src,
@@ -286,9 +326,27 @@ GW_INTERNAL int pull_device(struct gw_engine *e, struct worker *w, void *dst, ui
 GW_INTERNAL int pull_whole(struct gw_engine *e, struct worker *w, struct desc *d);
 GW_INTERNAL void pull_ahead(struct gw_engine *e, struct worker *w, struct qp *q);
 
-/* ---- invalidation (gw_engine.c) ------------------------------------------------------ */
+/* ---- doorbells and fetching WQEs (gw_wqe.c) ------------------------------------------ */
 
+GW_INTERNAL uint32_t fetch_new(struct gw_engine *e, struct worker *w, struct qp *q,
+                               uint32_t budget);
+
+/* ---- completions (gw_cq.c) ----------------------------------------------------------- */
+
+GW_INTERNAL void release_held(struct worker *w, const struct desc *d);
+GW_INTERNAL int retire(struct gw_engine *e, struct worker *w, struct qp *q, struct desc *d);
+
+/* ---- the workers (gw_service.c) ------------------------------------------------------ */
+
+GW_INTERNAL int worker_pass(struct worker *w);
+GW_INTERNAL void *worker_main(void *arg);
+
+/* ---- invalidation (gw_invalidate.c) -------------------------------------------------- */
+
+GW_INTERNAL void revalidate(struct gw_engine *e, struct worker *w);
 GW_INTERNAL int quiesce(struct gw_engine *e, uint64_t gen);
 GW_INTERNAL uint64_t bump_gen(struct gw_engine *e);
+GW_INTERNAL void qp_reset_state(struct qp *q);
+GW_INTERNAL uint32_t flush_detached(struct gw_engine *e, struct qp *q);
 
 #endif

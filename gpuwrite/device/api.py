@@ -30,7 +30,7 @@ Semantics:
   * ``put_signal`` posts, after the data, an 8-byte RDMA write of ``sig_value`` (inline,
     signaled, with the mlx5 fence flag). The receiver sees the signal only after every
     byte of the data, and of every earlier put on the QP: the emulated NIC delivers a
-    QP's WQEs strictly in order (gw_engine.c, ``progress``); a real mlx5 NIC executes
+    QP's WQEs strictly in order (gw_service.c, ``progress``); a real mlx5 NIC executes
     a reliable-connected QP's RDMA writes in order and writes them to the responder's
     memory as PCIe posted writes, which PCIe keeps in order, so this holds as long as
     the destination region is not registered with relaxed ordering
