@@ -20,7 +20,7 @@
  * first, which saves a third of the memory traffic of a staging->destination copy (the
  * GPU's PCIe writes share the same DRAM). The sfence makes them visible before whatever
  * the caller publishes next (a completion). */
-enum { NT_MIN_BYTES = 4096 };
+enum { NT_MIN_BYTES = GW_COPY_STREAM_MIN };
 
 void gw_copy_one(void *dst, const void *src, size_t n)
 {

@@ -30,6 +30,11 @@ struct gw_engine_config {
     uint32_t idle_sleep_ns;       /* 0: spin without sleeping (lowest latency) */
     uint32_t copy_threads;        /* helpers that split large deliveries (gw_copy.h); 0: none */
     uint32_t copy_split_bytes;    /* deliveries this large are split; 0: GW_COPY_SPLIT_DEFAULT */
+    /* An unsplit delivery of GW_COPY_STREAM_MIN to GW_CACHED_COPY_MAX bytes into a region
+     * no longer than this is stored through the cache, not streamed: the region fits
+     * the host's last-level cache, where its lines likely are. 0: every delivery of
+     * GW_COPY_STREAM_MIN or more streams. */
+    uint64_t cached_dst_max_bytes;
     /* Nonzero: worker i runs only on CPU thread_cpu[i], copy helper j only on CPU
      * thread_cpu[workers + j] (GW_MAX_WORKERS + GW_MAX_COPY_THREADS entries); zero: the
      * scheduler places every engine thread. */
@@ -92,6 +97,7 @@ struct gw_counters {
     uint64_t turnaround_ns;       /* summed over completions: doorbell seen to CQE written */
     uint64_t turnarounds;         /* completions in turnaround_ns */
     uint64_t copies_split;        /* deliveries the copy helpers shared (copy_split_bytes) */
+    uint64_t copies_cached;       /* deliveries stored through the cache (cached_dst_max_bytes) */
 };
 
 struct gw_cq_desc {
@@ -132,6 +138,9 @@ enum {
     GW_COPY_SPLIT_MIN = 1024,         /* gw_engine_config.copy_split_bytes: 1 KiB ... */
     GW_COPY_SPLIT_MAX = 1073741824,   /* ... to 1 GiB */
     GW_COPY_SPLIT_DEFAULT = 32768,
+    GW_COPY_STREAM_MIN = 4096,        /* deliveries this large stream (non-temporal stores) */
+    GW_CACHED_COPY_MAX = 32768,       /* ... unless below this, into a region that fits the
+                                       * cache (gw_engine_config.cached_dst_max_bytes) */
     GW_MAX_CPU = 1023,                /* gw_engine_config.thread_cpu: below CPU_SETSIZE */
     GW_MAX_MRS = 16777216,            /* a key is index << 8 | 8 random bits, 32 bits in all */
     GW_MAX_CQE = 4194304,             /* CQ entries (mlx5: log_max_cq_sz 22); the consumer

@@ -130,6 +130,7 @@ struct desc {
     uint8_t nsge;
     uint8_t inline_data;
     uint8_t held;                 /* counted in held_msgs/held_bytes */
+    uint8_t dst_cached;           /* the destination region fits the cache (cached_dst_max_bytes) */
     uint16_t nbb;
     uint32_t bytes_total;
     uint32_t bytes_done;          /* sent or dropped so far */

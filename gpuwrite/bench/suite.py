@@ -64,7 +64,8 @@ from gpuwrite.device.intrinsics import (fence_sys, globaltimer_ns, ld_acquire_sy
 from gpuwrite.bench.breakdown import push_breakdown
 from gpuwrite.device.copy import copy_bytes
 from gpuwrite.host.memory import mapped
-from gpuwrite.host.verbs import DEFAULT_POLL_DELAY_NS, default_copy_threads, process_cpus
+from gpuwrite.host.verbs import (DEFAULT_POLL_DELAY_NS, default_cached_dst_max_bytes,
+                                 default_copy_threads, process_cpus)
 from gpuwrite.kernel_cache import cached
 from gpuwrite.paths import runner
 
@@ -576,6 +577,7 @@ def run_suite(quick: bool = False, progress=None, *, sizes=SWEEP_SIZES, paths=SW
                 "block256_copy_fresh_gbytes": block_copy_gbytes(BLOCK_COPY_THREADS, fresh=True)}
     out.update(ceilings)
     out["engine_copy_threads"] = default_copy_threads(1)
+    out["engine_cached_dst_max_bytes"] = default_cached_dst_max_bytes()
     floors = [floor_pingpong_us(lat_n) for _ in range(3)]
     out["floor_pingpong_us"] = float(np.median(floors))
     step("reverse floor: the host pings a GPU warp")

@@ -157,6 +157,18 @@ def _sweep_why(pt: dict) -> str:
     return "; ".join(parts)
 
 
+def _cached_note(out: dict) -> str:
+    """How the engine stored mid-size deliveries in this run (Context's
+    cached_dst_max_bytes; absent from results before session 28)."""
+    limit = out.get("engine_cached_dst_max_bytes")
+    if limit is None:
+        return ""
+    if limit == 0:
+        return "; every delivery of 4 KiB or more streamed (non-temporal stores)"
+    return (f"; those of 4 to 32 KiB into regions up to {limit / (1 << 20):.1f} MiB (an "
+            "eighth of the L3) stored through the cache, larger ones streamed")
+
+
 def _print(out: dict) -> None:
     console.print(f"[bold]gpuwrite bench[/bold] on {out['world']}; every repeated figure as "
                   f"min / median / max of {out['repeats']} runs")
@@ -169,7 +181,7 @@ def _print(out: dict) -> None:
                       f"copied and fenced first: {_mmm(out['floor_reverse_64B_us'])} us")
     if "engine_copy_threads" in out:
         console.print(f"emulated NIC: deliveries of 32 KiB or more copied by the worker and "
-                      f"{out['engine_copy_threads']} helper threads")
+                      f"{out['engine_copy_threads']} helper threads" + _cached_note(out))
     if "latency_64B" in out:
         rows = [[p, _mmm(v["p50_us"]), _mmm(v["ratio_to_floor"]), f"{v['delivered']}/{v['messages']}"]
                 for p, v in out["latency_64B"].items()]

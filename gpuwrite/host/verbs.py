@@ -299,6 +299,34 @@ COPY_SPLIT_BYTES = lib.GW_COPY_SPLIT_DEFAULT
 MAX_WORKERS = lib.GW_MAX_WORKERS
 
 
+def last_level_cache_bytes() -> int:
+    """The size of this host's L3 cache in bytes (as the OS reports it, in a VM the
+    hypervisor's figure), or 0 where it says none."""
+    try:
+        size = os.sysconf("SC_LEVEL3_CACHE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        size = 0
+    if size and size > 0:
+        return int(size)
+    try:
+        text = open("/sys/devices/system/cpu/cpu0/cache/index3/size").read().strip()
+    except OSError:
+        return 0
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    try:
+        return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
+    except (ValueError, IndexError):
+        return 0
+
+
+def default_cached_dst_max_bytes() -> int:
+    """The largest destination region whose mid-size deliveries the engine stores through
+    the cache unless told (``Context(cached_dst_max_bytes=...)``): an eighth of the L3,
+    which leaves room for the staging rings, the GPU's writes into them and whatever else
+    the host runs; 0 (stream them all, as before session 28) where the L3 is unknown."""
+    return last_level_cache_bytes() // 8
+
+
 class Context:
     """An opened NIC: the software engine of emulated mode.
 
@@ -316,12 +344,17 @@ class Context:
     ``default_copy_threads(workers)``.
     ``pin_threads`` confines each engine thread to a CPU of its own
     (:func:`engine_thread_cpus`; ``thread_cpus`` says which, () where unpinned).
+    Deliveries of 4 KiB or more are streamed into their destination (non-temporal stores)
+    unless they are below 32 KiB, not split, and their region is at most
+    ``cached_dst_max_bytes`` long: those are stored through the cache, where the lines of a
+    region that small most likely are (counter ``copies_cached``). ``None`` picks
+    :func:`default_cached_dst_max_bytes`, an eighth of the L3; 0 streams them all.
     """
 
     def __init__(self, policy: str = "hold", link: LinkConfig | None = None, workers: int = 1,
                  max_qps: int = 4096, max_mrs: int = 4096, idle_sleep_ns: int = 0,
                  copy_threads: int | None = None, pin_threads=False,
-                 copy_split_bytes: int | None = None):
+                 copy_split_bytes: int | None = None, cached_dst_max_bytes: int | None = None):
         if policy not in POLICIES:
             raise ValueError(f"policy={policy!r}: allowed {sorted(POLICIES)}")
         if link is not None and not isinstance(link, LinkConfig):
@@ -341,8 +374,14 @@ class Context:
         copy_split_bytes = _int_in("copy_split_bytes", copy_split_bytes, lib.GW_COPY_SPLIT_MIN,
                                    lib.GW_COPY_SPLIT_MAX, " (the smallest delivery the copy "
                                    "helpers split)")
+        if cached_dst_max_bytes is None:
+            cached_dst_max_bytes = default_cached_dst_max_bytes()
+        cached_dst_max_bytes = _int_in("cached_dst_max_bytes", cached_dst_max_bytes, 0, 1 << 62,
+                                       " (the largest destination region whose deliveries of "
+                                       "4 to 32 KiB are stored through the cache; 0: none)")
         self.copy_threads = copy_threads
         self.copy_split_bytes = copy_split_bytes
+        self.cached_dst_max_bytes = cached_dst_max_bytes
         self.thread_cpus = engine_thread_cpus(workers, copy_threads, pin_threads)
         self.policy = policy
         self.link = link or LinkConfig()
@@ -356,6 +395,7 @@ class Context:
         cfg.idle_sleep_ns = idle_sleep_ns
         cfg.copy_threads = copy_threads
         cfg.copy_split_bytes = copy_split_bytes
+        cfg.cached_dst_max_bytes = cached_dst_max_bytes
         cfg.pin_threads = bool(self.thread_cpus)
         for i, cpu in enumerate(self.thread_cpus):
             cfg.thread_cpu[i] = cpu

@@ -92,6 +92,65 @@ def test_split_deliveries_land_exactly(workers, split):
     assert ctx.copy_threads == 3
 
 
+# Below, at and above the band of sizes stored through the cache (4 KiB to 32 KiB), one
+# that the helpers split at 8 KiB, and one 3 bytes into its line.
+CACHED_SIZES = (2048, 4096, 9000, 32767, 32768, 40_000)
+
+
+@pytest.mark.parametrize("helpers, split", [(0, None), (3, 8192)])
+@pytest.mark.parametrize("room", ["fits", "too_large", "off"])
+def test_mid_size_deliveries_into_a_small_region_go_through_the_cache(helpers, split, room):
+    """A delivery of 4 KiB to 32 KiB that is not split, into a region no longer than
+    cached_dst_max_bytes, is stored through the cache (counted in copies_cached); into a
+    larger region, or with the limit 0, it streams as every other one does. Every byte
+    lands either way, and nothing around the destination changes."""
+    rng = np.random.default_rng(17)
+    offs = np.concatenate([[0], np.cumsum([(n + 63) // 64 * 64 for n in CACHED_SIZES])])
+    region = int(offs[-1]) + 64
+    limit = {"fits": region, "too_large": region - 1, "off": 0}[room]
+    with Context(copy_threads=helpers, copy_split_bytes=split,
+                 cached_dst_max_bytes=limit) as ctx:
+        assert ctx.cached_dst_max_bytes == limit
+        pd = ctx.alloc_pd()
+        src = rng.integers(0, 256, sum(CACHED_SIZES), dtype=np.uint8)
+        smr = pd.reg_mr(src)
+        qs = pd.create_queues(1, sq_bbs=16, ncqe=16)
+        p = HostPoster(qs, 0)
+        whole, dst, guard = canaried(region)
+        assert dst.nbytes == region
+        dmr = pd.reg_mr(dst, access=ACCESS_RW)
+        s_off = 0
+        for n, d_off in zip(CACHED_SIZES, offs):
+            shift = 3 if n == 9000 else 0
+            p.write(rdma_write(p.pi, p.qpn, smr.address + s_off, smr.lkey, n,
+                               dmr.address + int(d_off) + shift, dmr.rkey))
+            s_off += n
+        ctx.start()
+        p.ring()
+        got = _completions([p], len(CACHED_SIZES), lambda *a: None)[0]
+        ctx.stop()
+        counters = ctx.counters()
+    assert [c.ok for c in got] == [True] * len(CACHED_SIZES)
+    want = np.full_like(dst, 0xA5)
+    s_off = 0
+    for n, d_off in zip(CACHED_SIZES, offs):
+        shift = 3 if n == 9000 else 0
+        want[d_off + shift:d_off + shift + n] = src[s_off:s_off + n]
+        s_off += n
+    assert np.array_equal(dst, want)
+    assert (whole[:guard] == 0xA5).all() and (whole[guard + len(dst):] == 0xA5).all()
+    split_at = split or COPY_SPLIT_BYTES
+    cached = sum(4096 <= n < 32768 and (helpers == 0 or n < split_at) for n in CACHED_SIZES)
+    assert counters["copies_cached"] == (cached if room == "fits" else 0)
+    assert cached == (3 if helpers == 0 else 1)   # the band as this test means it
+
+
+def test_cached_dst_max_bytes_is_validated():
+    for bad in (-1, 1 << 63, 1.5, True, "4M"):
+        with pytest.raises(ValueError, match=f"cached_dst_max_bytes={bad!r}: allowed"):
+            Context(cached_dst_max_bytes=bad)
+
+
 def test_copy_threads_are_validated():
     with pytest.raises(ValueError, match="copy_threads=33: allowed 0 to 32"):
         Context(copy_threads=33)
