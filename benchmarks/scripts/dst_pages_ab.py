@@ -9,7 +9,9 @@ unless the host's transparent huge pages say "always"), and a destination of 2 M
 (H: anonymous memory with ``MADV_HUGEPAGE``, pinned and mapped with cuMemHostRegister);
 each with the sweep's staging ring and with one of 64 messages (B). Prints the host's THP
 setting and how much of H's buffer the kernel backed with huge pages.
-Usage: python3 benchmarks/scripts/dst_pages_ab.py OUT.jsonl [rounds]
+Each row also has the median latency of messages by their index modulo 4 (at 1 KiB, four
+messages share a 4 KiB page).
+Usage: python3 benchmarks/scripts/dst_pages_ab.py OUT.jsonl [rounds] [size,size,...]
 """
 import json
 import mmap
@@ -55,7 +57,7 @@ def anon_huge_kib() -> int:
     return -1
 
 
-def main(out_path: str, rounds: int = 3) -> None:
+def main(out_path: str, rounds: int = 3, sizes=(4096, 16384, 65536)) -> None:
     print("THP:", open("/sys/kernel/mm/transparent_hugepage/enabled").read().strip(),
           "| defrag:", open("/sys/kernel/mm/transparent_hugepage/defrag").read().strip())
     before = anon_huge_kib()
@@ -66,7 +68,7 @@ def main(out_path: str, rounds: int = 3) -> None:
     with open(out_path, "w") as out:
         for rnd in range(rounds):
             for th in (32, 256):
-                for size in (4096, 16384, 65536):
+                for size in sizes:
                     need = L.stage_slots_needed(size, 256)
                     for name in ("A", "H", "AB", "HB"):
                         runner.mapped = mapped_huge if name.startswith("H") else committed
@@ -81,11 +83,14 @@ def main(out_path: str, rounds: int = 3) -> None:
                         row = dict(round=rnd, v=name, size=size, threads=th,
                                    p50=round(r.latency_p50_us, 2),
                                    mean=round(float(lat.mean()), 2),
-                                   engine=round(engine_split_us(r)["engine"], 2))
+                                   engine=round(engine_split_us(r)["engine"], 2),
+                                   by_mod4=[round(float(np.median(lat[k::4])), 2)
+                                            for k in range(4)])
                         out.write(json.dumps(row) + "\n")
                         out.flush()
                         print(row, flush=True)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 3)
+    main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 3,
+         *([tuple(int(s) for s in sys.argv[3].split(","))] if len(sys.argv) > 3 else []))
