@@ -56,7 +56,8 @@ static int deliver_range(struct gw_engine *e, struct worker *w, struct qp *q, st
         } else {
             const void *src = (const void *)(uintptr_t)(s->addr + start);
             if (store_cached(e, d, n)) {
-                memcpy(d->dst + off, src, n);
+                /* memmove: a WQE may write a region from itself (gw_copy does the same). */
+                memmove(d->dst + off, src, n);
                 count(&w->c.copies_cached, 1);
             } else if (gw_copy(&e->copy, d->dst + off, src, n)) {
                 count(&w->c.copies_split, 1);
