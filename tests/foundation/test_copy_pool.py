@@ -243,3 +243,34 @@ def test_a_split_copy_returns_only_once_every_piece_is_copied(tmp_path, helpers)
                          timeout=50, env={**env, "TSAN_OPTIONS": "halt_on_error=1"})
     assert run.returncode == 0 and "ThreadSanitizer" not in run.stderr, run.stderr[-3000:]
     assert run.stdout.count("split 60 of 60") == 5
+
+
+def test_the_cache_limit_defaults_to_an_eighth_of_the_l3(monkeypatch, tmp_path):
+    from gpuwrite.host import verbs
+    monkeypatch.setattr(verbs.os, "sysconf", lambda name: 96 << 20)
+    assert verbs.last_level_cache_bytes() == 96 << 20
+    assert verbs.default_cached_dst_max_bytes() == 12 << 20
+    with Context() as ctx:
+        assert ctx.cached_dst_max_bytes == 12 << 20
+    # Where the OS names no L3 (sysconf 0 and no sysfs entry): 0, every delivery streams.
+    monkeypatch.setattr(verbs.os, "sysconf", lambda name: 0)
+    real_open = open
+
+    def no_sysfs(path, *a, **k):
+        if str(path).startswith("/sys/devices/system/cpu/"):
+            raise FileNotFoundError(path)
+        return real_open(path, *a, **k)
+
+    monkeypatch.setattr("builtins.open", no_sysfs)
+    assert verbs.default_cached_dst_max_bytes() == 0
+
+    # sysconf silent, sysfs says it (as "32768K")
+    import io
+
+    def sysfs_says(path, *a, **k):
+        if str(path) == "/sys/devices/system/cpu/cpu0/cache/index3/size":
+            return io.StringIO("32768K\n")
+        return real_open(path, *a, **k)
+
+    monkeypatch.setattr("builtins.open", sysfs_says)
+    assert verbs.last_level_cache_bytes() == 32 << 20
