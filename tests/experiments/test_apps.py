@@ -151,7 +151,20 @@ def test_bench_runs_end_to_end_at_toy_sizes(tmp_path):
         assert out[key]["put"]["delivered"] == out[key]["put"]["messages"] > 0, out[key]
         assert out[key]["send_messages"]["delivered"] == out[key]["send_messages"]["messages"]
         assert np.isfinite(out[key]["ratio"])
+        control = out[key]["control"]
+        assert control["runs_met"].endswith("of 1") and np.isfinite(control["ratio"])
     assert out["alltoall"]["all_verified"]
+
+
+def test_the_put_bench_control_judges_send_messages_against_itself():
+    """The control is the same pairing and target with send_messages' second run in the
+    put kernel's place."""
+    first = [{"mpps": 70.0, "delivered": 1}, {"mpps": 60.0, "delivered": 1}]
+    again = [{"mpps": 71.0, "delivered": 1}, {"mpps": 50.0, "delivered": 1}]
+    c = bench._control(again, first, "mpps", False, 0.95)
+    assert c["ratios"] == pytest.approx([71 / 70, 50 / 60])
+    assert c["runs_met"] == "1 of 2"
+    assert set(c) == {"ratio", "ratios", "runs_met", "median_ratio_interval"}
 
 
 def test_the_put_bench_judges_every_pair_and_shows_each_kernels_spread():
