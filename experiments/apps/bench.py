@@ -282,6 +282,22 @@ def _control(again: list[dict], sm_runs: list[dict], key: str, lower_is_better: 
     return {k: c[k] for k in ("ratio", "ratios", "runs_met", "median_ratio_interval")}
 
 
+def _paired(reps: int, label: str, step, put_run, sm_run, key: str, lower_is_better: bool,
+            target: float) -> tuple[dict, list[dict]]:
+    """``reps`` pairs taken in turn, each the put kernel's run, send_messages' run and
+    send_messages' run again: the put kernel against send_messages (``_compare``) with
+    the control beside it (``_control``), and send_messages' first runs."""
+    put_runs, sm_runs, sm_again = [], [], []
+    for k in range(reps):
+        step(f"{label} ({k + 1} of {reps})")
+        put_runs.append(put_run())
+        sm_runs.append(sm_run())
+        sm_again.append(sm_run())
+    out = _compare(put_runs, sm_runs, key, lower_is_better, target)
+    out["control"] = _control(sm_again, sm_runs, key, lower_is_better, target)
+    return out, sm_runs
+
+
 def run(quick: bool = False, toy: bool = False, progress=None) -> dict:
     """Every measurement; ``toy`` shrinks them to simulator sizes."""
     if SIMULATOR and not toy:
@@ -301,20 +317,15 @@ def run(quick: bool = False, toy: bool = False, progress=None) -> dict:
         put_latency_run(50)
         put_latency_run(50, path_constant=False)
         runner.run("gpu_push", [64] * 50, **lat_kw)
+
     def sm_latency():
         r = runner.run("gpu_push", [64] * lat_n, **lat_kw)
         return {"p50_us": r.latency_p50_us, "p99_us": r.latency_p99_us,
                 "delivered": r.delivered, "messages": r.messages}
 
-    put_runs, sm_runs, sm_again = [], [], []
-    for k in range(lat_pairs):
-        step(f"64-byte latency ({k + 1} of {lat_pairs})")
-        put_runs.append(put_latency_run(lat_n))
-        sm_runs.append(sm_latency())
-        sm_again.append(sm_latency())
-    out["latency_64B"] = _compare(put_runs, sm_runs, "p50_us", True, TARGET_LATENCY_RATIO_MAX)
-    out["latency_64B"]["control"] = _control(sm_again, sm_runs, "p50_us", True,
-                                             TARGET_LATENCY_RATIO_MAX)
+    out["latency_64B"], sm_runs = _paired(lat_pairs, "64-byte latency", step,
+                                          lambda: put_latency_run(lat_n), sm_latency,
+                                          "p50_us", True, TARGET_LATENCY_RATIO_MAX)
     # The same with the path a kernel argument (every path's code compiled in), beside the
     # same send_messages runs: what naming the path as a constant saves.
     arg_runs = []
@@ -335,24 +346,18 @@ def run(quick: bool = False, toy: bool = False, progress=None) -> dict:
     session_kw = dict(chunk_bytes=cfg["chunk_bytes"], ring_each_bytes=cfg["chunk_bytes"],
                       stage_slot_bytes=cfg["stage_slot_bytes"], stage_slots=cfg["stage_slots"],
                       workers=workers)
+
     def sm_bandwidth():
         return _sm_stream(runner.run(
             "gpu_push", [size] * (n_qps * per_qp), n_qps=n_qps, batch=batch,
             block_threads=threads, workers=workers, chunk_bytes=cfg["chunk_bytes"],
             stage_slot_bytes=cfg["stage_slot_bytes"], stage_slots=cfg["stage_slots"]))
 
-    put_runs, sm_runs, sm_again = [], [], []
-    bw_reps = 1 if (quick or toy) else STREAM_PAIRS
-    for k in range(bw_reps):
-        step(f"1 MiB bandwidth ({k + 1} of {bw_reps})")
-        put_runs.append(put_stream_run(n_qps, per_qp, size, threads=threads, batch=batch,
-                                       warp_scope=False, **session_kw))
-        sm_runs.append(sm_bandwidth())
-        sm_again.append(sm_bandwidth())
-    out["bandwidth_1MiB"] = _compare(put_runs, sm_runs, "gbytes", False,
-                                     TARGET_BANDWIDTH_RATIO_MIN)
-    out["bandwidth_1MiB"]["control"] = _control(sm_again, sm_runs, "gbytes", False,
-                                                TARGET_BANDWIDTH_RATIO_MIN)
+    out["bandwidth_1MiB"], _ = _paired(
+        1 if (quick or toy) else STREAM_PAIRS, "1 MiB bandwidth", step,
+        lambda: put_stream_run(n_qps, per_qp, size, threads=threads, batch=batch,
+                               warp_scope=False, **session_kw),
+        sm_bandwidth, "gbytes", False, TARGET_BANDWIDTH_RATIO_MIN)
     out["bandwidth_1MiB"]["size_bytes"] = size
 
     # 64-byte message rate: 256 QPs of one warp each, a doorbell every 16 messages.
@@ -373,16 +378,9 @@ def run(quick: bool = False, toy: bool = False, progress=None) -> dict:
         step("64-byte message rate: warm-up")
         put_rate(200)
         sm_rate(200)
-    put_runs, sm_runs, sm_again = [], [], []
-    rate_reps = 1 if (quick or toy) else STREAM_PAIRS
-    for k in range(rate_reps):
-        step(f"64-byte message rate ({k + 1} of {rate_reps})")
-        put_runs.append(put_rate(per_qp))
-        sm_runs.append(sm_rate(per_qp))
-        sm_again.append(sm_rate(per_qp))
-    out["rate_64B"] = _compare(put_runs, sm_runs, "mpps", False, TARGET_RATE_RATIO_MIN)
-    out["rate_64B"]["control"] = _control(sm_again, sm_runs, "mpps", False,
-                                          TARGET_RATE_RATIO_MIN)
+    out["rate_64B"], _ = _paired(1 if (quick or toy) else STREAM_PAIRS, "64-byte message rate",
+                                 step, lambda: put_rate(per_qp), lambda: sm_rate(per_qp),
+                                 "mpps", False, TARGET_RATE_RATIO_MIN)
 
     step("all-to-all per path")
     if toy:
