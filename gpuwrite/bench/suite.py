@@ -658,7 +658,9 @@ def _three_targets(out: dict, quick: bool, lat_n: int, repeats: int, step) -> No
     # phase of its polls against the answer; BENCHMARKS.md, session 4): the floor and
     # every path are run in turn, and each path's run is judged against the floor of
     # its own repeat.
-    kw = dict(n_qps=1, wait_each=True, block_threads=32)
+    # The queues' defaults, named so that the result can say what ran.
+    kw = dict(n_qps=1, wait_each=True, block_threads=32, poll_delay_ns=DEFAULT_POLL_DELAY_NS,
+              poll_adapt=True)
     for path in runner.PATHS:
         runner.run(path, [64] * 50, **kw)
     floors: list[float] = []
@@ -699,8 +701,8 @@ def _three_targets(out: dict, quick: bool, lat_n: int, repeats: int, step) -> No
         str(d): runner.run("gpu_push", [64] * lat_n, n_qps=1, wait_each=True, block_threads=32,
                            poll_delay_ns=d, poll_adapt=False).latency_p50_us
         for d in (0, *POLL_DELAYS_NS)}
-    out["gpu_push_poll_delay_ns"] = DEFAULT_POLL_DELAY_NS
-    out["gpu_push_poll_adapt"] = True
+    out["gpu_push_poll_delay_ns"] = kw["poll_delay_ns"]
+    out["gpu_push_poll_adapt"] = kw["poll_adapt"]
     best_push = min([lat["gpu_push"]["p50_us"]["median"],
                      *out["gpu_push_64B_by_poll_delay_us"].values()])
     best_floor = min([out["floor_pingpong_us"], *out["floor_by_poll_delay_us"].values()])
