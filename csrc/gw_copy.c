@@ -187,7 +187,7 @@ int gw_copy(struct gw_copy_pool *p, void *dst, const void *src, size_t n)
         memmove(dst, src, n);
         return 0;
     }
-    if (!p || p->threads == 0 || n < p->split_bytes || ((uintptr_t)dst & 15) ||
+    if (!gw_copy_splits(p, n) || ((uintptr_t)dst & 15) ||
         pthread_mutex_trylock(&p->submit) != 0) {
         gw_copy_one(dst, src, n);
         return 0;

@@ -65,6 +65,14 @@ int gw_copy_pool_start(struct gw_copy_pool *p, uint32_t threads, uint64_t spin_n
                        size_t split_bytes, const uint16_t *cpus);
 void gw_copy_pool_stop(struct gw_copy_pool *p);
 
+/* Whether the pool splits a copy of n bytes by its size (gw_copy also copies whole one
+ * whose destination is unaligned, whose ends overlap, or that finds the pool busy): one
+ * test for gw_copy and for the engine's choice of how to store what the pool leaves whole. */
+static inline int gw_copy_splits(const struct gw_copy_pool *p, size_t n)
+{
+    return p && p->threads != 0 && n >= p->split_bytes;
+}
+
 /* Copies n bytes; with a running pool and n >= its split_bytes, the helpers and the
  * caller copy pieces of it in parallel. Returns once every byte is in place and globally
  * visible (the non-temporal stores are fenced): 1 if the copy was split, else 0 (too

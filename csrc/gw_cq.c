@@ -70,9 +70,8 @@ void release_held(struct worker *w, const struct desc *d)
 }
 
 /* Completes the head descriptor: CQE if signaled or failed, staging slots returned. */
-int retire(struct gw_engine *e, struct worker *w, struct qp *q, struct desc *d)
+int retire(struct worker *w, struct qp *q, struct desc *d)
 {
-    (void)e;
     if (d->status == DESC_OK && d->bytes_dropped)
         desc_fail(d, GW_SYND_TRANSPORT_RETRY_EXC_ERR, GW_REASON_DROPPED);
     if ((d->signaled || d->status != DESC_OK) && !write_cqe(w, q, d))

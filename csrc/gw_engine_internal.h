@@ -335,7 +335,7 @@ GW_INTERNAL uint32_t fetch_new(struct gw_engine *e, struct worker *w, struct qp 
 /* ---- completions (gw_cq.c) ----------------------------------------------------------- */
 
 GW_INTERNAL void release_held(struct worker *w, const struct desc *d);
-GW_INTERNAL int retire(struct gw_engine *e, struct worker *w, struct qp *q, struct desc *d);
+GW_INTERNAL int retire(struct worker *w, struct qp *q, struct desc *d);
 
 /* ---- the workers (gw_service.c) ------------------------------------------------------ */
 

@@ -115,7 +115,7 @@ uint32_t flush_detached(struct gw_engine *e, struct qp *q)
         struct desc *d = &q->descs[q->desc_head % q->sq_bbs];
         if (d->status == DESC_OK)
             desc_fail(d, GW_SYND_WR_FLUSH_ERR, GW_REASON_FLUSHED);
-        if (!retire(e, &tmp, q, d)) {
+        if (!retire(&tmp, q, d)) {
             /* The CQ is full: the rest are flushed without a completion, and counted,
              * the pushed bytes they held as dropped. */
             lost = desc_count(q);

@@ -16,7 +16,7 @@
 static inline int store_cached(const struct gw_engine *e, const struct desc *d, uint32_t n)
 {
     return d->dst_cached && n >= GW_COPY_STREAM_MIN && n < GW_CACHED_COPY_MAX &&
-           (e->copy.threads == 0 || n < e->copy.split_bytes);
+           !gw_copy_splits(&e->copy, n);
 }
 
 /* Copies message bytes [off, off + len) into the destination. */
@@ -112,7 +112,7 @@ static int progress(struct gw_engine *e, struct worker *w, struct qp *q, uint64_
                     return did;
             }
         }
-        if (!retire(e, w, q, d))
+        if (!retire(w, q, d))
             return did;
         did = 1;
         if (e->link.limited)

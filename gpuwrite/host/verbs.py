@@ -309,7 +309,8 @@ def last_level_cache_bytes() -> int:
     if size and size > 0:
         return int(size)
     try:
-        text = open("/sys/devices/system/cpu/cpu0/cache/index3/size").read().strip()
+        with open("/sys/devices/system/cpu/cpu0/cache/index3/size") as f:
+            text = f.read().strip()
     except OSError:
         return 0
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -378,7 +379,9 @@ class Context:
             cached_dst_max_bytes = default_cached_dst_max_bytes()
         cached_dst_max_bytes = _int_in("cached_dst_max_bytes", cached_dst_max_bytes, 0, 1 << 62,
                                        " (the largest destination region whose deliveries of "
-                                       "4 to 32 KiB are stored through the cache; 0: none)")
+                                       f"{lib.GW_COPY_STREAM_MIN >> 10} KiB to under "
+                                       f"{lib.GW_CACHED_COPY_MAX >> 10} KiB are stored through "
+                                       "the cache; 0: none)")
         self.copy_threads = copy_threads
         self.copy_split_bytes = copy_split_bytes
         self.cached_dst_max_bytes = cached_dst_max_bytes
