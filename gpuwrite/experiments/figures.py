@@ -299,6 +299,18 @@ def throughput_caveat(model: pd.DataFrame) -> str:
 
 # --- figure 5 ----------------------------------------------------------------------
 
+def _median_run(rows: pd.DataFrame):
+    """(the run whose median latency is the median run's, [(repeat, rows) of the others])
+    of one path's messages at one size: Fig. 5 draws the first in full and the others
+    faint, so that one slow run shows as one and does not stand for the path. Rows
+    without ``repeat`` (tables before three runs a curve) are one run."""
+    if "repeat" not in rows or rows["repeat"].nunique() <= 1:
+        return rows, []
+    runs = sorted(rows.groupby("repeat"), key=lambda kr: float(kr[1]["latency_ns"].median()))
+    middle = (len(runs) - 1) // 2
+    return runs[middle][1], [(int(k), r) for i, (k, r) in enumerate(runs) if i != middle]
+
+
 @style.styled
 def latency_cdf(df: pd.DataFrame):
     """CDF of per-message latency measured on a GPU in emulated mode, one panel per size."""
@@ -311,8 +323,14 @@ def latency_cdf(df: pd.DataFrame):
         panel = measured[measured["size_bytes"] == size]
         for device in sorted(set(panel["device"])):
             for path in [p for p in style.PATH_STYLES if p in set(panel["path"])]:
-                latency_us = np.sort(panel[(panel["device"] == device) & (panel["path"] == path)]
-                                     ["latency_ns"].to_numpy(dtype=float)) / 1e3
+                runs = panel[(panel["device"] == device) & (panel["path"] == path)]
+                main, others = _median_run(runs)
+                for k, rows in others:
+                    latency_us = np.sort(rows["latency_ns"].to_numpy(dtype=float)) / 1e3
+                    ax.step(latency_us, np.arange(1, len(latency_us) + 1) / len(latency_us),
+                            where="post", gid=f"{path}|{size}|{device}|run {k + 1}", alpha=0.35,
+                            linewidth=0.8, color=style.PATH_STYLES[path].get("color"))
+                latency_us = np.sort(main["latency_ns"].to_numpy(dtype=float)) / 1e3
                 fraction = np.arange(1, len(latency_us) + 1) / len(latency_us)
                 ax.step(latency_us, fraction, where="post", label=path, gid=f"{path}|{size}|{device}",
                         markevery=max(1, len(latency_us) // 8), **style.PATH_STYLES[path])

@@ -173,6 +173,23 @@ def test_fig5_says_no_gpu_and_draws_gpu_cdfs(tiny_results):
     assert NO_GPU_NOTE not in texts(fig)
 
 
+def test_fig5_draws_the_median_run_in_full_and_the_others_faint():
+    # Three runs of one curve: the run whose median is the middle one is the curve; the
+    # slow run and the fast run are drawn faint, each with its run number.
+    runs = {0: [9000, 9100, 9200], 1: [5000, 5100, 5200], 2: [3000, 3100, 3200]}
+    gpu = pd.concat([pd.DataFrame({"figure": "fig5_latency_cdf", "sweep": "cdf", "backend": "emulated",
+                                   "measure": "", "output": "latencies", "path": "gpu_push",
+                                   "size_bytes": 4096, "repeat": k, "latency_ns": np.array(v, dtype=float),
+                                   "device": "Test GPU"}) for k, v in runs.items()])
+    fig = FIGURES["latency_cdf"](gpu)
+    drawn = lines(fig)
+    np.testing.assert_allclose(drawn["gpu_push|4096|Test GPU"].get_xdata(), np.array(runs[1]) / 1e3)
+    np.testing.assert_allclose(drawn["gpu_push|4096|Test GPU|run 1"].get_xdata(), np.array(runs[0]) / 1e3)
+    np.testing.assert_allclose(drawn["gpu_push|4096|Test GPU|run 3"].get_xdata(), np.array(runs[2]) / 1e3)
+    assert "gpu_push|4096|Test GPU|run 2" not in drawn
+    assert drawn["gpu_push|4096|Test GPU|run 1"].get_alpha() < 1
+
+
 def test_fig6_map_equals_margins_computed_from_the_table(tiny_results):
     fig, table = stored(tiny_results, "fig6_push_wins")
     images = {image.get_gid(): image for ax in fig.axes for image in ax.images}
