@@ -407,15 +407,13 @@ def emulated_cpus(cpus: list[int] | None = None) -> dict:
     ``gpuwrite bench`` runs its rate and bandwidth with more workers, leaving ``HOST_CPUS``
     to the host thread and the GPU driver."""
     from gpuwrite.bench import suite
-    from gpuwrite.host.verbs import HOST_THREADS, _cpu_list, process_cpus
+    from gpuwrite.host.verbs import HOST_THREADS, _cpu_list, copy_threads_for, process_cpus
 
     cpus = sorted(cpus if cpus is not None else process_cpus())
     n = len(cpus)
     # host.verbs.default_copy_threads(1) on a GPU (it answers 0 on the simulator, whose
-    # timings are Python's; a test holds the two equal). Written here, not shared through
-    # host/verbs.py: that file is part of the emulated code's fingerprint, and an edit to
-    # it marks every stored GPU table as measured with other code.
-    helpers = max(0, min(6, n - 1 - HOST_THREADS))
+    # timings are Python's).
+    helpers = copy_threads_for(n, 1)
     rate_workers = suite.engine_workers(14, n)
     out = {"cpus": _cpu_list(cpus), "ncpus": n, "default_workers": 1,
            "default_copy_helpers": helpers, "bench_rate_workers": rate_workers,

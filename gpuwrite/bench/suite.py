@@ -13,7 +13,8 @@ run, and each judged on every run, not only on the median:
   * >= 20 million 64-byte messages per second, many blocks posting, doorbells batched;
   * nic_pull and host_staged measured beside gpu_push;
   * latency vs size (``sweep``): every path, one message in flight, 32 and 256 threads per
-    block, every message one WQE, against floor + size / ceiling (the bulk-store ceiling;
+    block, messages in WQEs of at most 256 KiB (``sweep_wqe_bytes``), against floor +
+    size / ceiling (the bulk-store ceiling;
     for 32 threads the bandwidth of one warp's vector copy of a source read for the first
     time, as every message's payload is (``warp_copy_fresh_gbytes``; the same copy from L2,
     ``warp_copy_gbytes``, is reported beside it); host_staged's data crosses PCIe
@@ -408,6 +409,27 @@ def bulk_store_gbytes(nbytes: int) -> float:
     return 3 * nbytes / (ms * 1e-3) / 1e9
 
 
+# The largest WQE the sweep's gpu_push and host_staged messages go in, each rung when
+# written, so that the engine delivers one while the block writes the next. Each doorbell
+# is a system-scope release that waits for the block's stores to drain: in 64 KiB WQEs a
+# 1 MiB gpu_push took 106 to 113 us instead of 71 on an H100 in session 7, and 88.5 to
+# 89.7 against 55.8 to 59.9 in session 29 (16 KiB: 13.7 to 14.2 against 8.7 to 8.8 at 64
+# KiB). In 256 KiB WQEs it took 41.9 to 42.7 us against 50.9 to 59.8 whole, and 40.8 to 40.9
+# against 42.7 to 46.7 with twelve copy helpers; at 256 KiB, halves were level with the
+# whole (256 threads, three rounds each, benchmarks/scripts/chunk_ab.py and
+# helpers_chunk_ab.py, BENCHMARKS.md, session 29).
+SWEEP_WQE_MAX_BYTES = 262144
+
+
+def sweep_wqe_bytes(path: str, size: int) -> int:
+    """The WQE size (``chunk_bytes``) a sweep point sends its messages in: gpu_push and
+    host_staged in WQEs of at most SWEEP_WQE_MAX_BYTES; nic_pull whole (a pull has no GPU
+    writes for the engine's work to overlap), and the inline path's messages fit one WQE."""
+    if path in ("gpu_push", "host_staged"):
+        return max(65536, min(size, SWEEP_WQE_MAX_BYTES))
+    return max(size, 65536)
+
+
 def _sweep_bound_us(path, size, threads, floor_us, ceilings):
     """floor + size / ceiling for one point of the sweep (see the module's docstring)."""
     # Files written before session 19 have only the copy from L2.
@@ -503,13 +525,8 @@ def latency_sweep(floor_us: float, ceilings: dict, *, sizes=SWEEP_SIZES, paths=S
         step(f"latency vs size ({k + 1} of {repeats})")
         for path, size, th in points:
             count = max(20, min(iters, iters * 4096 // size))
-            # Every message is one WQE, whatever its size. Split into 64 KiB WQEs, a 1 MiB
-            # gpu_push took 106 to 113 us instead of 71 on an H100 (16 KiB WQEs: 247 us):
-            # each WQE's doorbell is a system-scope release, which waits for the block's
-            # payload stores to drain before it copies the next WQE's (BENCHMARKS.md,
-            # session 7).
             r = runner.run(path, [size] * (count * n_qps), n_qps=n_qps, wait_each=True,
-                           block_threads=th, chunk_bytes=max(size, 65536),
+                           block_threads=th, chunk_bytes=sweep_wqe_bytes(path, size),
                            stage_slot_bytes=4096 if size > 65536 else 256)
             runs[(path, size, th)].append(r)
     splits = {pt: [engine_split_us(r) for r in rs] for pt, rs in runs.items()}
@@ -531,6 +548,7 @@ def latency_sweep(floor_us: float, ceilings: dict, *, sizes=SWEEP_SIZES, paths=S
                     row["lost_in"] = lost_in(*sweep_steps(path, th, sp, bound, engine_fixed))
             judged.append(row)
         point = {"path": path, "size_bytes": size, "threads": th, "bound_us": bound,
+                 "wqe_bytes": min(size, sweep_wqe_bytes(path, size)),
                  "target_ratio": target}
         least = (least_pull_us(size, th, floor_us, reverse_us, ceilings)
                  if path == "nic_pull" and reverse_us is not None

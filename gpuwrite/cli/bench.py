@@ -245,6 +245,11 @@ def _print(out: dict) -> None:
     console.print(table("latency vs size, one message in flight (bound = floor + size / ceiling)",
                         ["path", "bytes", "thr", "p50 us", "bound us", "x bound",
                          "least, x bound", "engine us", "runs met"], rows))
+    split = sorted({(pt["path"], pt["wqe_bytes"]) for pt in out["sweep"]
+                    if pt.get("wqe_bytes", pt["size_bytes"]) < pt["size_bytes"]})
+    for path, wqe in split:
+        console.print(f"  {path}: larger messages sent as {wqe >> 10} KiB WQEs, each rung when "
+                      "written (the engine delivers one while the block writes the next)")
     if "poll_read_us" in out:
         console.print(f"  a poll read later: slower than the point's fastest run by about a whole "
                       f"completion-poll read ({out['poll_read_us']:.2f} us, the floor's rise when "

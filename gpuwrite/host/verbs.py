@@ -231,14 +231,26 @@ def process_cpus() -> list[int]:
     return list(range(os.cpu_count() or 1))
 
 
+# The most copy helpers a context gets unless told. Six from session 7 (a 1 MiB delivery
+# in 23 us, about 45 GB/s) to session 28; on the 16-CPU H100 hosts twelve delivered 256 KiB
+# and 1 MiB messages 15 to 20 % sooner, one message in flight (1 MiB gpu_push with 256
+# threads: p50 42.7 to 46.7 us against 50.9 to 59.8; 256 KiB 13.8 to 15.4 against 16.6 to
+# 18.0), and 64 KiB 0.2 us later (BENCHMARKS.md, session 29).
+MAX_DEFAULT_COPY_THREADS = 12
+
+
+def copy_threads_for(ncpus: int, workers: int) -> int:
+    """The copy helpers a context of ``workers`` gets on ``ncpus`` CPUs: what the CPUs
+    leave after the workers and HOST_THREADS, at most MAX_DEFAULT_COPY_THREADS."""
+    return max(0, min(MAX_DEFAULT_COPY_THREADS, ncpus - workers - HOST_THREADS))
+
+
 def default_copy_threads(workers: int) -> int:
     """Copy helpers a context gets unless told: none on the CUDA simulator (its timings
-    are Python's), else what the CPUs leave after the workers and HOST_THREADS, at most
-    six: with six, the engine delivered a 1 MiB message in 23 us (about 45 GB/s) on the
-    project's H100 machine (BENCHMARKS.md, session 7)."""
+    are Python's), else ``copy_threads_for`` this process's CPUs."""
     if SIMULATOR:
         return 0
-    return max(0, min(6, len(process_cpus()) - workers - HOST_THREADS))
+    return copy_threads_for(len(process_cpus()), workers)
 
 
 def engine_thread_cpus(workers: int, copy_threads: int, pin=False) -> tuple[int, ...]:

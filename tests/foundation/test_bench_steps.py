@@ -111,6 +111,31 @@ def test_a_push_target_below_one_blocks_copy_is_named(monkeypatch):
     assert "least_us" not in old[0]
 
 
+def test_the_sweep_sends_large_pushes_in_256_kib_wqes_and_pulls_whole(monkeypatch):
+    """gpu_push and host_staged messages above 256 KiB go to the runner in 256 KiB WQEs
+    (each rung when written, so the engine's copy of one overlaps the block's writing of
+    the next); smaller ones, and every nic_pull and inline message, as one WQE (at least
+    the runner's 64 B floor of 64 KiB). Each point records the WQE size it used."""
+    asked = {}
+
+    def run(path, sizes, **kw):
+        asked[(path, sizes[0])] = kw["chunk_bytes"]
+        return _Run(50.0, 1.0)
+
+    monkeypatch.setattr(suite.runner, "run", run)
+    mib = 1 << 20
+    sizes = (64, 65536, 262144, mib, 4 * mib)
+    pts = suite.latency_sweep(3.0, {"bulk_store_gbytes": 50.0, "warp_copy_gbytes": 10.0},
+                              sizes=sizes, paths=("gpu_push", "host_staged", "nic_pull"),
+                              threads=(256,), repeats=1)
+    for path in ("gpu_push", "host_staged"):
+        assert [asked[(path, n)] for n in sizes] == [65536, 65536, 262144, 262144, 262144]
+    assert [asked[("nic_pull", n)] for n in sizes] == [65536, 65536, 262144, mib, 4 * mib]
+    by = {(p["path"], p["size_bytes"]): p["wqe_bytes"] for p in pts}
+    assert by[("gpu_push", 64)] == 64 and by[("gpu_push", mib)] == 262144
+    assert by[("nic_pull", mib)] == mib
+
+
 @pytest.mark.timeout(20)
 def test_the_reverse_ping_counts_answers_and_times_out():
     """gw_ping_run against the floor's host responder (which copies ping to pong): every
@@ -352,3 +377,12 @@ def test_the_printed_sweep_counts_the_runs_a_poll_read_later(capsys):
                ("gpu_push", 1024, 32))
     assert _sweep_why(kib) == "gpu; 3 runs a poll read later"
     assert _sweep_why({"runs": [{"p50_us": 3.0}]}) == ""
+    # Files before session 29 name no WQE size (every message one WQE): no line about it;
+    # a point sent in smaller WQEs says so under the table.
+    assert "WQEs, each rung when written" not in text
+    mib = next(pt for pt in out["sweep"] if (pt["path"], pt["size_bytes"]) == ("gpu_push", 1 << 20))
+    mib["wqe_bytes"] = 262144
+    _print(out)
+    text = " ".join(capsys.readouterr().out.split())
+    assert "gpu_push: larger messages sent as 256 KiB WQEs, each rung when written" in text
+    assert "host_staged: larger messages" not in text

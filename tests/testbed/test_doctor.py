@@ -170,7 +170,8 @@ def test_emulated_mode_says_what_the_engine_threads_get_here(monkeypatch):
             verbs.default_copy_threads(1)
     big = doctor.emulated_cpus(list(range(16)))
     assert (big["cpus"], big["ncpus"], big["default_workers"]) == ("0-15", 16, 1)
-    assert big["default_copy_helpers"] == 6          # at most six; 16 - 1 - 2 would be 13
+    assert big["default_copy_helpers"] == 12         # at most twelve; 16 - 1 - 2 would be 13
+    assert doctor.emulated_cpus(list(range(9)))["default_copy_helpers"] == 6     # 9 - 1 - 2
     assert big["bench_rate_workers"] == big["bench_bandwidth_workers"] == 12
     assert big["notes"] == []
     small = doctor.emulated_cpus([0, 1])
