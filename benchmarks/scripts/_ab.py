@@ -32,3 +32,19 @@ def run_rounds(kernels: dict, plan: dict, out_path: str, rounds: int = 5,
                             print(row, flush=True)
         finally:
             K._BY_PATH.pop("gpu_push", None)
+
+
+def emit(out, **row) -> None:
+    """Writes one JSON line of ``row`` to ``out`` (flushed, so a run cut short keeps its
+    rows) and prints it."""
+    out.write(json.dumps(row) + "\n")
+    out.flush()
+    print(row, flush=True)
+
+
+def timing(r) -> dict:
+    """A run's p50 and p99 (us) and the engine's mean turnaround (doorbell seen to CQE
+    written, us), rounded for the JSON lines of the session 29 scripts."""
+    from gpuwrite.bench.suite import engine_split_us
+    return dict(p50=round(r.latency_p50_us, 2), p99=round(r.latency_p99_us, 2),
+                engine=round(engine_split_us(r)["engine"], 2))

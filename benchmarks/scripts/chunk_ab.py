@@ -11,10 +11,9 @@ one host, for gpu_push and host_staged at 32 and 256 threads: the whole message 
 against pieces of each size listed.
 Usage: python3 benchmarks/scripts/chunk_ab.py OUT.jsonl [rounds]
 """
-import json
 import sys
 
-from gpuwrite.bench.suite import engine_split_us
+from _ab import emit, timing
 from gpuwrite.paths import runner
 
 # message size -> WQE sizes tried (the first: the whole message, the sweep's way).
@@ -38,14 +37,8 @@ def main(out_path: str, rounds: int = 3) -> None:
                                            block_threads=th, chunk_bytes=chunk,
                                            stage_slot_bytes=4096 if size > 65536 else 256)
                             assert r.delivered == r.messages, (path, size, chunk)
-                            row = dict(round=rnd, path=path, size=size, threads=th,
-                                       chunk=chunk, p50=round(r.latency_p50_us, 2),
-                                       p99=round(r.latency_p99_us, 2),
-                                       engine=round(engine_split_us(r)["engine"], 2),
-                                       doorbells=r.counters.get("doorbells"))
-                            out.write(json.dumps(row) + "\n")
-                            out.flush()
-                            print(row, flush=True)
+                            emit(out, round=rnd, path=path, size=size, threads=th, chunk=chunk,
+                                 **timing(r), doorbells=r.counters.get("doorbells"))
 
 
 if __name__ == "__main__":

@@ -12,10 +12,9 @@ host_staged with 256 threads: copy_threads 6 and 12, each message whole and, at 
 halves and quarters.
 Usage: python3 benchmarks/scripts/helpers_chunk_ab.py OUT.jsonl [rounds]
 """
-import json
 import sys
 
-from gpuwrite.bench.suite import engine_split_us
+from _ab import emit, timing
 from gpuwrite.host.verbs import Context
 from gpuwrite.paths import runner
 
@@ -40,14 +39,9 @@ def main(out_path: str, rounds: int = 3) -> None:
                             finally:
                                 ctx.close()
                             assert r.delivered == r.messages, (path, size, chunk, helpers)
-                            row = dict(round=rnd, path=path, size=size, chunk=chunk,
-                                       helpers=helpers, p50=round(r.latency_p50_us, 2),
-                                       p99=round(r.latency_p99_us, 2),
-                                       engine=round(engine_split_us(r)["engine"], 2),
-                                       split=r.counters.get("copies_split"))
-                            out.write(json.dumps(row) + "\n")
-                            out.flush()
-                            print(row, flush=True)
+                            emit(out, round=rnd, path=path, size=size, chunk=chunk,
+                                 helpers=helpers, **timing(r),
+                                 split=r.counters.get("copies_split"))
 
 
 if __name__ == "__main__":

@@ -10,10 +10,10 @@ turn: 20 and 220 messages, and 20 messages after 128 MiB of other GPU memory was
 (evicting the source from L2), gpu_push with 32 and 256 threads at 256 KiB and 1 MiB.
 Usage: python3 benchmarks/scripts/l2_source_ab.py OUT.jsonl [rounds]
 """
-import json
 import sys
 
 import numpy as np
+from _ab import emit
 
 from gpuwrite.bench.suite import sweep_wqe_bytes
 from gpuwrite.cudaenv import cuda
@@ -47,11 +47,8 @@ def main(out_path: str, rounds: int = 3) -> None:
                         finally:
                             runner.cuda.to_device = real_to_device
                         assert r.delivered == r.messages
-                        row = dict(round=rnd, threads=th, size=size, v=variant,
-                                   p50=round(r.latency_p50_us, 2))
-                        out.write(json.dumps(row) + "\n")
-                        out.flush()
-                        print(row, flush=True)
+                        emit(out, round=rnd, threads=th, size=size, v=variant,
+                             p50=round(r.latency_p50_us, 2))
 
 
 if __name__ == "__main__":

@@ -10,10 +10,9 @@ gpu_push and host_staged at 256 KiB, 256 and 32 threads, 6 and 12 helpers, 20 an
 messages, with each run's engine turnaround and split copies.
 Usage: python3 benchmarks/scripts/slow_mode_256k.py OUT.jsonl [rounds]
 """
-import json
 import sys
 
-from gpuwrite.bench.suite import engine_split_us
+from _ab import emit, timing
 from gpuwrite.host.verbs import Context
 from gpuwrite.paths import runner
 
@@ -36,15 +35,11 @@ def main(out_path: str, rounds: int = 4) -> None:
                                 ctx.close()
                             assert r.delivered == r.messages
                             lat = sorted(r.latencies_ns) if r.latencies_ns is not None else []
-                            row = dict(round=rnd, path=path, threads=th, count=count,
-                                       helpers=helpers, p50=round(r.latency_p50_us, 2),
-                                       p10=round(lat[len(lat) // 10] / 1e3, 2) if len(lat) else None,
-                                       p90=round(lat[9 * len(lat) // 10] / 1e3, 2) if len(lat) else None,
-                                       engine=round(engine_split_us(r)["engine"], 2),
-                                       split=r.counters.get("copies_split"))
-                            out.write(json.dumps(row) + "\n")
-                            out.flush()
-                            print(row, flush=True)
+                            emit(out, round=rnd, path=path, threads=th, count=count,
+                                 helpers=helpers, **timing(r),
+                                 p10=round(lat[len(lat) // 10] / 1e3, 2) if len(lat) else None,
+                                 p90=round(lat[9 * len(lat) // 10] / 1e3, 2) if len(lat) else None,
+                                 split=r.counters.get("copies_split"))
 
 
 if __name__ == "__main__":
