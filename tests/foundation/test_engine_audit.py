@@ -190,12 +190,20 @@ def test_a_ring_overflow_behind_a_full_cq_is_counted_once_and_lets_the_engine_id
     assert nic.counters()["ring_overflows"] == 1
 
 
+@pytest.mark.parametrize("cached_dst_max_bytes", [None, 0], ids=["cached", "streamed"])
 @pytest.mark.parametrize("shift", [64, -64, 3])
-def test_a_region_written_from_itself_gets_the_bytes_as_they_were(nic, shift):
+def test_a_region_written_from_itself_gets_the_bytes_as_they_were(shift, cached_dst_max_bytes):
     """Source and destination of one WQE overlapping (a region written from itself,
     8 KiB moved by ``shift`` bytes): the engine read them with memcpy (undefined for
     overlapping ranges; ASan: memcpy-param-overlap) or a forward streaming loop that
-    read back its own stores. A NIC reads before it writes."""
+    read back its own stores. A NIC reads before it writes. Both ways the engine stores
+    8 KiB: through the cache (the region fits the default limit) and streamed by
+    ``gw_copy`` (``cached_dst_max_bytes=0``)."""
+    with Context(cached_dst_max_bytes=cached_dst_max_bytes) as nic:
+        _region_from_itself(nic, shift)
+
+
+def _region_from_itself(nic, shift):
     pd = nic.alloc_pd()
     whole, buf, guard = canaried(16384)
     buf[:] = (np.arange(16384) % 251).astype(np.uint8)
