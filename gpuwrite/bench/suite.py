@@ -47,7 +47,9 @@ repeat is the GPU side's share, and the push breakdown of that repeat is kept be
 for bandwidth and rate, against the median run. A sweep point's runs slower than its
 fastest by about a whole completion-poll read (``poll_read_us``: the floor's rise when the
 host answers late) are listed as ``runs_a_poll_read_later``: their completions were found a
-read later, which is the poll's phase, not the path's work. Every rate run also keeps the engine's side
+read later, which is the poll's phase, not the path's work; those slower than it by a fifth
+or more, at least half of it in the engine's turnaround, as ``runs_engine_slow``
+(``engine_slow_runs``). Every rate run also keeps the engine's side
 (``rate_engine_side``: its turnaround and how many doorbell rings it saw in one look), which
 is where the slow runs of session 18 lost their time.
 """
@@ -561,6 +563,7 @@ def latency_sweep(floor_us: float, ceilings: dict, *, sizes=SWEEP_SIZES, paths=S
                     "p99_us": spread([r.latency_p99_us for r in rs]),
                     "ratio": spread([j["ratio"] for j in judged]),
                     "engine_us": spread([x["engine"] for x in split]),
+                    "runs_engine_slow": engine_slow_runs(p50s, [x["engine"] for x in split]),
                     "runs_met": sum(1 for j in judged if j.get("met")) if target else None,
                     "runs": judged, "emulation": rs[0].emulation})
     return out
@@ -648,6 +651,30 @@ def poll_phase_runs(p50s, read_us: float | None) -> list[int]:
     poll's phase rather than the path's work. [] without a read."""
     lo = min(p50s)
     return [k for k, p in enumerate(p50s) if whole_reads(p - lo, read_us)]
+
+
+# A sweep run is an engine slow run when it is slower than its point's fastest run by at
+# least this fraction of that run and ENGINE_SLOW_MIN_US, and the engine's mean turnaround
+# grew by at least ENGINE_SLOW_SHARE of that: the 256 KiB points of session 29 were a run
+# 15 us or a run 43, with the engine's turnaround 5 to 108 us by run (BENCHMARKS.md).
+ENGINE_SLOW_FRACTION = 0.2
+ENGINE_SLOW_MIN_US = 1.0
+ENGINE_SLOW_SHARE = 0.5
+
+
+def engine_slow_runs(p50s, engines) -> list[int]:
+    """The runs of one point that lost their time in the engine against its fastest run
+    (``p50s`` and ``engines``, the engine's mean turnaround, per run, us): slower by at least
+    ENGINE_SLOW_FRACTION and ENGINE_SLOW_MIN_US, at least ENGINE_SLOW_SHARE of it the
+    engine's. A run whose extra time is on the GPU side is not one."""
+    best = min(range(len(p50s)), key=lambda k: p50s[k])
+    out = []
+    for k, (p, e) in enumerate(zip(p50s, engines)):
+        extra = p - p50s[best]
+        if extra >= max(ENGINE_SLOW_FRACTION * p50s[best], ENGINE_SLOW_MIN_US) and \
+                e - engines[best] >= ENGINE_SLOW_SHARE * extra:
+            out.append(k)
+    return out
 
 
 def latency_least(leasts, floors) -> dict:

@@ -148,12 +148,16 @@ def _copies(out: dict) -> str:
 
 def _sweep_why(pt: dict) -> str:
     """Where a sweep point's missed runs lost their time: the steps named, and how many of
-    its runs were a whole completion-poll read later than its fastest."""
+    its runs were a whole completion-poll read later than its fastest, and how many lost
+    their time in the engine against it."""
     lost = sorted({r["lost_in"]["step"] for r in pt["runs"] if "lost_in" in r})
     late = len(pt.get("runs_a_poll_read_later", []))
+    slow = len(pt.get("runs_engine_slow", []))
     parts = [", ".join(lost)] if lost else []
     if late:
         parts.append(f"{late} run{'s' if late > 1 else ''} a poll read later")
+    if slow:
+        parts.append(f"{slow} run{'s' if slow > 1 else ''} the engine slow")
     return "; ".join(parts)
 
 
@@ -250,6 +254,10 @@ def _print(out: dict) -> None:
     for path, wqe in split:
         console.print(f"  {path}: larger messages sent as {wqe >> 10} KiB WQEs, each rung when "
                       "written (the engine delivers one while the block writes the next)")
+    if any(pt.get("runs_engine_slow") for pt in out["sweep"]):
+        console.print("  the engine slow: slower than the point's fastest run by a fifth or more, "
+                      "at least half of it in the engine's turnaround (doorbell seen to CQE "
+                      "written): time in the emulated NIC, a host thread, not on the GPU")
     if "poll_read_us" in out:
         console.print(f"  a poll read later: slower than the point's fastest run by about a whole "
                       f"completion-poll read ({out['poll_read_us']:.2f} us, the floor's rise when "

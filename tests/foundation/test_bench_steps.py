@@ -136,6 +136,29 @@ def test_the_sweep_sends_large_pushes_in_256_kib_wqes_and_pulls_whole(monkeypatc
     assert by[("nic_pull", mib)] == mib
 
 
+def test_runs_that_lost_their_time_in_the_engine_are_named(monkeypatch):
+    """Session 29's bench (H100): host_staged 256 KiB with 256 threads, p50 15.71 / 23.63 /
+    16.99 / 18.30 / 16.86 us with the engine's turnaround 5.3 / 11.8 / 7.4 / 6.7 / 6.3: the
+    second run is 7.9 us slower than the fastest, 6.5 of it in the engine; the fourth is
+    only 2.6 us (under a fifth) slower. A run slower on the GPU side is not named, nor one
+    slower by less than a microsecond."""
+    assert suite.engine_slow_runs([15.71, 23.63, 16.99, 18.30, 16.86],
+                                  [5.3, 11.8, 7.4, 6.7, 6.3]) == [1]
+    # gpu_push 16 KiB: the first run 10.70 against 5.22, the engine 4.1 against 1.1
+    assert suite.engine_slow_runs([10.70, 5.22, 5.71, 5.68, 6.05],
+                                  [4.1, 1.1, 1.5, 1.7, 2.0]) == [0]
+    assert suite.engine_slow_runs([10.0, 20.0], [1.0, 2.0]) == []       # the GPU side's
+    assert suite.engine_slow_runs([3.0, 3.9], [0.2, 1.1]) == []         # under 1 us
+    assert suite.engine_slow_runs([3.0], [0.2]) == []
+    # The sweep names them per point, from its runs' p50s and the engine's turnarounds.
+    runs = iter([_Run(15.71, 5.3), _Run(23.63, 11.8), _Run(16.99, 7.4)])
+    monkeypatch.setattr(suite.runner, "run", lambda path, sizes, **kw: next(runs))
+    (pt,) = suite.latency_sweep(3.0, {"bulk_store_gbytes": 50.0, "warp_copy_gbytes": 10.0},
+                                sizes=(262144,), paths=("host_staged",), threads=(256,),
+                                repeats=3)
+    assert pt["runs_engine_slow"] == [1]
+
+
 @pytest.mark.timeout(20)
 def test_the_reverse_ping_counts_answers_and_times_out():
     """gw_ping_run against the floor's host responder (which copies ping to pong): every
@@ -386,3 +409,10 @@ def test_the_printed_sweep_counts_the_runs_a_poll_read_later(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "gpu_push: larger messages sent as 256 KiB WQEs, each rung when written" in text
     assert "host_staged: larger messages" not in text
+    # Files before session 29 name no engine slow runs; a point that has one says so.
+    assert "the engine slow" not in text
+    kib["runs_engine_slow"] = [0]
+    assert _sweep_why(kib) == "gpu; 3 runs a poll read later; 1 run the engine slow"
+    _print(out)
+    text = " ".join(capsys.readouterr().out.split())
+    assert "the engine slow: slower than the point's fastest run by a fifth or more" in text
