@@ -14,9 +14,9 @@ the default (C):
     cache) and into 256 MiB (both stream: a control).
 Usage: python3 benchmarks/scripts/cached_store_ab.py OUT.jsonl [rounds]
 """
-import json
 import sys
 
+from _ab import emit
 from gpuwrite.bench.suite import engine_split_us
 from gpuwrite.host.verbs import Context
 from gpuwrite.paths import runner
@@ -38,11 +38,6 @@ def one(name, path, size, n, **kw):
 def main(out_path: str, rounds: int = 3) -> None:
     print("cached_dst_max_bytes by default:", Context().cached_dst_max_bytes, flush=True)
     with open(out_path, "w") as out:
-        def emit(row):
-            out.write(json.dumps(row) + "\n")
-            out.flush()
-            print(row, flush=True)
-
         for rnd in range(rounds):
             for th in (32, 256):
                 for path in ("gpu_push", "host_staged"):
@@ -50,10 +45,10 @@ def main(out_path: str, rounds: int = 3) -> None:
                         for name in VARIANTS:
                             r = one(name, path, size, 400, n_qps=1, wait_each=True,
                                     block_threads=th, chunk_bytes=65536, stage_slot_bytes=256)
-                            emit(dict(kind="latency", round=rnd, v=name, path=path, size=size,
-                                      threads=th, p50=round(r.latency_p50_us, 2),
-                                      engine=round(engine_split_us(r)["engine"], 2),
-                                      cached=r.counters.get("copies_cached")))
+                            emit(out, kind="latency", round=rnd, v=name, path=path, size=size,
+                                 threads=th, p50=round(r.latency_p50_us, 2),
+                                 engine=round(engine_split_us(r)["engine"], 2),
+                                 cached=r.counters.get("copies_cached"))
             for total in (16 << 20, 256 << 20):
                 for path in ("gpu_push", "host_staged"):
                     for size in (4096, 16384):
@@ -61,10 +56,10 @@ def main(out_path: str, rounds: int = 3) -> None:
                             r = one(name, path, size, total // size, n_qps=32, batch=4,
                                     block_threads=256, workers=8, chunk_bytes=1 << 20,
                                     stage_slot_bytes=4096)
-                            emit(dict(kind="throughput", round=rnd, v=name, path=path,
-                                      size=size, total_mib=total >> 20,
-                                      gbps=round(r.throughput_gbps, 1),
-                                      cached=r.counters.get("copies_cached")))
+                            emit(out, kind="throughput", round=rnd, v=name, path=path,
+                                 size=size, total_mib=total >> 20,
+                                 gbps=round(r.throughput_gbps, 1),
+                                 cached=r.counters.get("copies_cached"))
 
 
 if __name__ == "__main__":

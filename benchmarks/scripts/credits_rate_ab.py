@@ -7,9 +7,9 @@ bench's rate posts a doorbell and asks a completion every 16 messages anyway, an
 level; this repeats it with the code of session 28.
 Usage: python3 benchmarks/scripts/credits_rate_ab.py OUT.jsonl [rounds]
 """
-import json
 import sys
 
+from _ab import emit
 from gpuwrite.bench import suite
 from gpuwrite.paths import runner
 
@@ -24,16 +24,13 @@ def main(out_path: str, rounds: int = 5) -> None:
                 assert r.delivered == r.messages
                 row = dict(kind="rate", round=rnd, credits=credits,
                            mpps=round(suite.message_rate_mpps(r), 1))
-                out.write(json.dumps(row) + "\n")
-                print(row, flush=True)
+                emit(out, **row)
                 r = runner.run("gpu_push", [1 << 20] * 1024, stage_credits=credits,
                                **suite.BANDWIDTH_RUN["gpu_push"])
                 assert r.delivered == r.messages
                 row = dict(kind="bandwidth", round=rnd, credits=credits,
                            gbytes=round(r.throughput_gbps / 8, 1))
-                out.write(json.dumps(row) + "\n")
-                out.flush()
-                print(row, flush=True)
+                emit(out, **row)
 
 
 if __name__ == "__main__":

@@ -13,11 +13,11 @@ Each row also has the median latency of messages by their index modulo 4 (at 1 K
 messages share a 4 KiB page).
 Usage: python3 benchmarks/scripts/dst_pages_ab.py OUT.jsonl [rounds] [size,size,...]
 """
-import json
 import mmap
 import sys
 
 import numpy as np
+from _ab import emit
 from numba import cuda
 from numba.cuda.cudadrv import devicearray
 
@@ -86,9 +86,7 @@ def main(out_path: str, rounds: int = 3, sizes=(4096, 16384, 65536)) -> None:
                                    engine=round(engine_split_us(r)["engine"], 2),
                                    by_mod4=[round(float(np.median(lat[k::4])), 2)
                                             for k in range(4)])
-                        out.write(json.dumps(row) + "\n")
-                        out.flush()
-                        print(row, flush=True)
+                        emit(out, **row)
 
 
 if __name__ == "__main__":

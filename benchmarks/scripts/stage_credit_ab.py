@@ -10,10 +10,10 @@ with the completions the wait already reads (C, ``stage_credits="completions"``)
 row: p50, mean, and the median latency of messages by their index modulo 4.
 Usage: python3 benchmarks/scripts/stage_credit_ab.py OUT.jsonl [rounds]
 """
-import json
 import sys
 
 import numpy as np
+from _ab import emit
 
 from gpuwrite import layouts as L
 from gpuwrite.paths import runner
@@ -39,9 +39,7 @@ def main(out_path: str, rounds: int = 3) -> None:
                                    p50=round(r.latency_p50_us, 2),
                                    mean=round(float(lat.mean()), 2), by_mod4=by_mod,
                                    status_reads=r.counters.get("stage_status_reads"))
-                        out.write(json.dumps(row) + "\n")
-                        out.flush()
-                        print(row, flush=True)
+                        emit(out, **row)
 
 
 if __name__ == "__main__":
