@@ -245,7 +245,7 @@ def test_a_split_copy_returns_only_once_every_piece_is_copied(tmp_path, helpers)
     assert run.stdout.count("split 60 of 60") == 5
 
 
-def test_the_cache_limit_defaults_to_an_eighth_of_the_l3(monkeypatch, tmp_path):
+def test_the_cache_limit_defaults_to_an_eighth_of_the_l3(monkeypatch):
     from gpuwrite.host import verbs
     monkeypatch.setattr(verbs.os, "sysconf", lambda name: 96 << 20)
     assert verbs.last_level_cache_bytes() == 96 << 20
