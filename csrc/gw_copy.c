@@ -53,21 +53,23 @@ static uint64_t now_ns(void)
 _Static_assert(GW_MAX_COPY_THREADS + 1 <= 0xFFFF, "a job's piece count fits 16 bits of seq");
 
 /* Copies piece k (>= 1) of job `job` if its state is still below claimed for that job and
- * this thread's compare-and-swap claims it; then marks it copied. */
-static void take_piece(struct gw_copy_pool *p, uint32_t k, uint64_t job)
+ * this thread's compare-and-swap claims it; then marks it copied. Returns 1 if this thread
+ * copied it, 0 if another had claimed it. */
+static int take_piece(struct gw_copy_pool *p, uint32_t k, uint64_t job)
 {
     struct gw_copy_slot *s = &p->slot[k];
     uint64_t v = atomic_load_explicit(&s->state, memory_order_relaxed);
     if (v >= job << 1 ||
         !atomic_compare_exchange_strong_explicit(&s->state, &v, job << 1, memory_order_acq_rel,
                                                  memory_order_relaxed))
-        return;
+        return 0;
     /* Claimed: the job's fields are this job's (the acquire of `seq` that named it saw
      * them), and the submitter leaves them as they are until this piece is marked. */
     size_t off = (size_t)k * p->piece;
     size_t n = p->bytes - off < p->piece ? p->bytes - off : p->piece;
     gw_copy_one(p->dst + off, p->src + off, n);   /* fences its own streaming stores */
     atomic_store_explicit(&s->state, job << 1 | 1, memory_order_release);
+    return 1;
 }
 
 static void *helper_main(void *arg)
@@ -177,7 +179,8 @@ void gw_copy_pool_stop(struct gw_copy_pool *p)
     p->threads = 0;
 }
 
-int gw_copy(struct gw_copy_pool *p, void *dst, const void *src, size_t n)
+int gw_copy(struct gw_copy_pool *p, void *dst, const void *src, size_t n,
+            struct gw_copy_split *split)
 {
     /* A WQE may write a region from itself, its source and destination overlapping: a
      * forward copy (memcpy, the streaming loop, pieces in parallel) would then read bytes
@@ -214,11 +217,18 @@ int gw_copy(struct gw_copy_pool *p, void *dst, const void *src, size_t n)
     gw_copy_one(dst, src, piece < n ? piece : n);
     /* Every other piece: taken here if its helper has not claimed it yet, else waited
      * for; the acquire pairs with the helper's release of "copied". */
+    uint64_t own_done = now_ns();
+    uint32_t late = 0;
     for (uint32_t k = 1; k < pieces; k++) {
-        take_piece(p, k, job);
+        late += (uint32_t)take_piece(p, k, job);
         while (atomic_load_explicit(&p->slot[k].state, memory_order_acquire) != (job << 1 | 1))
             _mm_pause();
     }
     pthread_mutex_unlock(&p->submit);
+    if (split) {
+        split->pieces = pieces - 1;
+        split->late = late;
+        split->wait_ns = now_ns() - own_done;
+    }
     return 1;
 }

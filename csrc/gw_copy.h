@@ -73,12 +73,22 @@ static inline int gw_copy_splits(const struct gw_copy_pool *p, size_t n)
     return p && p->threads != 0 && n >= p->split_bytes;
 }
 
+/* What one split copy cost its submitter beyond its own piece: how many pieces it handed
+ * to helpers, how many of those it copied itself because their helper had not claimed
+ * them when it came to them (asleep, descheduled, still on an earlier job), and how long
+ * it waited, after its own piece, for the helpers' pieces to be copied. */
+struct gw_copy_split {
+    uint32_t pieces, late;
+    uint64_t wait_ns;
+};
+
 /* Copies n bytes; with a running pool and n >= its split_bytes, the helpers and the
  * caller copy pieces of it in parallel. Returns once every byte is in place and globally
- * visible (the non-temporal stores are fenced): 1 if the copy was split, else 0 (too
- * short, an unaligned destination, overlapping ends, or the pool busy with another
- * worker's copy). */
-int gw_copy(struct gw_copy_pool *p, void *dst, const void *src, size_t n);
+ * visible (the non-temporal stores are fenced): 1 if the copy was split (then `split`, if
+ * not NULL, says what the split cost), else 0 (too short, an unaligned destination,
+ * overlapping ends, or the pool busy with another worker's copy; `split` is untouched). */
+int gw_copy(struct gw_copy_pool *p, void *dst, const void *src, size_t n,
+            struct gw_copy_split *split);
 
 /* pthread_create, the thread confined to CPU `cpu` from its first instruction when cpu
  * >= 0 (an engine thread that busy-polls and shares a CPU runs at half speed; one

@@ -97,6 +97,9 @@ struct gw_counters {
     uint64_t turnaround_ns;       /* summed over completions: doorbell seen to CQE written */
     uint64_t turnarounds;         /* completions in turnaround_ns */
     uint64_t copies_split;        /* deliveries the copy helpers shared (copy_split_bytes) */
+    uint64_t copy_pieces;         /* pieces of those handed to helpers (the worker's own not) */
+    uint64_t copy_pieces_late;    /* of them, copied by the worker: unclaimed when it came */
+    uint64_t copy_wait_ns;        /* summed: the worker's own piece done to every piece done */
     uint64_t copies_cached;       /* deliveries stored through the cache (cached_dst_max_bytes) */
 };
 

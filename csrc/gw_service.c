@@ -59,8 +59,14 @@ static int deliver_range(struct gw_engine *e, struct worker *w, struct qp *q, st
                 /* memmove: a WQE may write a region from itself (gw_copy does the same). */
                 memmove(d->dst + off, src, n);
                 count(&w->c.copies_cached, 1);
-            } else if (gw_copy(&e->copy, d->dst + off, src, n)) {
-                count(&w->c.copies_split, 1);
+            } else {
+                struct gw_copy_split sp;
+                if (gw_copy(&e->copy, d->dst + off, src, n, &sp)) {
+                    count(&w->c.copies_split, 1);
+                    count(&w->c.copy_pieces, sp.pieces);
+                    count(&w->c.copy_pieces_late, sp.late);
+                    count(&w->c.copy_wait_ns, sp.wait_ns);
+                }
             }
             if (s->kind == GW_MEM_HOST)
                 count(&w->c.bytes_host_read, n);

@@ -6,7 +6,10 @@
  * Build and run (from the repository root):
  *   cc -O2 -Icsrc -o /tmp/cpb benchmarks/scripts/copy_pool_bench.c csrc/gw_copy.c -lpthread
  *   /tmp/cpb [helpers] [gap_ns] [copies]
- * Prints one line per (size, mode): median / p90 / max ns of `copies` (2000) copies. Every
+ * Prints one line per (size, mode): median / p90 / max ns of `copies` (2000) copies, how
+ * many were split, and of the pieces handed to helpers how many the submitter copied
+ * itself, their helper not having claimed them yet (with a gap longer than the helpers'
+ * 2 ms spin they are asleep at each copy, and most are). Every
  * copy's destination is checked once gw_copy returns (outside the timed span): a byte not
  * yet in place ends the run with status 1 (tests/foundation/test_copy_pool.py runs it so).
  * scripts/sanitize_check.sh (SANITIZE=thread) also builds it with -fsanitize=thread, as the
@@ -77,13 +80,20 @@ int main(int argc, char **argv)
             pool.piece_min = split ? 1024 : (size_t)1 << 28;
             g_bytes = sizes[s];
             int shared = 0;
+            unsigned long long pieces = 0, late = 0;
             for (int r = 0; r < REPS; r++) {
                 atomic_store_explicit(&g_ask, ++ask, memory_order_release);
                 while (atomic_load_explicit(&g_done, memory_order_acquire) != ask)
                     ;
                 uint64_t t0 = now_ns();
-                shared += gw_copy(&pool, dst, src, sizes[s]);
+                struct gw_copy_split sp;
+                int was_split = gw_copy(&pool, dst, src, sizes[s], &sp);
                 t[r] = now_ns() - t0;
+                shared += was_split;
+                if (was_split) {
+                    pieces += sp.pieces;
+                    late += sp.late;
+                }
                 /* The last byte of every 64-byte line first, then every byte: a check
                  * of every byte in turn is slower than a helper's copy, and would give a
                  * piece still being copied the time to land. */
@@ -108,10 +118,11 @@ int main(int argc, char **argv)
                     ;
             }
             qsort(t, REPS, sizeof t[0], cmp_u64);
-            printf("%6zu B %s: median %6llu  p90 %6llu  max %7llu ns  (split %d of %d)\n",
+            printf("%6zu B %s: median %6llu  p90 %6llu  max %7llu ns  (split %d of %d; "
+                   "late %llu of %llu pieces)\n",
                    sizes[s], split ? "split" : "whole", (unsigned long long)t[REPS / 2],
                    (unsigned long long)t[REPS * 9 / 10], (unsigned long long)t[REPS - 1],
-                   shared, REPS);
+                   shared, REPS, late, pieces);
         }
     }
     atomic_store(&g_ask, UINT32_MAX);

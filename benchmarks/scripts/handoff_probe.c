@@ -233,7 +233,7 @@ int main(void)
         pthread_create(&wt, NULL, writer_main, &writer_cpu);
         for (int k = 0; k < ROUNDS; k++) {
             uint64_t t0 = now_ns();
-            gw_copy(&pool, g_dst, g_src + 65536, 64 * (H + 1));
+            gw_copy(&pool, g_dst, g_src + 65536, 64 * (H + 1), NULL);
             ns[k] = now_ns() - t0;
         }
         snprintf(what, sizeof(what), "gw_copy pool %d helpers, 64 B pieces", H);
@@ -243,7 +243,7 @@ int main(void)
             for (int k = 0; k < COPIES; k++) {
                 dirty_source(++g_jobs + 1000000);
                 uint64_t t0 = now_ns();
-                gw_copy(&pool, g_dst, g_src, g_bytes);
+                gw_copy(&pool, g_dst, g_src, g_bytes, NULL);
                 ns[k] = now_ns() - t0;
             }
             snprintf(what, sizeof(what), "%zu B, gw_copy pool %d helpers", g_bytes, H);

@@ -232,10 +232,11 @@ def process_cpus() -> list[int]:
 
 
 # The most copy helpers a context gets unless told. Six from session 7 (a 1 MiB delivery
-# in 23 us, about 45 GB/s) to session 28; on the 16-CPU H100 hosts twelve delivered 256 KiB
-# and 1 MiB messages 15 to 20 % sooner, one message in flight (1 MiB gpu_push with 256
-# threads: p50 42.7 to 46.7 us against 50.9 to 59.8; 256 KiB 13.8 to 15.4 against 16.6 to
-# 18.0), and 64 KiB 0.2 us later (BENCHMARKS.md, session 29).
+# in 23 us, about 45 GB/s) to session 28; on the 16-CPU H100 hosts twelve delivered 1 MiB
+# messages about 15 % sooner and 256 KiB about 10 % sooner by the medians, one message in
+# flight (1 MiB gpu_push with 256 threads: p50 42.7 to 46.7 us against 50.9 to 59.8; 256
+# KiB 13.8 to 15.4 against 16.6 to 18.0), and 64 KiB 0.2 us later (BENCHMARKS.md, session
+# 29).
 MAX_DEFAULT_COPY_THREADS = 12
 
 
@@ -350,7 +351,10 @@ class Context:
     ``copy_threads`` helper threads split each delivery of ``copy_split_bytes`` or more
     (default ``COPY_SPLIT_BYTES``, 32 KiB) with the worker that copies it (csrc/gw_copy.h):
     one CPU thread copies host memory at about a fifth of a 400 Gb/s link, the step the
-    copy stands in for; the counter ``copies_split`` says how many were split. On the
+    copy stands in for; the counter ``copies_split`` says how many were split,
+    ``copy_pieces`` how many pieces of them went to helpers, ``copy_pieces_late`` how many
+    of those the worker copied itself (their helper had not claimed them yet) and
+    ``copy_wait_ns`` how long the worker waited, its own piece done, for the rest. On the
     project's H100 hosts a split below 32 KiB cost more than it saved (1.3 to 1.5 us
     with the pool of session 25; with the pool of session 27, a line per piece, 8 KiB
     still 1 us and 16 KiB level; BENCHMARKS.md). ``None`` picks

@@ -3,6 +3,7 @@ a large RDMA write lands where it should and nothing around it changes, whatever
 size (split into pieces or not), the alignment and the number of workers sharing the
 helpers. The engine runs on its own threads here (the helpers start with it)."""
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -79,8 +80,19 @@ def test_split_deliveries_land_exactly(workers, split):
         # QP 1's aligned deliveries from the threshold up were split (with two workers, one
         # that finds the helpers busy with the other's copies alone); QP 0's never are.
         split_ones = sum(n >= ctx.copy_split_bytes for n in SIZES)
-        shared = ctx.counters()["copies_split"]
+        counters = ctx.counters()
+        shared = counters["copies_split"]
         assert shared == split_ones if workers == 1 else 1 <= shared <= split_ones
+        # Each split delivery handed its helpers every piece but the worker's own, and
+        # counts those the worker copied itself and how long it waited for the rest.
+        threshold = ctx.copy_split_bytes
+        handed = [_pieces(n, 3, threshold // 4) - 1 for n in SIZES if n >= threshold]
+        if workers == 1:
+            assert counters["copy_pieces"] == sum(handed)
+        else:
+            assert min(handed) <= counters["copy_pieces"] <= sum(handed)
+        assert counters["copy_pieces_late"] <= counters["copy_pieces"]
+        assert counters["copy_wait_ns"] > 0
     assert late == [], "completions seen before their bytes were in place"
     for (whole, dst, guard, shift), comps in zip(dsts, got):
         assert [c.ok for c in comps] == [True] * len(SIZES)
@@ -239,10 +251,37 @@ def test_a_split_copy_returns_only_once_every_piece_is_copied(tmp_path, helpers)
     if build.returncode != 0 and "tsan" in build.stderr.lower():
         pytest.skip(f"{cc} cannot link ThreadSanitizer here")
     assert build.returncode == 0, build.stderr
+    tsan = {**env, "TSAN_OPTIONS": "halt_on_error=1"}
     run = subprocess.run([str(exe), str(helpers), "0", "60"], capture_output=True, text=True,
-                         timeout=50, env={**env, "TSAN_OPTIONS": "halt_on_error=1"})
+                         timeout=50, env=tsan)
     assert run.returncode == 0 and "ThreadSanitizer" not in run.stderr, run.stderr[-3000:]
     assert run.stdout.count("split 60 of 60") == 5
+    # Every split copy handed its helpers all pieces but the submitter's own; of those,
+    # the late ones (copied by the submitter itself) are counted, never more than handed.
+    split_lines = [ln for ln in run.stdout.splitlines() if " split: " in ln]
+    assert len(split_lines) == 5
+    for ln in split_lines:
+        size = int(ln.split()[0])
+        late, handed = map(int, re.search(r"late (\d+) of (\d+) pieces", ln).groups())
+        assert handed == 60 * (_pieces(size, helpers, piece_min=1024) - 1), ln
+        assert late <= handed, ln
+    # Copies 3 ms apart: the helpers (2 ms of spinning) are asleep at each, and the
+    # submitter, its own piece copied before a futex wake-up, takes pieces itself.
+    run = subprocess.run([str(exe), str(helpers), "3000000", "10"], capture_output=True,
+                         text=True, timeout=50, env=tsan)
+    assert run.returncode == 0 and "ThreadSanitizer" not in run.stderr, run.stderr[-3000:]
+    lates = [int(m) for m in re.findall(r"split: .*late (\d+) of", run.stdout)]
+    assert len(lates) == 5 and sum(lates) > 0, run.stdout
+
+
+def _pieces(n: int, helpers: int, piece_min: int) -> int:
+    """The pieces gw_copy cuts a copy of ``n`` bytes into (csrc/gw_copy.c): one per
+    thread, the submitter's included, none shorter than ``piece_min`` (the pool's: a
+    quarter of its split threshold; copy_pool_bench.c sets its own), each a multiple of
+    64 bytes."""
+    piece = max((n + helpers) // (helpers + 1), piece_min)
+    piece = (piece + 63) // 64 * 64
+    return -(-n // piece)
 
 
 def test_the_cache_limit_defaults_to_an_eighth_of_the_l3(monkeypatch):
