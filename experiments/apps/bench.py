@@ -38,7 +38,7 @@ import numpy as np
 from numba import int64
 
 from experiments.apps import alltoall, common
-from gpuwrite.bench import suite
+from gpuwrite.bench import hostload, suite
 from gpuwrite.cudaenv import SIMULATOR, cuda
 from gpuwrite.device import api
 from gpuwrite.device.intrinsics import globaltimer_ns
@@ -286,16 +286,24 @@ def _paired(reps: int, label: str, step, put_run, sm_run, key: str, lower_is_bet
             target: float) -> tuple[dict, list[dict]]:
     """``reps`` pairs taken in turn, each the put kernel's run, send_messages' run and
     send_messages' run again: the put kernel against send_messages (``_compare``) with
-    the control beside it (``_control``), and send_messages' first runs."""
-    put_runs, sm_runs, sm_again = [], [], []
+    the control beside it (``_control``) and each run's host load (``host``), and
+    send_messages' first runs."""
+    runs = {"put": [], "send_messages": [], "send_messages_again": []}
+    host = {k: [] for k in runs}
     for k in range(reps):
         step(f"{label} ({k + 1} of {reps})")
-        put_runs.append(put_run())
-        sm_runs.append(sm_run())
-        sm_again.append(sm_run())
-    out = _compare(put_runs, sm_runs, key, lower_is_better, target)
-    out["control"] = _control(sm_again, sm_runs, key, lower_is_better, target)
-    return out, sm_runs
+        for name, fn in (("put", put_run), ("send_messages", sm_run),
+                         ("send_messages_again", sm_run)):
+            r, h = hostload.watched(fn)
+            runs[name].append(r)
+            host[name].append(h)
+    out = _compare(runs["put"], runs["send_messages"], key, lower_is_better, target)
+    out["control"] = _control(runs["send_messages_again"], runs["send_messages"], key,
+                              lower_is_better, target)
+    # What the host did during each run (steal, preemptions: gpuwrite.bench.hostload), so
+    # a missed pair can be read against it.
+    out["host"] = host
+    return out, runs["send_messages"]
 
 
 def run(quick: bool = False, toy: bool = False, progress=None) -> dict:

@@ -51,7 +51,12 @@ read later, which is the poll's phase, not the path's work; those slower than it
 or more, at least half of it in the engine's turnaround, as ``runs_engine_slow``
 (``engine_slow_runs``). Every rate run also keeps the engine's side
 (``rate_engine_side``: its turnaround and how many doorbell rings it saw in one look), which
-is where the slow runs of session 18 lost their time.
+is where the slow runs of session 18 lost their time. Every run of a repeated figure and of
+the sweep also keeps what the host did meanwhile (``host``: steal time and this process's
+involuntary context switches, ``gpuwrite.bench.hostload``); a sweep point names its slow
+runs during which the host took CPU time from the engine (``runs_host_busy``), and each
+sweep run the engine's split copies (``copy``: the worker's wait on its copy helpers and
+the share of their pieces it copied itself, ``copy_split_side``).
 """
 from __future__ import annotations
 
@@ -64,6 +69,7 @@ from gpuwrite.device import verbs as dv
 from gpuwrite.device.intrinsics import (fence_sys, globaltimer_ns, ld_acquire_sys_u32,
                                         st_relaxed_sys_u32, st_relaxed_sys_u64,
                                         st_release_sys_u32, st_v4_u32)
+from gpuwrite.bench import hostload
 from gpuwrite.bench.breakdown import push_breakdown
 from gpuwrite.device.copy import copy_bytes
 from gpuwrite.host.memory import mapped
@@ -287,6 +293,20 @@ def message_rate_mpps(r) -> float:
         return 0.0
     span_s = r.bytes * 8 / (r.throughput_gbps * 1e9)
     return r.delivered / span_s / 1e6
+
+
+def copy_split_side(r) -> dict | None:
+    """How a run's split deliveries (those the engine's copy helpers shared) went, from
+    its counters: ``splits``, the share of pieces handed to helpers that the worker copied
+    itself because their helper had not claimed them yet (``late_share``), and the
+    worker's mean wait per split delivery, its own piece done to every piece done
+    (``wait_us``). None where nothing was split (or the counters predate session 30)."""
+    c = r.counters
+    n = c.get("copies_split", 0)
+    if not n or "copy_pieces" not in c:
+        return None
+    return {"splits": int(n), "late_share": c["copy_pieces_late"] / max(c["copy_pieces"], 1),
+            "wait_us": c["copy_wait_ns"] / n / 1e3}
 
 
 def rate_engine_side(runs, rings: int) -> dict:
@@ -523,14 +543,17 @@ def latency_sweep(floor_us: float, ceilings: dict, *, sizes=SWEEP_SIZES, paths=S
     points = [(p, n, t) for t in threads for p in paths for n in sizes
               if not (p == "gpu_push_inline" and n > runner.INLINE_SIZES[-1])]
     runs: dict = {pt: [] for pt in points}
+    hosts: dict = {pt: [] for pt in points}
     for k in range(repeats):
         step(f"latency vs size ({k + 1} of {repeats})")
         for path, size, th in points:
             count = max(20, min(iters, iters * 4096 // size))
-            r = runner.run(path, [size] * (count * n_qps), n_qps=n_qps, wait_each=True,
-                           block_threads=th, chunk_bytes=sweep_wqe_bytes(path, size),
-                           stage_slot_bytes=4096 if size > 65536 else 256)
+            r, host = hostload.watched(
+                runner.run, path, [size] * (count * n_qps), n_qps=n_qps, wait_each=True,
+                block_threads=th, chunk_bytes=sweep_wqe_bytes(path, size),
+                stage_slot_bytes=4096 if size > 65536 else 256)
             runs[(path, size, th)].append(r)
+            hosts[(path, size, th)].append(host)
     splits = {pt: [engine_split_us(r) for r in rs] for pt, rs in runs.items()}
     engine_fixed = sweep_engine_fixed(splits)
     out = []
@@ -540,10 +563,11 @@ def latency_sweep(floor_us: float, ceilings: dict, *, sizes=SWEEP_SIZES, paths=S
         p50s = [r.latency_p50_us for r in rs]
         split = splits[(path, size, th)]
         judged = []
-        for r, sp in zip(rs, split):
+        for r, sp, host in zip(rs, split, hosts[(path, size, th)]):
             ratio = r.latency_p50_us / bound
             row = {"p50_us": r.latency_p50_us, "ratio": ratio,
-                   "delivered": f"{r.delivered}/{r.messages}"}
+                   "delivered": f"{r.delivered}/{r.messages}", "host": host,
+                   "copy": copy_split_side(r)}
             if target is not None:
                 row["met"] = ratio <= target
                 if not row["met"]:
@@ -564,6 +588,7 @@ def latency_sweep(floor_us: float, ceilings: dict, *, sizes=SWEEP_SIZES, paths=S
                     "ratio": spread([j["ratio"] for j in judged]),
                     "engine_us": spread([x["engine"] for x in split]),
                     "runs_engine_slow": engine_slow_runs(p50s, [x["engine"] for x in split]),
+                    "runs_host_busy": host_busy_runs(p50s, hosts[(path, size, th)]),
                     "runs_met": sum(1 for j in judged if j.get("met")) if target else None,
                     "runs": judged, "emulation": rs[0].emulation})
     return out
@@ -677,6 +702,33 @@ def engine_slow_runs(p50s, engines) -> list[int]:
     return out
 
 
+def host_busy_runs(p50s, hosts) -> list[int]:
+    """The runs of one point slower than its fastest as ``engine_slow_runs`` counts slow
+    (by ENGINE_SLOW_FRACTION and ENGINE_SLOW_MIN_US) during which the host took CPU time
+    from this process more than during the fastest: steal time (the hypervisor ran another
+    guest) where the fastest had none, or more involuntary context switches of this
+    process's threads than the fastest had, twice over and by HOST_BUSY_MIN_SWITCHES.
+    ``hosts``: ``hostload.between`` of each run."""
+    best = min(range(len(p50s)), key=lambda k: p50s[k])
+    ref = hosts[best]
+    out = []
+    for k, (p, h) in enumerate(zip(p50s, hosts)):
+        if p - p50s[best] < max(ENGINE_SLOW_FRACTION * p50s[best], ENGINE_SLOW_MIN_US):
+            continue
+        stolen = bool(h.get("steal_ms")) and not ref.get("steal_ms")
+        switched = h["involuntary_switches"] >= max(2 * ref["involuntary_switches"],
+                                                    ref["involuntary_switches"]
+                                                    + HOST_BUSY_MIN_SWITCHES)
+        if stolen or switched:
+            out.append(k)
+    return out
+
+
+# Involuntary switches a slow run must have beyond its point's fastest run to count as
+# the host's: a few come with any run (the driver's threads, the engine's start and stop).
+HOST_BUSY_MIN_SWITCHES = 10
+
+
 def latency_least(leasts, floors) -> dict:
     """The 64-byte push's least (``least_push_64B_us`` of each repeat) against the floor of
     the same repeat: ``least_us``, ``least_ratio`` and whether the target lies below it (the
@@ -711,13 +763,16 @@ def _three_targets(out: dict, quick: bool, lat_n: int, repeats: int, step) -> No
     floors: list[float] = []
     leasts: list[float] = []
     runs_lat: dict[str, list] = {p: [] for p in runner.PATHS}
+    hosts_lat: dict[str, list] = {p: [] for p in runner.PATHS}
     breakdowns = []
     for k in range(repeats):
         step(f"64-byte latency: floor and every path ({k + 1} of {repeats})")
         floors.append(floor_pingpong_us(lat_n))
         leasts.append(least_push_64B_us(lat_n))
         for path in runner.PATHS:
-            runs_lat[path].append(runner.run(path, [64] * lat_n, **kw))
+            r, host = hostload.watched(runner.run, path, [64] * lat_n, **kw)
+            runs_lat[path].append(r)
+            hosts_lat[path].append(host)
         breakdowns.append(push_breakdown(lat_n))
     out["floor_runs_us"] = spread(floors)
     lat = {}
@@ -727,14 +782,14 @@ def _three_targets(out: dict, quick: bool, lat_n: int, repeats: int, step) -> No
                      "p99_us": spread([r.latency_p99_us for r in rs]),
                      "ratio_to_floor": spread(ratios),
                      "delivered": min(r.delivered for r in rs), "messages": rs[0].messages,
-                     "emulation": rs[0].emulation}
+                     "emulation": rs[0].emulation, "host": hosts_lat[path]}
     push_ratios = lat["gpu_push"]["ratio_to_floor"]["runs"]
     split = [engine_split_us(r) for r in runs_lat["gpu_push"]]
     fixed = min(x["engine"] for x in split)
     lat["gpu_push"]["misses"] = [
         {"run": k, "ratio": x,
          "lost_in": lost_in(split[k], {"engine": fixed, "gpu": floors[k] - fixed}),
-         "breakdown_ns": breakdowns[k]}
+         "breakdown_ns": breakdowns[k], "host": hosts_lat["gpu_push"][k]}
         for k, x in enumerate(push_ratios) if x > TARGET_LATENCY_RATIO]
     lat["gpu_push"].update(latency_least(leasts, floors))
     out["latency_64B"] = lat
@@ -758,10 +813,13 @@ def _three_targets(out: dict, quick: bool, lat_n: int, repeats: int, step) -> No
     # Runs of one configuration differ by up to 0.1x on an H200 (BENCHMARKS.md): each
     # path is run ``repeats`` times, in turn with the others, and every run is judged.
     runs: dict[str, list] = {p: [] for p in ("gpu_push", "nic_pull", "host_staged")}
+    hosts: dict[str, list] = {p: [] for p in runs}
     for k in range(repeats):
         for path in runs:
             step(f"{path}: 1 MiB bandwidth ({k + 1} of {repeats})")
-            runs[path].append(runner.run(path, [mib] * n_big, **BANDWIDTH_RUN[path]))
+            r, host = hostload.watched(runner.run, path, [mib] * n_big, **BANDWIDTH_RUN[path])
+            runs[path].append(r)
+            hosts[path].append(host)
     bw = {}
     for path, rs in runs.items():
         gb = [r.throughput_gbps / 8 for r in rs]
@@ -772,8 +830,9 @@ def _three_targets(out: dict, quick: bool, lat_n: int, repeats: int, step) -> No
                     "delivered": min(r.delivered for r in rs), "messages": rs[0].messages,
                     "wqe_bytes": BANDWIDTH_RUN[path]["chunk_bytes"],
                     "workers": BANDWIDTH_RUN[path]["workers"], "engine_cpus": rs[0].engine_cpus,
-                    "emulation": rs[0].emulation,
-                    "misses": [{"run": k, "gbytes": g, "lost_in": lost_in(split[k], ref)}
+                    "emulation": rs[0].emulation, "host": hosts[path],
+                    "misses": [{"run": k, "gbytes": g, "lost_in": lost_in(split[k], ref),
+                                "host": hosts[path][k]}
                                for k, g in enumerate(gb)
                                if g / out["bulk_store_gbytes"] < TARGET_BANDWIDTH_RATIO]}
     out["bandwidth_1MiB"] = bw
@@ -782,11 +841,13 @@ def _three_targets(out: dict, quick: bool, lat_n: int, repeats: int, step) -> No
     n_qps = 256
     per_qp = 500 if quick else 2000
     for path in ("gpu_push", "gpu_push_inline"):
-        rs = []
+        rs, host = [], []
         for k in range(repeats if path == "gpu_push" else 1):
             step(f"{path}: 64-byte message rate ({k + 1})")
-            rs.append(runner.run(path, [64] * (n_qps * per_qp), n_qps=n_qps, batch=RATE_BATCH,
-                                 block_threads=32, workers=RATE_WORKERS))
+            r, h = hostload.watched(runner.run, path, [64] * (n_qps * per_qp), n_qps=n_qps,
+                                    batch=RATE_BATCH, block_threads=32, workers=RATE_WORKERS)
+            rs.append(r)
+            host.append(h)
         mpps = [message_rate_mpps(r) for r in rs]
         split = [engine_split_us(r) for r in rs]
         ref = {k: float(np.median([x[k] for x in split])) for k in split[0]}
@@ -794,7 +855,9 @@ def _three_targets(out: dict, quick: bool, lat_n: int, repeats: int, step) -> No
                       "messages": rs[0].messages, "workers": RATE_WORKERS,
                       "engine_cpus": rs[0].engine_cpus,
                       "engine": rate_engine_side(rs, n_qps * -(-per_qp // RATE_BATCH)),
-                      "misses": [{"run": k, "mpps": m, "lost_in": lost_in(split[k], ref)}
+                      "host": host,
+                      "misses": [{"run": k, "mpps": m, "lost_in": lost_in(split[k], ref),
+                                  "host": host[k]}
                                  for k, m in enumerate(mpps) if m < TARGET_RATE_MPPS]}
     out["rate_64B"] = rate
     n = f"{repeats} of {repeats} runs"

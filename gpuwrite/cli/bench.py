@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+import statistics
 
 from gpuwrite.cli import NoGPUError, UsageError
 from gpuwrite.cli.common import add_json_flag, console, parse_sizes, print_json, table
@@ -153,12 +154,60 @@ def _sweep_why(pt: dict) -> str:
     lost = sorted({r["lost_in"]["step"] for r in pt["runs"] if "lost_in" in r})
     late = len(pt.get("runs_a_poll_read_later", []))
     slow = len(pt.get("runs_engine_slow", []))
+    busy = len(pt.get("runs_host_busy", []))
     parts = [", ".join(lost)] if lost else []
     if late:
         parts.append(f"{late} run{'s' if late > 1 else ''} a poll read later")
     if slow:
         parts.append(f"{slow} run{'s' if slow > 1 else ''} the engine slow")
+    if busy:
+        parts.append(f"{busy} run{'s' if busy > 1 else ''} the host busy")
     return "; ".join(parts)
+
+
+def _host_cols(v: dict) -> list[str]:
+    """The host columns of a repeated figure's row: steal (ms, summed over the CPUs) and
+    this process's involuntary context switches, min / median / max over its runs; "-"
+    where the file predates session 30 or the host gave no steal figure."""
+    loads = v.get("host")
+    if not loads:
+        return ["-", "-"]
+    steal = [h["steal_ms"] for h in loads]
+    sw = [h["involuntary_switches"] for h in loads]
+    return ["-" if None in steal else _mmm(_spread_of(steal), "{:.0f}"),
+            _mmm(_spread_of(sw), "{:.0f}")]
+
+
+def _spread_of(values) -> dict:
+    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
+
+
+def _host_says(h: dict | None) -> str:
+    """One run's host, in words: steal and involuntary switches."""
+    if not h:
+        return ""
+    steal = "no steal figure" if h["steal_ms"] is None else f"steal {h['steal_ms']:.0f} ms"
+    return f"; host: {steal}, {h['involuntary_switches']} involuntary switches"
+
+
+def _engine_slow_copies(pt: dict) -> str | None:
+    """For a sweep point whose runs the engine slowed: its split copies in those runs
+    against its fastest run (the worker's wait on its copy helpers per split delivery, and
+    the share of helpers' pieces it copied itself), or None where nothing was split."""
+    slow = pt.get("runs_engine_slow") or []
+    copies = [r.get("copy") for r in pt["runs"]]
+    if not slow or not any(copies):
+        return None
+    best = min(range(len(pt["runs"])), key=lambda k: pt["runs"][k]["p50_us"])
+
+    def say(k):
+        c = copies[k]
+        return "none split" if not c else \
+            f"wait {c['wait_us']:.1f} us, {100 * c['late_share']:.0f} % late"
+    return (f"{pt['path']} {pt['size_bytes']} B {pt['threads']} thr: the engine-slow runs' "
+            "split copies (the worker's wait on its helpers per delivery, the helpers' pieces "
+            "it copied itself): " + "; ".join(f"run {k + 1} {say(k)}" for k in slow) +
+            f"; fastest run {best + 1} {say(best)}")
 
 
 def _cached_note(out: dict) -> str:
@@ -203,7 +252,7 @@ def _print(out: dict) -> None:
             note = f" (about {reads} completion-poll read{'s' if reads > 1 else ''})" if reads else ""
             console.print(f"  run {miss['run'] + 1} missed ({miss['ratio']:.2f}x): the "
                           f"{miss['lost_in']['step']} side took {grew:.2f} us "
-                          f"more than its share of the floor{note}")
+                          f"more than its share of the floor{note}{_host_says(miss.get('host'))}")
         by_pause = out.get("gpu_push_64B_by_poll_delay_us")
         if by_pause:
             pause = out.get("gpu_push_poll_delay_ns", 0)
@@ -226,16 +275,21 @@ def _print(out: dict) -> None:
         console.print("gpu_push 64 B, step medians (ns, median run): " +
                       ", ".join(f"{k} {v['median']:.0f}" for k, v in bd.items()))
         rows = [[p, _mmm(v["gbytes"], "{:.1f}"), _mmm(v["ratio_to_bulk_store"]),
-                 f"{v['wqe_bytes'] >> 10} KiB", f"{v['delivered']}/{v['messages']}"]
+                 f"{v['wqe_bytes'] >> 10} KiB", *_host_cols(v),
+                 f"{v['delivered']}/{v['messages']}"]
                 for p, v in out["bandwidth_1MiB"].items()]
         console.print(table("1 MiB messages: bandwidth" + _workers(out["bandwidth_1MiB"]),
-                            ["path", "GB/s", "x bulk store", "bytes per WQE", "delivered"], rows))
+                            ["path", "GB/s", "x bulk store", "bytes per WQE", "steal ms",
+                             "invol. switches", "delivered"], rows))
         rows = [[p, _mmm(v["mpps"], "{:.1f}"), *_engine_side(v.get("engine")),
-                 f"{v['delivered']}/{v['messages']}"]
+                 *_host_cols(v), f"{v['delivered']}/{v['messages']}"]
                 for p, v in out["rate_64B"].items()]
         console.print(table("64-byte message rate" + _workers(out["rate_64B"]),
                             ["path", "M msg/s", "engine turnaround us", "rings a look",
-                             "delivered"], rows))
+                             "steal ms", "invol. switches", "delivered"], rows))
+        console.print("  steal: CPU time the hypervisor gave other guests during each run, "
+                      "summed over the CPUs; involuntary switches: this process's threads "
+                      "(the engine's included) preempted by the guest's scheduler")
     rows = []
     for pt in out["sweep"]:
         why = _sweep_why(pt)
@@ -258,6 +312,14 @@ def _print(out: dict) -> None:
         console.print("  the engine slow: slower than the point's fastest run by a fifth or more, "
                       "at least half of it in the engine's turnaround (doorbell seen to CQE "
                       "written): time in the emulated NIC, a host thread, not on the GPU")
+    if any(pt.get("runs_host_busy") for pt in out["sweep"]):
+        console.print("  the host busy: slower than the point's fastest run by a fifth or "
+                      "more, with steal time where the fastest had none or at least twice "
+                      "its involuntary context switches (and 10 more)")
+    for pt in out["sweep"]:
+        line = _engine_slow_copies(pt)
+        if line:
+            console.print("  " + line)
     if "poll_read_us" in out:
         console.print(f"  a poll read later: slower than the point's fastest run by about a whole "
                       f"completion-poll read ({out['poll_read_us']:.2f} us, the floor's rise when "

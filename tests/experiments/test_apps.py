@@ -153,6 +153,10 @@ def test_bench_runs_end_to_end_at_toy_sizes(tmp_path):
         assert np.isfinite(out[key]["ratio"])
         control = out[key]["control"]
         assert control["runs_met"].endswith("of 1") and np.isfinite(control["ratio"])
+        # Each of the pair's three runs has the host's load beside it.
+        host = out[key]["host"]
+        assert set(host) == {"put", "send_messages", "send_messages_again"}
+        assert all(len(v) == 1 and "involuntary_switches" in v[0] for v in host.values())
     assert out["alltoall"]["all_verified"]
 
 

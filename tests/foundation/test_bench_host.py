@@ -1,0 +1,131 @@
+"""What the bench records of the host beside each run (``gpuwrite.bench.hostload``): steal
+time and involuntary context switches, and the sweep's account of its split copies."""
+import json
+from pathlib import Path
+
+import pytest
+
+from gpuwrite.bench import hostload, suite
+
+REPO = Path(__file__).resolve().parents[2]
+
+# /proc/stat's head on a 2-CPU guest: user nice system idle iowait irq softirq steal ...
+STAT_BEFORE = """cpu  900 0 300 5000 10 5 7 40 0 0
+cpu0 500 0 100 2500 5 2 3 10 0 0
+cpu1 400 0 200 2500 5 3 4 30 0 0
+intr 12345 0 0
+ctxt 999
+"""
+STAT_AFTER = """cpu  950 0 310 5100 10 6 9 47 0 0
+cpu0 520 0 104 2550 5 2 4 11 0 0
+cpu1 430 0 206 2550 5 4 5 36 0 0
+intr 12400 0 0
+"""
+
+
+def test_steal_and_irq_are_read_per_cpu_and_differenced(tmp_path, monkeypatch):
+    before, after = tmp_path / "a", tmp_path / "b"
+    before.write_text(STAT_BEFORE)
+    after.write_text(STAT_AFTER)
+    a, b = hostload.sample(str(before)), hostload.sample(str(after))
+    # The aggregate "cpu" line is skipped: one entry per CPU.
+    assert a.steal == (10, 30) and a.irq == (5, 7)
+    assert b.steal == (11, 36) and b.irq == (6, 9)
+    monkeypatch.setattr(hostload, "_tick_ms", lambda: 10.0)
+    d = hostload.between(a, b)
+    assert d["steal_ms"] == 70.0 and d["steal_max_cpu_ms"] == 60.0 and d["irq_ms"] == 30.0
+    assert d["involuntary_switches"] == b.involuntary_switches - a.involuntary_switches
+    assert d["span_ms"] >= 0
+
+
+def test_a_host_without_proc_stat_gives_no_steal_figure(tmp_path):
+    a = hostload.sample(str(tmp_path / "missing"))
+    assert a.steal is None and a.irq is None
+    d = hostload.between(a, hostload.sample(str(tmp_path / "missing")))
+    assert d["steal_ms"] is None and d["irq_ms"] is None
+    assert isinstance(d["involuntary_switches"], int)
+
+
+def test_watched_returns_the_result_and_the_hosts_load():
+    result, load = hostload.watched(lambda x, y=1: x + y, 2, y=3)
+    assert result == 5
+    assert set(load) == {"span_ms", "involuntary_switches", "steal_ms", "steal_max_cpu_ms",
+                         "irq_ms"}
+
+
+def _host(steal=0.0, switches=5):
+    return {"steal_ms": steal, "involuntary_switches": switches}
+
+
+def test_slow_runs_the_host_took_cpu_from_are_named():
+    p50s = [15.0, 25.0, 15.5, 25.0, 25.0, 16.0]
+    hosts = [_host(0, 5), _host(20, 5), _host(30, 40), _host(0, 30), _host(0, 14),
+             _host(0, 50)]
+    # Run 1: slow, steal where the fastest had none. Run 2: steal but not slow. Run 3:
+    # slow, 30 switches against 5 (twice and 10 more). Run 4: slow, 14 switches: not 10
+    # more than 5. Run 5: many switches, not slow.
+    assert suite.host_busy_runs(p50s, hosts) == [1, 3]
+    # A fastest run that had steal too: steal alone names no run.
+    assert suite.host_busy_runs([15.0, 25.0], [_host(10, 5), _host(20, 5)]) == []
+    # No steal figure (None) is not steal.
+    assert suite.host_busy_runs([15.0, 25.0], [_host(None, 5), _host(None, 5)]) == []
+
+
+class _Run:
+    def __init__(self, p50_us, engine_us, split=None):
+        self.latency_p50_us = self.latency_p99_us = p50_us
+        self.counters = {"turnaround_ns": engine_us * 1e3, "turnarounds": 1}
+        if split is not None:
+            n, pieces, late, wait_ns = split
+            self.counters.update(copies_split=n, copy_pieces=pieces, copy_pieces_late=late,
+                                 copy_wait_ns=wait_ns)
+        self.delivered = self.messages = 20
+        self.emulation = "test"
+
+
+def test_a_runs_split_copies_are_summed_from_its_counters():
+    assert suite.copy_split_side(_Run(1.0, 1.0, (4, 44, 11, 8000))) == \
+        {"splits": 4, "late_share": 0.25, "wait_us": 2.0}
+    assert suite.copy_split_side(_Run(1.0, 1.0, (0, 0, 0, 0))) is None
+    assert suite.copy_split_side(_Run(1.0, 1.0)) is None        # counters before session 30
+
+
+def test_the_sweep_records_each_runs_host_and_copies_and_prints_them(monkeypatch, capsys):
+    """A 256 KiB point of three runs: the second slow in the engine, its worker waiting on
+    its helpers 20 us a delivery with most of their pieces copied by itself, during steal;
+    printed, the point names the engine-slow and host-busy runs and the copies of each."""
+    runs = iter([_Run(15.0, 5.0, (20, 220, 22, 40_000)), _Run(43.0, 30.0, (20, 220, 176, 400_000)),
+                 _Run(15.5, 5.5, (20, 220, 20, 42_000))])
+    hosts = iter([_host(0, 4), _host(40, 6), _host(0, 5)])
+    monkeypatch.setattr(suite.hostload, "watched",
+                        lambda fn, *a, **kw: (next(runs), next(hosts)))
+    (pt,) = suite.latency_sweep(3.0, {"bulk_store_gbytes": 50.0, "warp_copy_gbytes": 10.0},
+                                sizes=(262144,), paths=("gpu_push",), threads=(256,),
+                                repeats=3)
+    assert pt["runs_engine_slow"] == [1] and pt["runs_host_busy"] == [1]
+    assert [r["host"]["steal_ms"] for r in pt["runs"]] == [0, 40, 0]
+    assert pt["runs"][1]["copy"] == {"splits": 20, "late_share": 0.8, "wait_us": 20.0}
+    from gpuwrite.cli.bench import _engine_slow_copies, _sweep_why
+    assert _sweep_why(pt).endswith("1 run the engine slow; 1 run the host busy")
+    assert _engine_slow_copies(pt) == (
+        "gpu_push 262144 B 256 thr: the engine-slow runs' split copies (the worker's wait on "
+        "its helpers per delivery, the helpers' pieces it copied itself): run 2 wait 20.0 "
+        "us, 80 % late; fastest run 1 wait 2.0 us, 10 % late")
+
+
+@pytest.mark.timeout(20)
+def test_the_printed_tables_carry_the_hosts_columns(capsys):
+    """Files from session 30 on give the bandwidth and rate tables steal and switch
+    columns; older files print "-" there."""
+    from gpuwrite.cli.bench import _host_cols, _host_says, _print
+    out = json.load(open(REPO / "benchmarks" / "h100-2026-11-27-bench-session26.json"))
+    assert _host_cols(out["rate_64B"]["gpu_push"]) == ["-", "-"]
+    loads = [_host(0, 7), _host(30, 9), _host(10, 8)]
+    out["rate_64B"]["gpu_push"]["host"] = loads
+    assert _host_cols(out["rate_64B"]["gpu_push"]) == ["0 / 10 / 30", "7 / 8 / 9"]
+    assert _host_cols({"host": [_host(None, 3)]}) == ["-", "3 / 3 / 3"]
+    assert _host_says(_host(30, 9)) == "; host: steal 30 ms, 9 involuntary switches"
+    assert _host_says(None) == ""
+    _print(out)
+    text = " ".join(capsys.readouterr().out.split())
+    assert "steal: CPU time the hypervisor gave other guests" in text
