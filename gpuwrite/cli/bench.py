@@ -232,6 +232,13 @@ def _print(out: dict) -> None:
         console.print(f"reverse floor (the host pings a GPU warp, as the engine asks the pull "
                       f"agent): {_mmm(out['floor_reverse_us'])} us; answering with 64 bytes "
                       f"copied and fenced first: {_mmm(out['floor_reverse_64B_us'])} us")
+    sc = out.get("sweep_ceilings_gbytes")
+    if sc:
+        console.print("one-block copies of a first-read source, measured again before each "
+                      "sweep repeat (the start's included), min / median / max GB/s: one warp "
+                      f"{_mmm(sc['warp_copy_fresh_gbytes'], '{:.1f}')}, one 256-thread block "
+                      f"{_mmm(sc['block256_copy_fresh_gbytes'], '{:.1f}')}; the sweep's bounds "
+                      "and leasts use the medians")
     if "engine_copy_threads" in out:
         console.print(f"emulated NIC: deliveries of 32 KiB or more copied by the worker and "
                       f"{out['engine_copy_threads']} helper threads" + _cached_note(out))

@@ -129,3 +129,37 @@ def test_the_printed_tables_carry_the_hosts_columns(capsys):
     _print(out)
     text = " ".join(capsys.readouterr().out.split())
     assert "steal: CPU time the hypervisor gave other guests" in text
+    assert "measured again before each sweep repeat" not in text      # before session 30
+    out["sweep_ceilings_gbytes"] = {
+        "warp_copy_fresh_gbytes": {"min": 8.0, "median": 8.5, "max": 11.9},
+        "block256_copy_fresh_gbytes": {"min": 34.0, "median": 35.5, "max": 36.0}}
+    _print(out)
+    text = " ".join(capsys.readouterr().out.split())
+    assert ("min / median / max GB/s: one warp 8.0 / 8.5 / 11.9, one 256-thread block "
+            "34.0 / 35.5 / 36.0; the sweep's bounds and leasts use the medians") in text
+
+
+def test_the_sweeps_copy_ceilings_are_the_median_of_every_measurement(monkeypatch):
+    """Session 30: one warp's copy of a first-read source measured 11.9 GB/s at the bench's
+    start and 8.0 to 8.9 later in the same call. Measured again before each repeat, the
+    32-thread bound divides by the median of all (the start's included); the bulk-store
+    ceiling, measured once, stays."""
+    assert suite.sweep_ceilings({"warp_copy_fresh_gbytes": 12.0, "bulk_store_gbytes": 50.0},
+                                [{"warp_copy_fresh_gbytes": 8.0}, {"warp_copy_fresh_gbytes": 9.0},
+                                 {"warp_copy_fresh_gbytes": 8.0}]) == \
+        {"warp_copy_fresh_gbytes": 8.5, "bulk_store_gbytes": 50.0}
+    assert suite.sweep_ceilings({"a": 1.0}, []) == {"a": 1.0}
+    measured = iter([8.0, 9.0, 8.0])
+    calls = []
+
+    def again():
+        calls.append(1)
+        return {"warp_copy_fresh_gbytes": next(measured)}
+
+    monkeypatch.setattr(suite.runner, "run", lambda path, sizes, **kw: _Run(130.0, 5.0))
+    (pt,) = suite.latency_sweep(3.0, {"bulk_store_gbytes": 50.0, "warp_copy_fresh_gbytes": 12.0},
+                                sizes=(1 << 20,), paths=("gpu_push",), threads=(32,),
+                                repeats=3, repeat_ceilings=again)
+    assert len(calls) == 3                      # once before each repeat
+    assert pt["bound_us"] == pytest.approx(3.0 + (1 << 20) / 8.5e3)
+    assert pt["runs_met"] == 3                  # 130 us against 126.4: 1.03x
