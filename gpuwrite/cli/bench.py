@@ -238,7 +238,8 @@ def _print(out: dict) -> None:
                       "sweep repeat (the start's included), min / median / max GB/s: one warp "
                       f"{_mmm(sc['warp_copy_fresh_gbytes'], '{:.1f}')}, one 256-thread block "
                       f"{_mmm(sc['block256_copy_fresh_gbytes'], '{:.1f}')}; the sweep's bounds "
-                      "and leasts use the medians")
+                      "and leasts use the highest (one warp's copy is bimodal on the H100 "
+                      "hosts, about 8 or 12 GB/s by measurement)")
     if "engine_copy_threads" in out:
         console.print(f"emulated NIC: deliveries of 32 KiB or more copied by the worker and "
                       f"{out['engine_copy_threads']} helper threads" + _cached_note(out))
