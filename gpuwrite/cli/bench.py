@@ -232,12 +232,18 @@ def _print(out: dict) -> None:
         console.print(f"reverse floor (the host pings a GPU warp, as the engine asks the pull "
                       f"agent): {_mmm(out['floor_reverse_us'])} us; answering with 64 bytes "
                       f"copied and fenced first: {_mmm(out['floor_reverse_64B_us'])} us")
+    if "bulk_store_runs_gbytes" in out:
+        console.print(f"bulk GPU stores to host measured {len(out['bulk_store_runs_gbytes']['runs'])}"
+                      f" times at the start: {_mmm(out['bulk_store_runs_gbytes'], '{:.1f}')} "
+                      "GB/s (the highest is the ceiling)")
     sc = out.get("sweep_ceilings_gbytes")
     if sc:
         console.print("one-block copies of a first-read source, measured again before each "
                       "sweep repeat (the start's included), min / median / max GB/s: one warp "
                       f"{_mmm(sc['warp_copy_fresh_gbytes'], '{:.1f}')}, one 256-thread block "
-                      f"{_mmm(sc['block256_copy_fresh_gbytes'], '{:.1f}')}; the sweep's bounds "
+                      f"{_mmm(sc['block256_copy_fresh_gbytes'], '{:.1f}')}"
+                      + (f"; bulk stores {_mmm(sc['bulk_store_gbytes'], '{:.1f}')}"
+                         if "bulk_store_gbytes" in sc else "") + "; the sweep's bounds "
                       "and leasts use the highest (one warp's copy is bimodal on the H100 "
                       "hosts, about 8 or 12 GB/s by measurement)")
     if "engine_copy_threads" in out:
@@ -286,6 +292,10 @@ def _print(out: dict) -> None:
                  f"{v['wqe_bytes'] >> 10} KiB", *_host_cols(v),
                  f"{v['delivered']}/{v['messages']}"]
                 for p, v in out["bandwidth_1MiB"].items()]
+        for path, x in out.get("bulk_store_below_paths", {}).items():
+            console.print(f"[red]  {path}'s best bandwidth run beat the bulk-store ceiling "
+                          f"({x:.2f}x): the ceiling's measurement ran slow, and every ratio "
+                          "against it reads too kind[/red]")
         console.print(table("1 MiB messages: bandwidth" + _workers(out["bandwidth_1MiB"]),
                             ["path", "GB/s", "x bulk store", "bytes per WQE", "steal ms",
                              "invol. switches", "delivered"], rows))

@@ -167,3 +167,27 @@ def test_the_sweeps_copy_ceilings_are_the_highest_of_every_measurement(monkeypat
     assert len(calls) == 3                      # once before each repeat
     assert pt["bound_us"] == pytest.approx(3.0 + (1 << 20) / 12e3)
     assert pt["runs_met"] == 0                  # 130 us against 90.4: 1.44x
+
+
+def test_a_ceiling_a_path_beat_is_named():
+    """Session 30: the bulk stores measured 36.1 GB/s at one bench's start, and its 1 MiB
+    gpu_push runs then moved up to 52.2: the ceiling ran slow, and ratios against it read
+    too kind. Within 5 % of the ceiling is not beating it."""
+    over = suite.ceiling_exceeded({"gpu_push": 52.2, "nic_pull": 37.0, "host_staged": 52.1}, 36.1)
+    assert set(over) == {"gpu_push", "host_staged"}
+    assert over["gpu_push"] == pytest.approx(52.2 / 36.1)
+    assert suite.ceiling_exceeded({"gpu_push": 52.0}, 51.8) == {}
+
+
+@pytest.mark.timeout(20)
+def test_the_printed_bench_names_a_ceiling_that_ran_slow(capsys):
+    from gpuwrite.cli.bench import _print
+    out = json.load(open(REPO / "benchmarks" / "h100-2026-11-27-bench-session26.json"))
+    out["bulk_store_runs_gbytes"] = {"min": 36.1, "median": 50.9, "max": 51.8,
+                                     "runs": [36.1, 51.8, 50.9]}
+    out["bulk_store_below_paths"] = {"gpu_push": 1.44}
+    _print(out)
+    text = " ".join(capsys.readouterr().out.split())
+    assert "bulk GPU stores to host measured 3 times at the start: 36.1 / 50.9 / 51.8" in text
+    assert ("gpu_push's best bandwidth run beat the bulk-store ceiling (1.44x): the ceiling's "
+            "measurement ran slow") in text
