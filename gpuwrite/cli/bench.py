@@ -353,4 +353,8 @@ def _print(out: dict) -> None:
         else:
             least, of = "floor + size / the copy of the one block that sends it", "the bound"
         why = f" (below the least: {least} = {below[k]:.2f}x {of})" if k in below else ""
+        if ok is None:
+            console.print(f"target {k}: [yellow]not judged[/yellow] (a run beat its bound: the "
+                          "copy ceiling was measured in its slow mode)")
+            continue
         console.print(f"target {k}: {'[green]met[/green]' if ok else '[red]missed[/red]'}{why}")
