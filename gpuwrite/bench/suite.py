@@ -765,34 +765,35 @@ ENGINE_SLOW_MIN_US = 1.0
 ENGINE_SLOW_SHARE = 0.5
 
 
+def slow_runs(p50s) -> tuple[int, list[int]]:
+    """A point's fastest run, and its runs slower than that by at least ENGINE_SLOW_FRACTION
+    of it and ENGINE_SLOW_MIN_US (``p50s``: each run's, us)."""
+    best = min(range(len(p50s)), key=lambda k: p50s[k])
+    least = max(ENGINE_SLOW_FRACTION * p50s[best], ENGINE_SLOW_MIN_US)
+    return best, [k for k, p in enumerate(p50s) if p - p50s[best] >= least]
+
+
 def engine_slow_runs(p50s, engines) -> list[int]:
     """The runs of one point that lost their time in the engine against its fastest run
-    (``p50s`` and ``engines``, the engine's mean turnaround, per run, us): slower by at least
-    ENGINE_SLOW_FRACTION and ENGINE_SLOW_MIN_US, at least ENGINE_SLOW_SHARE of it the
-    engine's. A run whose extra time is on the GPU side is not one."""
-    best = min(range(len(p50s)), key=lambda k: p50s[k])
-    out = []
-    for k, (p, e) in enumerate(zip(p50s, engines)):
-        extra = p - p50s[best]
-        if extra >= max(ENGINE_SLOW_FRACTION * p50s[best], ENGINE_SLOW_MIN_US) and \
-                e - engines[best] >= ENGINE_SLOW_SHARE * extra:
-            out.append(k)
-    return out
+    (``p50s`` and ``engines``, the engine's mean turnaround, per run, us): slow by
+    ``slow_runs``, at least ENGINE_SLOW_SHARE of it the engine's. A run whose extra time is
+    on the GPU side is not one."""
+    best, slow = slow_runs(p50s)
+    return [k for k in slow
+            if engines[k] - engines[best] >= ENGINE_SLOW_SHARE * (p50s[k] - p50s[best])]
 
 
 def host_busy_runs(p50s, hosts) -> list[int]:
-    """The runs of one point slower than its fastest as ``engine_slow_runs`` counts slow
-    (by ENGINE_SLOW_FRACTION and ENGINE_SLOW_MIN_US) during which the host took CPU time
+    """The runs of one point slow by ``slow_runs`` during which the host took CPU time
     from this process more than during the fastest: steal time (the hypervisor ran another
     guest) where the fastest had none, or more involuntary context switches of this
     process's threads than the fastest had, twice over and by HOST_BUSY_MIN_SWITCHES.
     ``hosts``: ``hostload.between`` of each run."""
-    best = min(range(len(p50s)), key=lambda k: p50s[k])
+    best, slow = slow_runs(p50s)
     ref = hosts[best]
     out = []
-    for k, (p, h) in enumerate(zip(p50s, hosts)):
-        if p - p50s[best] < max(ENGINE_SLOW_FRACTION * p50s[best], ENGINE_SLOW_MIN_US):
-            continue
+    for k in slow:
+        h = hosts[k]
         stolen = bool(h.get("steal_ms")) and not ref.get("steal_ms")
         switched = h["involuntary_switches"] >= max(2 * ref["involuntary_switches"],
                                                     ref["involuntary_switches"]
