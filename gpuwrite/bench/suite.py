@@ -690,7 +690,10 @@ def run_suite(quick: bool = False, progress=None, *, sizes=SWEEP_SIZES, paths=SW
     # 95 or 140 us), each in its mode independently of the other: one call measured 11.9
     # at the bench's start and 8.0 to 8.9 five times after; another 8.0 to 8.2 six times
     # while its 1 MiB sends took 97 to 104 us, faster than that copy (BENCHMARKS.md,
-    # session 30). One measurement is thus a coin's toss. Each sweep repeat measures both
+    # session 30). The modes are where the source sits: about 8 GB/s from HBM, 16 from L2,
+    # and 11 to 13 for a source its upload left partly in L2; the ceiling and every sweep
+    # run upload their source just before reading it, and each draws its own L2 state.
+    # One measurement is thus a coin's toss. Each sweep repeat measures both
     # blocks' copies again, and the bounds and leasts divide by the highest rate seen
     # (``sweep_ceilings``), what the hardware allows; every measurement is kept
     # (``sweep_ceilings_gbytes``), so a run that never saw the fast mode says so.
