@@ -15,7 +15,10 @@ added to the timed span):
     them while it still wanted it.
 
 The bench records both beside each run of its repeated figures, so a slow run can be told
-apart as the host's (steal or preemption grew) or not. Both are read from the Linux kernel
+apart as the host's (steal or preemption grew) or not. The window is the whole call it
+wraps (for ``runner.run``: the context's set-up, the launch, the run and the byte check,
+25 ms to 2 s), not only the span a run's figure is timed over, so steal outside that span
+counts too. Both are read from the Linux kernel
 in a few hundred microseconds; elsewhere, or where ``/proc/stat`` cannot be read, a sample
 holds ``None`` and the run's record says so. (The standard library reads both; psutil would
 add a dependency for two numbers.)

@@ -809,6 +809,11 @@ def engine_slow_runs(p50s, engines) -> list[int]:
             if engines[k] - engines[best] >= ENGINE_SLOW_SHARE * (p50s[k] - p50s[best])]
 
 
+# Involuntary switches a slow run must have beyond its point's fastest run to count as
+# the host's: a few come with any run (the driver's threads, the engine's start and stop).
+HOST_BUSY_MIN_SWITCHES = 10
+
+
 def host_busy_runs(p50s, hosts) -> list[int]:
     """The runs of one point slow by ``slow_runs`` during which the host took CPU time
     from this process more than during the fastest: steal time (the hypervisor ran another
@@ -827,11 +832,6 @@ def host_busy_runs(p50s, hosts) -> list[int]:
         if stolen or switched:
             out.append(k)
     return out
-
-
-# Involuntary switches a slow run must have beyond its point's fastest run to count as
-# the host's: a few come with any run (the driver's threads, the engine's start and stop).
-HOST_BUSY_MIN_SWITCHES = 10
 
 
 def latency_least(leasts, floors) -> dict:
