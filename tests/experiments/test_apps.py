@@ -276,3 +276,30 @@ def test_app_kernels_compile_for_a_gpu():
     # run-time address translation, and it is reloaded around each memory-clobbering
     # intrinsic (put_latency had 441 of them before the rows kept Numba's C layout).
     assert {name: c[2] for name, c in counts.items()} == dict.fromkeys(counts, 0)
+
+
+def test_the_put_bench_rotates_each_pairs_order():
+    """Each kernel runs first, second and third equally often over three pairs (until
+    session 30 the put kernel always ran first, and in that session's rate pairs it ran
+    below send_messages in 6 of 6): the runs are still filed by kernel, run k with run k."""
+    calls = []
+
+    def put():
+        calls.append("put")
+        return {"mpps": 60.0 + len(calls), "delivered": 1}
+
+    def sm():
+        calls.append("sm")
+        return {"mpps": 60.0 + len(calls), "delivered": 1}
+
+    out, sm_runs = bench._paired(6, "rate", lambda m: None, put, sm, "mpps", False, 0.95)
+    assert calls == ["put", "sm", "sm", "sm", "sm", "put", "sm", "put", "sm"] * 2
+    assert out["order"][:3] == [["put", "send_messages", "send_messages_again"],
+                                ["send_messages", "send_messages_again", "put"],
+                                ["send_messages_again", "put", "send_messages"]]
+    # The put kernel's runs are the 1st, 6th and 8th calls of each three pairs.
+    assert out["put"]["runs_mpps"] == [61.0, 66.0, 68.0, 70.0, 75.0, 77.0]
+    # send_messages' first runs: the 2nd, 4th and 9th calls; its second: 3rd, 5th, 7th.
+    assert [r["mpps"] for r in sm_runs] == [62.0, 64.0, 69.0, 71.0, 73.0, 78.0]
+    assert out["control"]["ratios"] == pytest.approx([63 / 62, 65 / 64, 67 / 69,
+                                                      72 / 71, 74 / 73, 76 / 78])
