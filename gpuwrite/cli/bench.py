@@ -196,6 +196,8 @@ def _host_cols(v: dict) -> list[str]:
 
 
 def _spread_of(values) -> dict:
+    """min / median / max of ``values`` (the suite's ``spread`` without importing the GPU
+    side, so that a results file prints anywhere)."""
     return {"min": min(values), "median": statistics.median(values), "max": max(values)}
 
 
