@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import re
-import statistics
 
 from gpuwrite.cli import NoGPUError, UsageError
 from gpuwrite.cli.common import add_json_flag, console, parse_sizes, print_json, table
@@ -186,19 +185,13 @@ def _host_cols(v: dict) -> list[str]:
     """The host columns of a repeated figure's row: steal (ms, summed over the CPUs) and
     this process's involuntary context switches, min / median / max over its runs; "-"
     where the file predates session 30 or the host gave no steal figure."""
+    from gpuwrite.bench.suite import spread
     loads = v.get("host")
     if not loads:
         return ["-", "-"]
     steal = [h["steal_ms"] for h in loads]
     sw = [h["involuntary_switches"] for h in loads]
-    return ["-" if None in steal else _mmm(_spread_of(steal), "{:.0f}"),
-            _mmm(_spread_of(sw), "{:.0f}")]
-
-
-def _spread_of(values) -> dict:
-    """min / median / max of ``values`` (the suite's ``spread`` without importing the GPU
-    side, so that a results file prints anywhere)."""
-    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
+    return ["-" if None in steal else _mmm(spread(steal), "{:.0f}"), _mmm(spread(sw), "{:.0f}")]
 
 
 def _host_says(h: dict | None) -> str:
