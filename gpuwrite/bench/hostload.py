@@ -94,21 +94,8 @@ def between(before: HostSample, after: HostSample) -> dict:
     return out
 
 
-class Watch:
-    """``with Watch() as w: ...``; then ``w.load`` is ``between`` the two ends."""
-
-    def __enter__(self) -> "Watch":
-        self.load: dict | None = None
-        self._before = sample()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.load = between(self._before, sample())
-
-
 def watched(fn, *args, **kwargs):
     """``fn(*args, **kwargs)`` and what the host did meanwhile: (its result, ``between``)."""
-    with Watch() as w:
-        result = fn(*args, **kwargs)
-    return result, w.load
-
+    before = sample()
+    result = fn(*args, **kwargs)
+    return result, between(before, sample())
