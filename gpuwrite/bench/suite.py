@@ -310,6 +310,14 @@ def message_rate_mpps(r) -> float:
     return r.delivered / span_s / 1e6
 
 
+def hbm_copy_ceilings() -> dict:
+    """The sweep's one-block ceilings: one warp's and one BLOCK_COPY_THREADS block's copy
+    of a first-read source evicted from L2 first (``block_copy_gbytes(evict=True)``)."""
+    return {"warp_copy_hbm_gbytes": block_copy_gbytes(32, fresh=True, evict=True),
+            "block256_copy_hbm_gbytes": block_copy_gbytes(BLOCK_COPY_THREADS, fresh=True,
+                                                          evict=True)}
+
+
 def copy_split_side(r) -> dict | None:
     """How a run's split deliveries (those the engine's copy helpers shared) went, from
     its counters: ``splits``, the share of pieces handed to helpers that the worker copied
@@ -699,9 +707,7 @@ def run_suite(quick: bool = False, progress=None, *, sizes=SWEEP_SIZES, paths=SW
                 "warp_copy_fresh_gbytes": block_copy_gbytes(32, fresh=True),
                 "block256_copy_gbytes": block_copy_gbytes(BLOCK_COPY_THREADS),
                 "block256_copy_fresh_gbytes": block_copy_gbytes(BLOCK_COPY_THREADS, fresh=True),
-                "warp_copy_hbm_gbytes": block_copy_gbytes(32, fresh=True, evict=True),
-                "block256_copy_hbm_gbytes": block_copy_gbytes(BLOCK_COPY_THREADS, fresh=True,
-                                                              evict=True)}
+                **hbm_copy_ceilings()}
     out.update(ceilings)
     out["engine_copy_threads"] = default_copy_threads(1)
     out["engine_cached_dst_max_bytes"] = default_cached_dst_max_bytes()
@@ -726,10 +732,7 @@ def run_suite(quick: bool = False, progress=None, *, sizes=SWEEP_SIZES, paths=SW
     by_repeat: list[dict] = []
 
     def repeat_ceilings() -> dict:
-        c = {"bulk_store_gbytes": bulk_store_gbytes(bulk_nbytes),
-             "warp_copy_hbm_gbytes": block_copy_gbytes(32, fresh=True, evict=True),
-             "block256_copy_hbm_gbytes": block_copy_gbytes(BLOCK_COPY_THREADS, fresh=True,
-                                                           evict=True)}
+        c = {"bulk_store_gbytes": bulk_store_gbytes(bulk_nbytes), **hbm_copy_ceilings()}
         by_repeat.append(c)
         return c
 
