@@ -206,11 +206,12 @@ def _engine_slow_copies(pt: dict) -> str | None:
     """For a sweep point whose runs the engine slowed: its split copies in those runs
     against its fastest run (the worker's wait on its copy helpers per split delivery, and
     the share of helpers' pieces it copied itself), or None where nothing was split."""
+    from gpuwrite.bench.suite import slow_runs
     slow = pt.get("runs_engine_slow") or []
     copies = [r.get("copy") for r in pt["runs"]]
     if not slow or not any(copies):
         return None
-    best = min(range(len(pt["runs"])), key=lambda k: pt["runs"][k]["p50_us"])
+    best, _ = slow_runs([r["p50_us"] for r in pt["runs"]])
 
     def say(k):
         c = copies[k]
