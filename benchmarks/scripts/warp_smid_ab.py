@@ -4,9 +4,10 @@ neither?
 
 One 32-thread block copies 1 MiB of a first-read source into mapped host memory with the
 verbs' copy (``copy_bytes``), one launch a copy; thread 0 records the SM it ran on (%smid)
-and the copy's span (%globaltimer), each thread's stores fenced before its end. Three ways, in turn: (a) 60 launches, each a new 1 MiB
-range of one 64 MiB allocation; (b) 20 launches, each from a new allocation; (c) 20
-launches of one range again and again (from L2 after the first: the control).
+and the copy's span (%globaltimer), each thread's stores fenced before its end. Three ways,
+in turn: (a) 60 launches, each a new 1 MiB range of one 64 MiB allocation; (b) 20
+launches, each from a new allocation uploaded just before; (c) 20 launches of one range
+again and again (from L2 after the first: the control).
 Usage: python3 benchmarks/scripts/warp_smid_ab.py OUT.jsonl
 """
 import sys
