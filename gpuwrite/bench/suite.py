@@ -76,7 +76,7 @@ from gpuwrite.device.intrinsics import (fence_sys, globaltimer_ns, ld_acquire_sy
 from gpuwrite.bench import hostload
 from gpuwrite.bench.breakdown import push_breakdown
 from gpuwrite.device.copy import copy_bytes
-from gpuwrite.host.memory import mapped
+from gpuwrite.host.memory import evict_l2, mapped
 from gpuwrite.host.verbs import (DEFAULT_POLL_DELAY_NS, default_cached_dst_max_bytes,
                                  default_copy_threads, process_cpus)
 from gpuwrite.kernel_cache import cached
@@ -254,11 +254,6 @@ def _block_copy(dst, src, nbytes, reps, stride_words):
         cuda.syncthreads()
 
 
-# Bytes a device-side fill writes to push a source out of the GPU's L2 (50 MB on an H100,
-# 60 on an H200) before a copy that must read HBM.
-EVICT_BYTES = 128 << 20
-
-
 def block_copy_gbytes(threads: int, nbytes: int = 1 << 20, reps: int = 20,
                       fresh: bool = False, evict: bool = False) -> float:
     """One block of ``threads`` copying GPU memory into mapped host memory with
@@ -266,8 +261,8 @@ def block_copy_gbytes(threads: int, nbytes: int = 1 << 20, reps: int = 20,
     of ``reps`` copies, so the launch is amortised. ``fresh``: each copy reads bytes no
     kernel has read since they were copied to the GPU, as every message of a run does
     (its payload is uploaded once, and each message's range is read once); else one
-    range, again and again, from L2. ``evict`` (with ``fresh``): EVICT_BYTES of other
-    memory are written just before the timed launch, so that every copy reads HBM; without
+    range, again and again, from L2. ``evict`` (with ``fresh``): L2 is written over just
+    before the timed launch (``evict_l2``), so that every copy reads HBM; without
     it the upload may leave part of the source in L2 (one warp: 8 GB/s from HBM, 9 to 13
     just after the upload, 16 from L2; BENCHMARKS.md, session 30)."""
     dst = mapped((nbytes // 4,), np.uint32)
@@ -276,8 +271,7 @@ def block_copy_gbytes(threads: int, nbytes: int = 1 << 20, reps: int = 20,
     stride = nbytes // 4 if fresh else 0
     _block_copy[1, threads](dst.kernel, src[(ranges - 1) * stride:], nbytes, 1, 0)
     if fresh and evict:
-        scratch = cuda.device_array(EVICT_BYTES // 4, dtype=np.uint32)
-        scratch[:] = 1              # a device-side fill, through the L2
+        evict_l2()
     cuda.synchronize()
     start, end = cuda.event(), cuda.event()
     start.record()
@@ -601,6 +595,13 @@ def sweep_ceilings(ceilings: dict, samples: list[dict]) -> dict:
     return out
 
 
+# Where the sweep's sends find their source: read from HBM, as its copy ceilings
+# (``*_hbm_gbytes``) read theirs, so that a run and its bound read the same memory (with
+# the source as its upload left it, one warp's 1 MiB sends took 95 to 124 us by run
+# against an HBM bound of 131 to 136; BENCHMARKS.md, session 30).
+SWEEP_SOURCE_L2 = "evicted"
+
+
 def latency_sweep(floor_us: float, ceilings: dict, *, sizes=SWEEP_SIZES, paths=SWEEP_PATHS,
                   threads=SWEEP_THREADS, n_qps: int = 1, iters: int = SWEEP_ITERS,
                   repeats: int = SWEEP_REPEATS, step=lambda msg: None,
@@ -627,7 +628,7 @@ def latency_sweep(floor_us: float, ceilings: dict, *, sizes=SWEEP_SIZES, paths=S
             r, host = hostload.watched(
                 runner.run, path, [size] * (count * n_qps), n_qps=n_qps, wait_each=True,
                 block_threads=th, chunk_bytes=sweep_wqe_bytes(path, size),
-                stage_slot_bytes=4096 if size > 65536 else 256)
+                stage_slot_bytes=4096 if size > 65536 else 256, source_l2=SWEEP_SOURCE_L2)
             runs[(path, size, th)].append(r)
             hosts[(path, size, th)].append(host)
     splits = {pt: [engine_split_us(r) for r in rs] for pt, rs in runs.items()}

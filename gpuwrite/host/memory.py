@@ -43,6 +43,24 @@ def mapped(shape, dtype) -> Mapped:
     return Mapped(arr, host)
 
 
+# Bytes a device-side fill writes to push other data out of the GPU's L2 (50 MB on an
+# H100, 60 on an H200).
+EVICT_L2_BYTES = 128 << 20
+
+
+def evict_l2(nbytes: int = EVICT_L2_BYTES) -> None:
+    """Writes ``nbytes`` of scratch GPU memory from the device, so that data uploaded
+    before it is read from HBM, not L2, afterwards: one warp copies a source from HBM at
+    about 8 GB/s and one its upload left in L2 at 9 to 16 (H100, BENCHMARKS.md, session
+    30). Waits on the legacy default stream only (a whole-device synchronize would wait for
+    a persistent kernel, such as the pull agent's). The simulator has no L2: a no-op."""
+    if SIMULATOR:
+        return
+    scratch = cuda.device_array(nbytes // 4, dtype=np.uint32)
+    scratch[:] = 1
+    cuda.default_stream().synchronize()
+
+
 def device_zeros(shape, dtype):
     """Zeroed GPU memory (the simulator's stands in host memory)."""
     return cuda.to_device(np.zeros(shape, dtype=dtype))

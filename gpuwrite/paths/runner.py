@@ -16,11 +16,14 @@ import numpy as np
 from gpuwrite import layouts as L
 from gpuwrite.cudaenv import SIMULATOR, cuda, preload
 from gpuwrite.device import verbs as dv
-from gpuwrite.host.memory import mapped
+from gpuwrite.host.memory import evict_l2, mapped
 from gpuwrite.host.verbs import DEFAULT_POLL_DELAY_NS, DEFAULT_STAGE_CREDITS, Context, LinkConfig
 from gpuwrite.paths import kernels as K
 from gpuwrite.paths import workload
 from gpuwrite.paths.pull_agent import PULL_AGENTS, PullAgent
+
+# Where a run's kernel finds its uploaded source (``run(source_l2=...)``).
+SOURCE_L2 = ("as_uploaded", "evicted")
 
 PATHS = tuple(K.PATH_IDS)
 
@@ -134,8 +137,14 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
         stage_credits: str = DEFAULT_STAGE_CREDITS, poll_delay_ns: int = DEFAULT_POLL_DELAY_NS,
         poll_adapt: bool = True,
         bounce_bytes: int | None = None, context: Context | None = None,
-        pull_agent: str | None = None, pull_timeout_s: float = 1.0) -> PathResult:
+        pull_agent: str | None = None, pull_timeout_s: float = 1.0,
+        source_l2: str = "as_uploaded") -> PathResult:
     """Sends ``sizes_bytes`` messages (spread round-robin over ``n_qps`` QPs) on ``path``.
+
+    The payload source is uploaded to GPU memory just before the kernel; ``source_l2``
+    says where the kernel then finds it: ``"as_uploaded"`` (the default: whatever part of
+    it the upload left in L2) or ``"evicted"`` (L2 written over first, so that every
+    message reads HBM, as the bench's copy ceilings do; ``gpuwrite.host.memory.evict_l2``).
 
     gpu_push counts its staging credits from completions, as it must on a real NIC
     (``stage_credits="completions"``, the default); ``"status"`` reads them from a counter
@@ -159,6 +168,8 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
         pull_agent = "copy_engine" if SIMULATOR else "gpu"
     if pull_agent not in PULL_AGENTS:
         raise ValueError(f"pull_agent={pull_agent!r}: allowed {', '.join(PULL_AGENTS)}")
+    if source_l2 not in SOURCE_L2:
+        raise ValueError(f"source_l2={source_l2!r}: allowed {', '.join(SOURCE_L2)}")
     wl = workload.build(path, sizes_bytes, n_qps, seed)
     _validate_run(batch, chunk_bytes, sq_bbs, block_threads)
     sizes, msgs, src_host = wl.sizes, wl.msgs, wl.payload
@@ -205,6 +216,8 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
         d_params = cuda.to_device(params)
         send_args = (qs.device_args, d_msgs, d_first, src_dev, d_params, t_post, t_done, result,
                      pend)
+        if source_l2 == "evicted":
+            evict_l2()            # before the agent's persistent kernel starts
         kernel = K.send_messages_for(path)
         if path == "nic_pull" and pull_agent == "gpu":
             preload(kernel, *send_args)

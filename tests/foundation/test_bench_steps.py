@@ -120,6 +120,8 @@ def test_the_sweep_sends_large_pushes_in_256_kib_wqes_and_pulls_whole(monkeypatc
 
     def run(path, sizes, **kw):
         asked[(path, sizes[0])] = kw["chunk_bytes"]
+        # Every send reads its source from HBM, as the copy ceilings do.
+        assert kw["source_l2"] == "evicted"
         return _Run(50.0, 1.0)
 
     monkeypatch.setattr(suite.runner, "run", run)

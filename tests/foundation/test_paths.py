@@ -276,3 +276,15 @@ def test_workers_for_a_context_given_is_refused_not_ignored():
         assert r.delivered == 1
     with pytest.raises(ValueError, match="workers"):
         runner.run("gpu_push", [64], n_qps=1, workers=0)
+
+
+@pytest.mark.parametrize("path", ["gpu_push", "nic_pull"])
+def test_a_run_with_its_source_evicted_from_l2_delivers_every_byte(path):
+    """``source_l2="evicted"`` writes over the GPU's L2 between the source's upload and the
+    kernel (before the pull agent's persistent kernel starts, which a device-wide wait
+    would hang on); every byte still arrives. Anything else is refused by name. (On the
+    simulator, which has no L2, the eviction is a no-op: this checks the plumbing.)"""
+    r = runner.run(path, [64, 4096, 100], n_qps=1, wait_each=True, source_l2="evicted")
+    assert r.delivered == r.messages == 3 and not r.qp_errors
+    with pytest.raises(ValueError, match=r"source_l2='hot': allowed as_uploaded, evicted"):
+        runner.run(path, [64], n_qps=1, source_l2="hot")
