@@ -12,24 +12,20 @@ Usage: python3 benchmarks/scripts/l2_source_ab.py OUT.jsonl [rounds]
 """
 import sys
 
-import numpy as np
 from _ab import emit
 
 from gpuwrite.bench.suite import sweep_wqe_bytes
 from gpuwrite.cudaenv import cuda
+from gpuwrite.host.memory import evict_l2
 from gpuwrite.paths import runner
-
-SCRUB = 128 << 20
 
 
 def main(out_path: str, rounds: int = 3) -> None:
-    scratch = cuda.device_array(SCRUB // 4, dtype=np.uint32)
     real_to_device = cuda.to_device
 
     def evicting_to_device(a, *args, **kw):
         d = real_to_device(a, *args, **kw)
-        scratch[:] = 1          # a device-side fill: 128 MiB through the L2 after the upload
-        cuda.synchronize()
+        evict_l2()              # a device-side fill: 128 MiB through the L2 after the upload
         return d
 
     with open(out_path, "w") as out:
