@@ -15,16 +15,20 @@ added to the timed span):
     them while it still wanted it.
 
 The bench records both beside each run of its repeated figures, so a slow run can be told
-apart as the host's (steal or preemption grew) or not. The window is the whole call it
+apart as the host's (steal or preemption grew) or not, over two windows: the whole call it
 wraps (for ``runner.run``: the context's set-up, the launch, the run and the byte check,
-25 ms to 2 s), not only the span a run's figure is timed over, so steal outside that span
-counts too. Both are read from the Linux kernel
+25 ms to 2 s), and, nested in it as ``kernel``, only the sending kernel's span, from just
+before its launch to its end (``watched_run``), which holds the run's timed messages. The
+kernel's span is often shorter than a tick, and Linux adds a vCPU's steal at its next tick,
+so a kernel window shows steal in whole ticks, sometimes a tick late, sometimes none that
+the whole call shows. Both are read from the Linux kernel
 in a few hundred microseconds; elsewhere, or where ``/proc/stat`` cannot be read, a sample
 holds ``None`` and the run's record says so. (The standard library reads both; psutil would
 add a dependency for two numbers.)
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import time
@@ -99,3 +103,23 @@ def watched(fn, *args, **kwargs):
     before = sample()
     result = fn(*args, **kwargs)
     return result, between(before, sample())
+
+
+def watched_run(run, *args, **kwargs):
+    """``run(*args, **kwargs)`` for a runner that takes ``around_kernel``
+    (``gpuwrite.paths.runner.run``), and what the host did meanwhile: (its result,
+    ``between`` over the whole call, with ``kernel``: ``between`` over the sending kernel's
+    span, or ``None`` where the runner never entered it)."""
+    spans = []
+
+    @contextlib.contextmanager
+    def kernel_span():
+        before = sample()
+        try:
+            yield
+        finally:
+            spans.append(between(before, sample()))
+
+    result, host = watched(run, *args, around_kernel=kernel_span, **kwargs)
+    host["kernel"] = spans[-1] if spans else None
+    return result, host

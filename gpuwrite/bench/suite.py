@@ -625,7 +625,7 @@ def latency_sweep(floor_us: float, ceilings: dict, *, sizes=SWEEP_SIZES, paths=S
             samples.append(repeat_ceilings())
         for path, size, th in points:
             count = max(20, min(iters, iters * 4096 // size))
-            r, host = hostload.watched(
+            r, host = hostload.watched_run(
                 runner.run, path, [size] * (count * n_qps), n_qps=n_qps, wait_each=True,
                 block_threads=th, chunk_bytes=sweep_wqe_bytes(path, size),
                 stage_slot_bytes=4096 if size > 65536 else 256, source_l2=SWEEP_SOURCE_L2)
@@ -879,7 +879,7 @@ def _three_targets(out: dict, quick: bool, lat_n: int, repeats: int, step) -> No
         floors.append(floor_pingpong_us(lat_n))
         leasts.append(least_push_64B_us(lat_n))
         for path in runner.PATHS:
-            r, host = hostload.watched(runner.run, path, [64] * lat_n, **kw)
+            r, host = hostload.watched_run(runner.run, path, [64] * lat_n, **kw)
             runs_lat[path].append(r)
             hosts_lat[path].append(host)
         breakdowns.append(push_breakdown(lat_n))
@@ -926,7 +926,7 @@ def _three_targets(out: dict, quick: bool, lat_n: int, repeats: int, step) -> No
     for k in range(repeats):
         for path in runs:
             step(f"{path}: 1 MiB bandwidth ({k + 1} of {repeats})")
-            r, host = hostload.watched(runner.run, path, [mib] * n_big, **BANDWIDTH_RUN[path])
+            r, host = hostload.watched_run(runner.run, path, [mib] * n_big, **BANDWIDTH_RUN[path])
             runs[path].append(r)
             hosts[path].append(host)
     bw = {}
@@ -957,7 +957,7 @@ def _three_targets(out: dict, quick: bool, lat_n: int, repeats: int, step) -> No
         rs, host = [], []
         for k in range(repeats if path == "gpu_push" else 1):
             step(f"{path}: 64-byte message rate ({k + 1})")
-            r, h = hostload.watched(runner.run, path, [64] * (n_qps * per_qp), n_qps=n_qps,
+            r, h = hostload.watched_run(runner.run, path, [64] * (n_qps * per_qp), n_qps=n_qps,
                                     batch=RATE_BATCH, block_threads=32, workers=RATE_WORKERS)
             rs.append(r)
             host.append(h)

@@ -199,6 +199,9 @@ def _host_says(h: dict | None) -> str:
     if not h:
         return ""
     steal = "no steal figure" if h["steal_ms"] is None else f"steal {h['steal_ms']:.0f} ms"
+    k = h.get("kernel")         # the sending kernel's span (files from session 31 on)
+    if k and k["steal_ms"] is not None:
+        steal += f" ({k['steal_ms']:.0f} in the kernel's {k['span_ms']:.1f} ms)"
     return f"; host: {steal}, {h['involuntary_switches']} involuntary switches"
 
 

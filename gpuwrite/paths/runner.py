@@ -138,13 +138,18 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
         poll_adapt: bool = True,
         bounce_bytes: int | None = None, context: Context | None = None,
         pull_agent: str | None = None, pull_timeout_s: float = 1.0,
-        source_l2: str = "as_uploaded") -> PathResult:
+        source_l2: str = "as_uploaded", around_kernel=None) -> PathResult:
     """Sends ``sizes_bytes`` messages (spread round-robin over ``n_qps`` QPs) on ``path``.
 
     The payload source is uploaded to GPU memory just before the kernel; ``source_l2``
     says where the kernel then finds it: ``"as_uploaded"`` (the default: whatever part of
     it the upload left in L2) or ``"evicted"`` (L2 written over first, so that every
     message reads HBM, as the bench's copy ceilings do; ``gpuwrite.host.memory.evict_l2``).
+
+    ``around_kernel``: a callable returning a context manager that is entered just before
+    the sending kernel's launch and left once it has finished (the span its timestamps
+    fall in, without the context's set-up or the byte check): the bench samples what the
+    host did over it (``gpuwrite.bench.hostload.watched_run``).
 
     gpu_push counts its staging credits from completions, as it must on a real NIC
     (``stage_credits="completions"``, the default); ``"status"`` reads them from a counter
@@ -235,12 +240,13 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
                 timer = threading.Timer(stall_receiver_s, ctx.stall_receiver, args=(False,))
                 if SIMULATOR:
                     timer.start()
-            kernel[n_qps, threads](*send_args)
-            if timer is not None and not SIMULATOR:
-                timer.start()
-            # The legacy default stream only: the agent's kernel runs on a stream of its
-            # own until it is stopped, and a whole-device synchronize would wait for it.
-            cuda.synchronize() if SIMULATOR else cuda.default_stream().synchronize()
+            with around_kernel() if around_kernel is not None else contextlib.nullcontext():
+                kernel[n_qps, threads](*send_args)
+                if timer is not None and not SIMULATOR:
+                    timer.start()
+                # The legacy default stream only: the agent's kernel runs on a stream of its
+                # own until it is stopped, and a whole-device synchronize would wait for it.
+                cuda.synchronize() if SIMULATOR else cuda.default_stream().synchronize()
         agent_report = agent.report if agent is not None else None
         counters = ctx.counters()
         tp = t_post.copy_to_host()

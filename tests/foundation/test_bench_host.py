@@ -53,6 +53,44 @@ def test_watched_returns_the_result_and_the_hosts_load():
                          "irq_ms"}
 
 
+def test_watched_run_samples_the_kernels_span_inside_the_call(monkeypatch):
+    """The runner enters ``around_kernel`` around its kernel only: steal read during the
+    kernel counts in both windows, steal before it (the context's set-up) in the whole
+    call's only."""
+    stat = {"steal": 0}
+    monkeypatch.setattr(hostload, "sample", lambda stat_path=None: hostload.HostSample(
+        0.0, (stat["steal"],), (0,), 0))
+    monkeypatch.setattr(hostload, "_tick_ms", lambda: 10.0)
+
+    def run(n, *, around_kernel):
+        stat["steal"] += 3                  # set-up
+        with around_kernel():
+            stat["steal"] += n              # the kernel
+        return "done"
+
+    result, host = hostload.watched_run(run, 2)
+    assert result == "done"
+    assert host["steal_ms"] == 50.0 and host["kernel"]["steal_ms"] == 20.0
+    # A runner that never launched gives no kernel window.
+    _, host = hostload.watched_run(lambda *, around_kernel: None)
+    assert host["kernel"] is None
+
+
+def test_the_runner_enters_around_kernel_around_its_launch_only():
+    from gpuwrite.paths import runner
+    entered = []
+
+    class Span:
+        def __enter__(self):
+            entered.append("in")
+
+        def __exit__(self, *exc):
+            entered.append("out")
+
+    r = runner.run("gpu_push", [256] * 4, n_qps=1, around_kernel=Span)
+    assert r.delivered == 4 and entered == ["in", "out"]
+
+
 def _host(steal=0.0, switches=5):
     return {"steal_ms": steal, "involuntary_switches": switches}
 
@@ -97,7 +135,7 @@ def test_the_sweep_records_each_runs_host_and_copies_and_prints_them(monkeypatch
     runs = iter([_Run(15.0, 5.0, (20, 220, 22, 40_000)), _Run(43.0, 30.0, (20, 220, 176, 400_000)),
                  _Run(15.5, 5.5, (20, 220, 20, 42_000))])
     hosts = iter([_host(0, 4), _host(40, 6), _host(0, 5)])
-    monkeypatch.setattr(suite.hostload, "watched",
+    monkeypatch.setattr(suite.hostload, "watched_run",
                         lambda fn, *a, **kw: (next(runs), next(hosts)))
     (pt,) = suite.latency_sweep(3.0, {"bulk_store_gbytes": 50.0, "warp_copy_gbytes": 10.0},
                                 sizes=(262144,), paths=("gpu_push",), threads=(256,),
@@ -126,6 +164,8 @@ def test_the_printed_tables_carry_the_hosts_columns(capsys):
     assert _host_cols({"host": [_host(None, 3)]}) == ["-", "3 / 3 / 3"]
     assert _host_says(_host(30, 9)) == "; host: steal 30 ms, 9 involuntary switches"
     assert _host_says(None) == ""
+    assert _host_says({**_host(30, 9), "kernel": {**_host(10, 2), "span_ms": 4.25}}) == \
+        "; host: steal 30 ms (10 in the kernel's 4.2 ms), 9 involuntary switches"
     from gpuwrite.cli.bench import _copies
     assert "one warp: 12.1 (from L2 14.5)" in _copies(out)      # before session 30: no HBM
     out.update(warp_copy_fresh_gbytes=11.9, warp_copy_hbm_gbytes=8.1,
