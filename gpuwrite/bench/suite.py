@@ -73,7 +73,7 @@ from gpuwrite.device import verbs as dv
 from gpuwrite.device.intrinsics import (fence_sys, globaltimer_ns, ld_acquire_sys_u32,
                                         st_relaxed_sys_u32, st_relaxed_sys_u64,
                                         st_release_sys_u32, st_v4_u32)
-from gpuwrite.bench import hostload
+from gpuwrite.bench import gpustate, hostload
 from gpuwrite.bench.breakdown import push_breakdown
 from gpuwrite.device.copy import copy_bytes
 from gpuwrite.host.memory import evict_l2, mapped
@@ -694,6 +694,9 @@ def run_suite(quick: bool = False, progress=None, *, sizes=SWEEP_SIZES, paths=SW
                              "nic_pull_64B_ratio_max": TARGET_PULL_64B_RATIO,
                              "nic_pull_64KiB_ratio_max": TARGET_PULL_64K_RATIO},
                  "repeats": reps}
+    # The GPU's clocks and what held them back (NVML), at the start, before each sweep
+    # repeat and at the end (gpuwrite.bench.gpustate).
+    out["gpu_state"] = {"start": gpustate.sample(), "sweep_repeats": []}
     step("floor: doorbell ping-pong")
     floor_pingpong_us(100)
     step("ceilings: bulk GPU stores to host, one block's vector copy")
@@ -728,11 +731,14 @@ def run_suite(quick: bool = False, progress=None, *, sizes=SWEEP_SIZES, paths=SW
     # by the copies of a source evicted from L2 first (``*_hbm_gbytes``: what a first
     # read costs), measured again before each repeat with the bulk stores, the highest of
     # each taken (``sweep_ceilings``); every measurement is kept (``sweep_ceilings_gbytes``).
-    # A send whose source its upload left in L2 can beat that bound, and such a run is
-    # not judged (``beats_bound``).
+    # The sweep's sends read HBM too (``SWEEP_SOURCE_L2``: L2 written over between each
+    # run's upload and its kernel); a run that still beats its bound by 5 % is not judged
+    # (``beats_bound``).
+    out["sweep_source_l2"] = SWEEP_SOURCE_L2
     by_repeat: list[dict] = []
 
     def repeat_ceilings() -> dict:
+        out["gpu_state"]["sweep_repeats"].append(gpustate.sample())
         c = {"bulk_store_gbytes": bulk_store_gbytes(bulk_nbytes), **hbm_copy_ceilings()}
         by_repeat.append(c)
         return c
@@ -744,6 +750,7 @@ def run_suite(quick: bool = False, progress=None, *, sizes=SWEEP_SIZES, paths=SW
                                  repeat_ceilings=repeat_ceilings)
     out["sweep_ceilings_gbytes"] = {k: spread([ceilings[k]] + [c[k] for c in by_repeat])
                                     for k in by_repeat[0]}
+    out["gpu_state"]["end"] = gpustate.sample()
     out["verdict"] = out.get("verdict", {})
     read = poll_read_us(out.get("floor_by_answer_delay_us", {}))
     if read is not None:

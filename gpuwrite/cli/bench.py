@@ -238,6 +238,24 @@ def _cached_note(out: dict) -> str:
             "eighth of the L3) stored through the cache, larger ones streamed")
 
 
+def _gpu_state(gs: dict | None) -> str | None:
+    """The GPU's clocks over the bench, in one line (files from session 31 on)."""
+    if not gs:
+        return None
+    from gpuwrite.bench.gpustate import held_back
+    states = [gs.get("start"), *gs.get("sweep_repeats", []), gs.get("end")]
+    read = [s for s in states if s and "sm_mhz" in s]
+    if not read:
+        why = next((s["unavailable"] for s in states if s and "unavailable" in s), "no reading")
+        return f"GPU clocks: not recorded ({why})"
+    sm = sorted(s["sm_mhz"] for s in read)
+    held = sorted({r for s in read for r in held_back(s)})
+    return (f"GPU clocks (NVML, {len(read)} readings: start, before each sweep repeat, end): "
+            f"SM {sm[0]} to {sm[-1]} MHz of {read[0]['sm_max_mhz']}, "
+            f"{min(s['temperature_c'] for s in read)} to {max(s['temperature_c'] for s in read)} C; "
+            + (f"held back by {', '.join(held)}" if held else "nothing held the clock back"))
+
+
 def _print(out: dict) -> None:
     console.print(f"[bold]gpuwrite bench[/bold] on {out['world']}; every repeated figure as "
                   f"min / median / max of {out['repeats']} runs")
@@ -264,8 +282,15 @@ def _print(out: dict) -> None:
                       + (f"; bulk stores {_mmm(sc['bulk_store_gbytes'], '{:.1f}')}"
                          if "bulk_store_gbytes" in sc else "") + "; the sweep's bounds "
                       "and leasts use the highest (one warp's copy reads about 8 GB/s from "
-                      "HBM on the H100 hosts, 16 from L2; a send whose source its upload left "
-                      "in L2 can beat the bound, and that run is not judged)")
+                      "HBM on the H100 hosts, 16 from L2; "
+                      + ("the sweep's sends read their sources from HBM too, L2 written over "
+                         "before each run; " if out.get("sweep_source_l2") == "evicted" else
+                         "the sweep's sends read their sources as their upload left them, "
+                         "partly in L2; ")
+                      + "a run that beats its bound by 5 % is not judged)")
+    gs = _gpu_state(out.get("gpu_state"))
+    if gs:
+        console.print(gs)
     if "engine_copy_threads" in out:
         console.print(f"emulated NIC: deliveries of 32 KiB or more copied by the worker and "
                       f"{out['engine_copy_threads']} helper threads" + _cached_note(out))
