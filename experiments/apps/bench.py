@@ -385,6 +385,10 @@ def run(quick: bool = False, toy: bool = False, progress=None) -> dict:
     # 64-byte message rate: 256 QPs of one warp each, a doorbell every 16 messages.
     # Runs of 2000 messages per QP (7 ms at 70 M/s) varied by up to 10 % each, the first
     # of each kernel often slowest (session 15): one untimed run of each first, and 4000.
+    # After untimed runs of 200 per QP, put's first two timed runs were still its slowest
+    # in session 31 (57.7 and 46.5 M/s, then 66.2 to 71.0) and send_messages' first its
+    # slowest (65.0, then 68.3 to 73.4), in whatever place of their triples: the untimed
+    # runs are now as long as the timed ones.
     n_qps, per_qp, workers = (2, 8, 1) if toy else (256, 500 if quick else 4000,
                                                      suite.RATE_WORKERS)
 
@@ -398,8 +402,8 @@ def run(quick: bool = False, toy: bool = False, progress=None) -> dict:
 
     if not toy:
         step("64-byte message rate: warm-up")
-        put_rate(200)
-        sm_rate(200)
+        put_rate(per_qp)
+        sm_rate(per_qp)
     out["rate_64B"], _ = _paired(1 if (quick or toy) else STREAM_PAIRS, "64-byte message rate",
                                  step, lambda: put_rate(per_qp), lambda: sm_rate(per_qp),
                                  "mpps", False, TARGET_RATE_RATIO_MIN)
