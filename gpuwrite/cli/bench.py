@@ -248,10 +248,15 @@ def _gpu_state(gs: dict | None) -> str | None:
     if not read:
         why = next((s["unavailable"] for s in states if s and "unavailable" in s), "no reading")
         return f"GPU clocks: not recorded ({why})"
-    sm = sorted(s["sm_mhz"] for s in read)
+    # An idle GPU (before the first kernel) parks its clock: such a reading says nothing
+    # of the clock the runs had.
+    busy = [s for s in read if "gpu_idle" not in s["clock_event_reasons"]]
+    idle = f", {len(read) - len(busy)} of them idle" if len(busy) < len(read) else ""
+    sm = sorted(s["sm_mhz"] for s in busy or read)
     held = sorted({r for s in read for r in held_back(s)})
-    return (f"GPU clocks (NVML, {len(read)} readings: start, before each sweep repeat, end): "
-            f"SM {sm[0]} to {sm[-1]} MHz of {read[0]['sm_max_mhz']}, "
+    return (f"GPU clocks (NVML, {len(read)} readings: start, before each sweep repeat, end"
+            f"{idle}): SM {sm[0]} to {sm[-1]} MHz{' when idle' if not busy else ''} of "
+            f"{read[0]['sm_max_mhz']}, "
             f"{min(s['temperature_c'] for s in read)} to {max(s['temperature_c'] for s in read)} C; "
             + (f"held back by {', '.join(held)}" if held else "nothing held the clock back"))
 

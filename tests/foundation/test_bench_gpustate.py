@@ -54,7 +54,7 @@ def test_a_failing_or_missing_nvml_is_a_record_that_says_why(monkeypatch):
 
 def test_the_bench_prints_the_clocks_range_and_what_held_them_back():
     from gpuwrite.cli.bench import _gpu_state
-    nvml, _ = _fake_nvml(0x1)
+    nvml, _ = _fake_nvml(0)
     free = gpustate.sample(0, nvml)
     capped = gpustate.sample(0, _fake_nvml(0x4, sm=1755)[0])
     line = _gpu_state({"start": free, "sweep_repeats": [capped], "end": free})
@@ -62,6 +62,12 @@ def test_the_bench_prints_the_clocks_range_and_what_held_them_back():
     assert line.endswith("held back by sw_power_cap")
     assert _gpu_state({"start": free, "sweep_repeats": [], "end": free}).endswith(
         "nothing held the clock back")
+    # An idle reading's parked clock is left out of the range, and counted.
+    parked = gpustate.sample(0, _fake_nvml(0x1, sm=345)[0])
+    busy = gpustate.sample(0, _fake_nvml(0, sm=1980)[0])
+    line = _gpu_state({"start": parked, "sweep_repeats": [busy], "end": busy})
+    assert "end, 1 of them idle): SM 1980 to 1980 MHz of 1980" in line
+    assert "SM 345 to 345 MHz when idle" in _gpu_state({"start": parked, "end": parked})
     assert _gpu_state({"start": {"unavailable": "NVML: no GPU"}, "end": None}) == \
         "GPU clocks: not recorded (NVML: no GPU)"
     assert _gpu_state(None) is None
