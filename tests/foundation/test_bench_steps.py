@@ -337,7 +337,10 @@ def test_the_one_warp_bound_uses_the_copy_of_a_source_read_for_the_first_time():
     against 15 GB/s on an H100); files from before keep their L2 copy."""
     both = {"bulk_store_gbytes": 50.0, "warp_copy_gbytes": 16.0, "warp_copy_fresh_gbytes": 8.0}
     assert suite._sweep_bound_us("gpu_push", 8000, 32, 3.0, both) == pytest.approx(4.0)
-    assert suite._sweep_bound_us("host_staged", 8000, 32, 3.0, both) == pytest.approx(5.0)
+    # host_staged: the warp's copy into the bounce buffer, then the NIC's read of it at
+    # the bulk stores' pace (not the warp's: a 32-thread block does not slow a DMA read).
+    assert suite._sweep_bound_us("host_staged", 8000, 32, 3.0, both) == pytest.approx(4.16)
+    assert suite._sweep_bound_us("host_staged", 50000, 256, 3.0, both) == pytest.approx(5.0)
     assert suite._sweep_bound_us("gpu_push", 50000, 256, 3.0, both) == pytest.approx(4.0)
     old = {"bulk_store_gbytes": 50.0, "warp_copy_gbytes": 16.0}
     assert suite._sweep_bound_us("gpu_push", 8000, 32, 3.0, old) == pytest.approx(3.5)
