@@ -329,7 +329,8 @@ def run(quick: bool = False, toy: bool = False, progress=None) -> dict:
     # Pairs of runs per measure: with 9 (latency) and 6 (bandwidth, rate), the median pair
     # ratio's interval (median_interval) covers it with at least 95 % confidence.
     lat_pairs = 1 if (quick or toy) else LATENCY_PAIRS
-    out: dict = {"world": common.header(), "path": "gpu_push", "toy": toy}
+    from gpuwrite.cli.bench import _provenance
+    out: dict = {"world": common.header(), "path": "gpu_push", "toy": toy, **_provenance()}
 
     # 64-byte latency: one QP, one message in flight.
     lat_n = 5 if toy else (200 if quick else 2000)

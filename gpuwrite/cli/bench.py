@@ -104,11 +104,20 @@ def main(args) -> int:
         out = run_suite(quick=args.quick,
                         progress=None if args.json else lambda m: status.update(m), **opts)
     out["world"] = world()
+    out.update(_provenance())
     if args.json:
         print_json(out)
         return 0
     _print(out)
     return 0
+
+
+def _provenance() -> dict:
+    """The code a bench ran: gpuwrite's version and commit (``+dirty`` with uncommitted
+    changes; ``GPUWRITE_GIT_COMMIT`` names it on a machine that received a working tree
+    without its own ``.git``), so that a stored result names what it measured."""
+    from gpuwrite.experiments.store import git_commit, gpuwrite_version
+    return {"gpuwrite_version": gpuwrite_version(), "git_commit": git_commit()}
 
 
 def _mmm(d: dict, fmt: str = "{:.2f}") -> str:
@@ -263,7 +272,9 @@ def _gpu_state(gs: dict | None) -> str | None:
 
 def _print(out: dict) -> None:
     console.print(f"[bold]gpuwrite bench[/bold] on {out['world']}; every repeated figure as "
-                  f"min / median / max of {out['repeats']} runs")
+                  f"min / median / max of {out['repeats']} runs"
+                  + (f"; gpuwrite {out.get('gpuwrite_version')} at {out['git_commit']}"
+                     if out.get("git_commit") else ""))
     console.print(f"floor (doorbell ping-pong): {out['floor_pingpong_us']:.2f} us;  bulk GPU "
                   f"stores to host: {out['bulk_store_gbytes']:.1f} GB/s;  vector copy to "
                   f"host{_copies(out)}")

@@ -268,3 +268,21 @@ def test_a_push_run_that_beat_its_bound_is_not_judged(monkeypatch, capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert ("target sweep gpu_push 1048576 B 32 thr: not judged (every run beat its bound: its "
             "source read faster than the ceiling's copy from HBM)") in text
+
+
+def test_a_bench_names_the_code_it_ran(monkeypatch, capsys):
+    """Both benches store gpuwrite's version and commit (``GPUWRITE_GIT_COMMIT`` on a GPU
+    machine that received a working tree), and the printout's first line names them."""
+    from gpuwrite.cli.bench import _print, _provenance
+    from gpuwrite.experiments import store
+    store.git_commit.cache_clear()
+    monkeypatch.setenv("GPUWRITE_GIT_COMMIT", "abc1234")
+    try:
+        prov = _provenance()
+    finally:
+        store.git_commit.cache_clear()
+    assert prov == {"gpuwrite_version": store.gpuwrite_version(), "git_commit": "abc1234"}
+    out = json.load(open(REPO / "benchmarks" / "h100-2026-11-27-bench-session26.json"))
+    _print({**out, **prov})
+    head = " ".join(capsys.readouterr().out.split())
+    assert f"gpuwrite {prov['gpuwrite_version']} at abc1234" in head
