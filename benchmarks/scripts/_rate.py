@@ -20,8 +20,8 @@ class RateLaunches:
     def launch(self) -> dict:
         """One launch: its rate (M/s), whether every QP ended OK and every byte arrived."""
         s = self.s
-        bench.put_stream[self.n_qps, 32](s.Q, s.cfg, self.src, self.prm, api.PATH_IDS["gpu_push"],
-                                         True, self.t_first, self.t_last, self.status)
+        bench.put_stream_kernel(api.PATH_IDS["gpu_push"], True)[self.n_qps, 32](
+            s.Q, s.cfg, self.src, self.prm, self.t_first, self.t_last, self.status)
         common.sync()
         span = int(self.t_last.copy_to_host().max() - self.t_first.copy_to_host().min())
         return dict(mpps=round(self.n / span * 1e3, 1),

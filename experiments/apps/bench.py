@@ -119,9 +119,8 @@ def put_latency_kernel(path_id: int):
     return _LATENCY_KERNELS[path_id]
 
 
-@cached
-@cuda.jit(**api.KERNEL_OPTIONS)
-def put_stream(Q, cfg, src, prm, path, warp_scope, t_first, t_last, status):
+@cuda.jit(device=True, inline=True)
+def _stream_loop(Q, cfg, src, prm, path, warp_scope, t_first, t_last, status):
     """Block b drives QP b (the whole block, or its one warp): its messages are put one
     after another, a doorbell every ``batch``, then one quiet."""
     sh = cuda.shared.array(SLOT1, int64)
@@ -147,6 +146,33 @@ def put_stream(Q, cfg, src, prm, path, warp_scope, t_first, t_last, status):
     if cuda.threadIdx.x == 0:
         t_last[qp] = globaltimer_ns()
         status[qp] = st
+
+
+@cached
+@cuda.jit(**api.KERNEL_OPTIONS)
+def put_stream(Q, cfg, src, prm, path, warp_scope, t_first, t_last, status):
+    """The stream loop with its path and scope kernel arguments: every path's and both
+    scopes' code compiled in."""
+    _stream_loop(Q, cfg, src, prm, path, warp_scope, t_first, t_last, status)
+
+
+_STREAM_KERNELS: dict = {}
+
+
+def put_stream_kernel(path_id: int, warp_scope: bool):
+    """The stream loop with its path and scope compile-time constants, as a kernel of
+    one's own names them (``api.GPU_PUSH``, ``api.open_warp``), and as ``send_messages``
+    is compiled for its path. The put bench's bandwidth and rate pairs run this one; until
+    session 31 they ran ``put_stream``, whose run-time path and scope kept every branch."""
+    key = (path_id, bool(warp_scope))
+    if key not in _STREAM_KERNELS:
+        @cached
+        @cuda.jit(**api.KERNEL_OPTIONS)
+        def put_stream_constant(Q, cfg, src, prm, t_first, t_last, status):
+            _stream_loop(Q, cfg, src, prm, path_id, warp_scope, t_first, t_last, status)
+
+        _STREAM_KERNELS[key] = put_stream_constant
+    return _STREAM_KERNELS[key]
 
 
 def _buffers(session: api.Session, n_msgs: int, size_bytes: int, seed: int = 7):
@@ -193,8 +219,10 @@ def put_latency_run(n_msgs: int, size_bytes: int = 64, path: str = "gpu_push",
 
 
 def put_stream_run(n_qps: int, per_qp: int, size_bytes: int, *, threads: int, batch: int,
-                   warp_scope: bool, path: str = "gpu_push", **session_kwargs) -> dict:
-    """The put kernel's throughput: bytes over first post to last completion."""
+                   warp_scope: bool, path: str = "gpu_push", path_constant: bool = True,
+                   **session_kwargs) -> dict:
+    """The put kernel's throughput: bytes over first post to last completion. The kernel
+    names its path and scope as constants (``path_constant``) or takes both as arguments."""
     n_msgs = n_qps * per_qp
     with api.Session(n_qps, thresholds=api.Thresholds.fixed(path), **session_kwargs) as s:
         payload, src, smr, dst, dmr = _buffers(s, n_msgs, size_bytes)
@@ -202,8 +230,13 @@ def put_stream_run(n_qps: int, per_qp: int, size_bytes: int, *, threads: int, ba
         t_last = cuda.to_device(np.zeros(n_qps, dtype=np.int64))
         status = cuda.to_device(np.full(n_qps, 99, dtype=np.int64))
         s.start()
-        put_stream[n_qps, threads](s.Q, s.cfg, src, _prm(dmr, smr, size_bytes, per_qp, batch),
-                                   api.PATH_IDS[path], warp_scope, t_first, t_last, status)
+        prm = _prm(dmr, smr, size_bytes, per_qp, batch)
+        if path_constant:
+            put_stream_kernel(api.PATH_IDS[path], warp_scope)[n_qps, threads](
+                s.Q, s.cfg, src, prm, t_first, t_last, status)
+        else:
+            put_stream[n_qps, threads](s.Q, s.cfg, src, prm, api.PATH_IDS[path], warp_scope,
+                                       t_first, t_last, status)
         common.sync()
         span_ns = int(t_last.copy_to_host().max() - t_first.copy_to_host().min())
         st = status.copy_to_host()
@@ -405,9 +438,19 @@ def run(quick: bool = False, toy: bool = False, progress=None) -> dict:
         step("64-byte message rate: warm-up")
         put_rate(per_qp)
         sm_rate(per_qp)
-    out["rate_64B"], _ = _paired(1 if (quick or toy) else STREAM_PAIRS, "64-byte message rate",
-                                 step, lambda: put_rate(per_qp), lambda: sm_rate(per_qp),
-                                 "mpps", False, TARGET_RATE_RATIO_MIN)
+    out["rate_64B"], sm_rate_runs = _paired(
+        1 if (quick or toy) else STREAM_PAIRS, "64-byte message rate", step,
+        lambda: put_rate(per_qp), lambda: sm_rate(per_qp), "mpps", False, TARGET_RATE_RATIO_MIN)
+    # The same with the path and scope kernel arguments (put_stream: every path's and both
+    # scopes' code compiled in), beside the same send_messages runs: the kernel the rate
+    # pairs ran until session 31, when put's rate was 0.93 to 1.01x send_messages'.
+    arg_runs = []
+    for k in range(1 if (quick or toy) else STREAM_PAIRS):
+        step(f"64-byte message rate, path and scope arguments ({k + 1} of {len(sm_rate_runs)})")
+        arg_runs.append(put_stream_run(n_qps, per_qp, 64, threads=32, batch=16, warp_scope=True,
+                                       workers=workers, path_constant=False, **SMALL_RINGS))
+    out["rate_64B_path_argument"] = _compare(arg_runs, sm_rate_runs, "mpps", False,
+                                             TARGET_RATE_RATIO_MIN)
 
     step("all-to-all per path")
     if toy:

@@ -158,6 +158,27 @@ def test_bench_runs_end_to_end_at_toy_sizes(tmp_path):
         assert set(host) == {"put", "send_messages", "send_messages_again"}
         assert all(len(v) == 1 and "involuntary_switches" in v[0] for v in host.values())
     assert out["alltoall"]["all_verified"]
+    # The rate with the path and scope kernel arguments, beside the same send_messages runs.
+    arg = out["rate_64B_path_argument"]
+    assert arg["put"]["delivered"] == arg["put"]["messages"] > 0
+    assert arg["send_messages"]["runs_mpps"] == out["rate_64B"]["send_messages"]["runs_mpps"]
+    assert out["git_commit"] is None or isinstance(out["git_commit"], str)
+
+
+def test_the_put_bench_streams_with_path_and_scope_constants(monkeypatch):
+    """The bandwidth and rate pairs run the stream loop compiled with its path and scope
+    constants, as send_messages is compiled for its path; ``path_constant=False`` runs the
+    kernel that takes both as arguments."""
+    used = []
+    real = bench.put_stream_kernel
+    monkeypatch.setattr(bench, "put_stream_kernel",
+                        lambda path_id, warp_scope: used.append((path_id, warp_scope))
+                        or real(path_id, warp_scope))
+    kw = dict(threads=8, batch=2, workers=1, **bench.SMALL_RINGS)
+    r = bench.put_stream_run(2, 4, 64, warp_scope=True, **kw)
+    assert r["delivered"] == r["messages"] == 8 and used == [(api.PATH_IDS["gpu_push"], True)]
+    r = bench.put_stream_run(2, 4, 64, warp_scope=True, path_constant=False, **kw)
+    assert r["delivered"] == r["messages"] == 8 and len(used) == 1
 
 
 def test_the_put_bench_control_judges_send_messages_against_itself():
@@ -239,7 +260,8 @@ kernels = [(alltoall.dispatch, (Q, i64, u32, i64_2d, int64, i64)),
            (pipeline.consume, (u32, u32, int64, int64, uint64[::1], i64, i64)),
            (bench.put_stream, (Q, i64, u32, i64, int64, types.boolean, i64, i64, i64)),
            (bench.put_latency, (Q, i64, u32, i64, int64, i64, i64)),
-           (bench.put_latency_kernel(0), (Q, i64, u32, i64, i64, i64))]
+           (bench.put_latency_kernel(0), (Q, i64, u32, i64, i64, i64)),
+           (bench.put_stream_kernel(0, True), (Q, i64, u32, i64, i64, i64, i64))]
 # A load or store whose instruction names no state space (ld.u64, st.v4.u32, ...) is
 # generic: the address is translated at run time.
 generic = re.compile(r"^\s*(?:@!?%p\d+\s+)?(?:ld|st)(?![\w.]*\.(?:shared|global|param|local|const)\b)"
@@ -271,7 +293,7 @@ def test_app_kernels_compile_for_a_gpu():
     assert counts["dispatch"][0] > 0          # warp scope: warp barriers
     assert counts["produce"][1] > 0           # block scope: block barriers
     assert set(counts) == {"dispatch", "produce", "consume", "put_stream", "put_latency",
-                           "put_latency_constant"}
+                           "put_latency_constant", "put_stream_constant"}
     # Every handle's shared rows keep the shared state space: a generic access is a
     # run-time address translation, and it is reloaded around each memory-clobbering
     # intrinsic (put_latency had 441 of them before the rows kept Numba's C layout).
