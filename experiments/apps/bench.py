@@ -243,13 +243,26 @@ def put_stream_run(n_qps: int, per_qp: int, size_bytes: int, *, threads: int, ba
         return {"gbytes": n_msgs * size_bytes / span_ns if span_ns > 0 else 0.0,
                 "mpps": n_msgs / span_ns * 1e3 if span_ns > 0 else 0.0,
                 "delivered": _delivered(payload, dst, n_msgs), "messages": n_msgs,
-                "errors": s.qp_errors(st)}
+                "errors": s.qp_errors(st),
+                "engine": _engine_work(s.context.counters()) if s.context else None}
+
+
+def _engine_work(counters: dict) -> dict:
+    """What a run asked of the emulated NIC, per kernel: doorbells, WQEs and completions
+    (CQEs), and the engine's mean turnaround. At 64-byte message rate the engine is the
+    bottleneck, so a kernel that asks for more completions per message costs rate (on the
+    simulator the put kernel asked two per 16-message batch where send_messages asked
+    one, BENCHMARKS.md session 31)."""
+    n = counters.get("turnarounds", 0)
+    return {"doorbells": counters["doorbells"], "wqes": counters["wqes"],
+            "cqes": counters["cqes"],
+            "turnaround_us": counters["turnaround_ns"] / n / 1e3 if n else None}
 
 
 def _sm_stream(result: runner.PathResult) -> dict:
     return {"gbytes": result.throughput_gbps / 8, "mpps": suite.message_rate_mpps(result),
             "delivered": result.delivered, "messages": result.messages,
-            "errors": result.qp_errors}
+            "errors": result.qp_errors, "engine": _engine_work(result.counters)}
 
 
 def _spread(values: list[float]) -> float:
@@ -261,9 +274,12 @@ def _summary(runs: list[dict], key: str) -> dict:
     """One kernel's runs of a measure: its last run's fields, with ``key`` the median of
     all, every run's value, their ``spread`` and the fewest messages delivered."""
     values = [r[key] for r in runs]
-    return dict(runs[-1], **{key: common.median(values), f"runs_{key}": values,
-                             "spread": _spread(values),
-                             "delivered": min(r["delivered"] for r in runs)})
+    out = dict(runs[-1], **{key: common.median(values), f"runs_{key}": values,
+                            "spread": _spread(values),
+                            "delivered": min(r["delivered"] for r in runs)})
+    if any(r.get("engine") for r in runs):
+        out["runs_engine"] = [r.get("engine") for r in runs]
+    return out
 
 
 def median_interval(values: list[float], level: float = 0.95) -> dict:

@@ -163,6 +163,24 @@ def test_bench_runs_end_to_end_at_toy_sizes(tmp_path):
     assert arg["put"]["delivered"] == arg["put"]["messages"] > 0
     assert arg["send_messages"]["runs_mpps"] == out["rate_64B"]["send_messages"]["runs_mpps"]
     assert out["git_commit"] is None or isinstance(out["git_commit"], str)
+    # What each stream run asked of the emulated NIC, per kernel.
+    for kernel in ("put", "send_messages"):
+        work = out["rate_64B"][kernel]["runs_engine"]
+        assert len(work) == 1 and work[0]["wqes"] >= work[0]["cqes"] >= work[0]["doorbells"] > 0
+
+
+def test_the_put_stream_asks_for_completions_as_the_engine_saw_them():
+    """The rate kernel's doorbells, WQEs and completions come from the engine's counters of
+    that run: one WQE a message, a doorbell every batch, and at least one completion per
+    doorbell (the flush's); send_messages' likewise."""
+    kw = dict(threads=8, batch=4, workers=1, **bench.SMALL_RINGS)
+    r = bench.put_stream_run(2, 8, 64, warp_scope=True, **kw)
+    e = r["engine"]
+    assert e["wqes"] == 16 and e["doorbells"] == 4 and 4 <= e["cqes"] <= 8
+    assert e["turnaround_us"] is not None and e["turnaround_us"] > 0
+    sm = bench._sm_stream(bench.runner.run("gpu_push", [64] * 16, n_qps=2, batch=4,
+                                           block_threads=8, workers=1))["engine"]
+    assert sm["wqes"] == 16 and sm["doorbells"] == 4 and sm["cqes"] >= 4
 
 
 def test_the_put_bench_streams_with_path_and_scope_constants(monkeypatch):
