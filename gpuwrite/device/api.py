@@ -297,6 +297,14 @@ def _flush(h):
         base = (state[0, dv.S_LAST_PI] & (q[dv.Q_INFO][0, dv.I_SQ_BBS] - 1)) * _BB_WORDS
         st_relaxed_sys_u32(q[dv.Q_SQ][0], base + _W_FLAGS, _CE << _FM_SHIFT)
         a[A_SIG_END] = pi
+        # A patched push's completion returns every staging slot claimed up to it, as a
+        # push signaled when posted does: staging's count of slots claimed since the last
+        # signaled push (``dv.stage_signal``) restarts there too. Left running, it asked
+        # for a second completion in every batch of 16 streamed 64-byte puts (32 where
+        # send_messages asked 16 on the simulator, session 31).
+        aux = state[0, dv.S_LAST_AUX]
+        if aux & dv.AUX_STAGE:
+            state[0, dv.S_STAGE_SIG] = aux & dv.AUX_CURSOR
     dv.ring_doorbell(q, 0)
 
 

@@ -176,7 +176,7 @@ def test_the_put_stream_asks_for_completions_as_the_engine_saw_them():
     kw = dict(threads=8, batch=4, workers=1, **bench.SMALL_RINGS)
     r = bench.put_stream_run(2, 8, 64, warp_scope=True, **kw)
     e = r["engine"]
-    assert e["wqes"] == 16 and e["doorbells"] == 4 and 4 <= e["cqes"] <= 8
+    assert e["wqes"] == 16 and e["doorbells"] == 4 and 4 <= e["cqes"] <= 6
     assert e["turnaround_us"] is not None and e["turnaround_us"] > 0
     sm = bench._sm_stream(bench.runner.run("gpu_push", [64] * 16, n_qps=2, batch=4,
                                            block_threads=8, workers=1))["engine"]
@@ -197,6 +197,18 @@ def test_the_put_bench_streams_with_path_and_scope_constants(monkeypatch):
     assert r["delivered"] == r["messages"] == 8 and used == [(api.PATH_IDS["gpu_push"], True)]
     r = bench.put_stream_run(2, 4, 64, warp_scope=True, path_constant=False, **kw)
     assert r["delivered"] == r["messages"] == 8 and len(used) == 1
+
+
+def test_streamed_puts_ask_one_completion_per_doorbell():
+    """A stream of small puts flushed every ``batch`` asks for one completion per doorbell
+    (the flush's), and one more for the first put on the idle QP, as send_messages asks one
+    per batch. Until session 31 a flush's completion did not restart staging's count of
+    slots claimed unsignaled, so a second completion was asked in every batch of 16: 32
+    for 256 puts where send_messages asked 16, engine work at the rate's bottleneck."""
+    kw = dict(threads=32, batch=16, workers=1, **bench.SMALL_RINGS)
+    e = bench.put_stream_run(1, 48, 64, warp_scope=True, **kw)["engine"]
+    assert e["wqes"] == 48 and e["doorbells"] == 3
+    assert e["cqes"] == e["doorbells"] + 1
 
 
 def test_the_put_bench_control_judges_send_messages_against_itself():
