@@ -43,6 +43,7 @@ from gpuwrite.bench import hostload, suite
 from gpuwrite.cudaenv import SIMULATOR, cuda
 from gpuwrite.device import api
 from gpuwrite.device.intrinsics import globaltimer_ns
+from gpuwrite.experiments import store
 from gpuwrite.kernel_cache import cached
 from gpuwrite.paths import runner
 
@@ -250,9 +251,9 @@ def put_stream_run(n_qps: int, per_qp: int, size_bytes: int, *, threads: int, ba
 def _engine_work(counters: dict) -> dict:
     """What a run asked of the emulated NIC, per kernel: doorbells, WQEs and completions
     (CQEs), and the engine's mean turnaround. At 64-byte message rate the engine is the
-    bottleneck, so a kernel that asks for more completions per message costs rate (on the
-    simulator the put kernel asked two per 16-message batch where send_messages asked
-    one, BENCHMARKS.md session 31)."""
+    bottleneck, so a kernel that asks for more completions per message costs rate (until
+    ``c587eb2`` the put kernel asked two per 16-message batch where send_messages asked
+    one, on the simulator; BENCHMARKS.md session 31)."""
     n = counters.get("turnarounds", 0)
     return {"doorbells": counters["doorbells"], "wqes": counters["wqes"],
             "cqes": counters["cqes"],
@@ -378,8 +379,8 @@ def run(quick: bool = False, toy: bool = False, progress=None) -> dict:
     # Pairs of runs per measure: with 9 (latency) and 6 (bandwidth, rate), the median pair
     # ratio's interval (median_interval) covers it with at least 95 % confidence.
     lat_pairs = 1 if (quick or toy) else LATENCY_PAIRS
-    from gpuwrite.cli.bench import _provenance
-    out: dict = {"world": common.header(), "path": "gpu_push", "toy": toy, **_provenance()}
+    out: dict = {"world": common.header(), "path": "gpu_push", "toy": toy,
+                 **store.provenance()}
 
     # 64-byte latency: one QP, one message in flight.
     lat_n = 5 if toy else (200 if quick else 2000)

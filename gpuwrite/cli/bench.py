@@ -104,20 +104,13 @@ def main(args) -> int:
         out = run_suite(quick=args.quick,
                         progress=None if args.json else lambda m: status.update(m), **opts)
     out["world"] = world()
-    out.update(_provenance())
+    from gpuwrite.experiments.store import provenance
+    out.update(provenance())
     if args.json:
         print_json(out)
         return 0
     _print(out)
     return 0
-
-
-def _provenance() -> dict:
-    """The code a bench ran: gpuwrite's version and commit (``+dirty`` with uncommitted
-    changes; ``GPUWRITE_GIT_COMMIT`` names it on a machine that received a working tree
-    without its own ``.git``), so that a stored result names what it measured."""
-    from gpuwrite.experiments.store import git_commit, gpuwrite_version
-    return {"gpuwrite_version": gpuwrite_version(), "git_commit": git_commit()}
 
 
 def _mmm(d: dict, fmt: str = "{:.2f}") -> str:

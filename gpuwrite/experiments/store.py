@@ -66,6 +66,12 @@ def git_commit() -> str | None:
     return built_commit(package)
 
 
+def provenance() -> dict:
+    """The code a measurement ran: gpuwrite's version and commit (``git_commit``), for a
+    stored result to name what it measured (both benches store it)."""
+    return {"gpuwrite_version": gpuwrite_version(), "git_commit": git_commit()}
+
+
 def table_path(results_dir: Path, name: str, gpu: bool = False) -> Path:
     return Path(results_dir) / ("gpu" if gpu else "") / f"{name}.parquet"
 

@@ -273,12 +273,12 @@ def test_a_push_run_that_beat_its_bound_is_not_judged(monkeypatch, capsys):
 def test_a_bench_names_the_code_it_ran(monkeypatch, capsys):
     """Both benches store gpuwrite's version and commit (``GPUWRITE_GIT_COMMIT`` on a GPU
     machine that received a working tree), and the printout's first line names them."""
-    from gpuwrite.cli.bench import _print, _provenance
+    from gpuwrite.cli.bench import _print
     from gpuwrite.experiments import store
     store.git_commit.cache_clear()
     monkeypatch.setenv("GPUWRITE_GIT_COMMIT", "abc1234")
     try:
-        prov = _provenance()
+        prov = store.provenance()
     finally:
         store.git_commit.cache_clear()
     assert prov == {"gpuwrite_version": store.gpuwrite_version(), "git_commit": "abc1234"}
