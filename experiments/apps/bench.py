@@ -31,6 +31,7 @@ timings are a Python interpreter's.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
@@ -197,20 +198,24 @@ def _prm(dmr, smr, size_bytes, per_qp, batch):
 
 
 def put_latency_run(n_msgs: int, size_bytes: int = 64, path: str = "gpu_push",
-                    path_constant: bool = True) -> dict:
+                    path_constant: bool = True, around_kernel=None) -> dict:
     """The put kernel's post-to-completion latency, one message in flight; the kernel
-    names its path as a constant (``path_constant``) or takes it as an argument."""
+    names its path as a constant (``path_constant``) or takes it as an argument.
+    ``around_kernel``: a context entered around the launch and its end, as
+    ``runner.run`` takes it (the bench samples the host's load over it)."""
     with api.Session(1, thresholds=api.Thresholds.fixed(path), **SMALL_RINGS) as s:
         payload, src, smr, dst, dmr = _buffers(s, n_msgs, size_bytes)
         t_ns = cuda.to_device(np.zeros(n_msgs, dtype=np.int64))
         status = cuda.to_device(np.full(1, 99, dtype=np.int64))
         s.start()
         prm = _prm(dmr, smr, size_bytes, n_msgs, 1)
-        if path_constant:
-            put_latency_kernel(api.PATH_IDS[path])[1, 32](s.Q, s.cfg, src, prm, t_ns, status)
-        else:
-            put_latency[1, 32](s.Q, s.cfg, src, prm, api.PATH_IDS[path], t_ns, status)
-        common.sync()
+        with _span(around_kernel):
+            if path_constant:
+                put_latency_kernel(api.PATH_IDS[path])[1, 32](s.Q, s.cfg, src, prm, t_ns,
+                                                              status)
+            else:
+                put_latency[1, 32](s.Q, s.cfg, src, prm, api.PATH_IDS[path], t_ns, status)
+            common.sync()
         lat = t_ns.copy_to_host()
         st = int(status.copy_to_host()[0])
         return {"p50_us": float(np.percentile(lat, 50) / 1e3),
@@ -221,9 +226,10 @@ def put_latency_run(n_msgs: int, size_bytes: int = 64, path: str = "gpu_push",
 
 def put_stream_run(n_qps: int, per_qp: int, size_bytes: int, *, threads: int, batch: int,
                    warp_scope: bool, path: str = "gpu_push", path_constant: bool = True,
-                   **session_kwargs) -> dict:
+                   around_kernel=None, **session_kwargs) -> dict:
     """The put kernel's throughput: bytes over first post to last completion. The kernel
-    names its path and scope as constants (``path_constant``) or takes both as arguments."""
+    names its path and scope as constants (``path_constant``) or takes both as arguments;
+    ``around_kernel`` as for ``put_latency_run``."""
     n_msgs = n_qps * per_qp
     with api.Session(n_qps, thresholds=api.Thresholds.fixed(path), **session_kwargs) as s:
         payload, src, smr, dst, dmr = _buffers(s, n_msgs, size_bytes)
@@ -232,13 +238,14 @@ def put_stream_run(n_qps: int, per_qp: int, size_bytes: int, *, threads: int, ba
         status = cuda.to_device(np.full(n_qps, 99, dtype=np.int64))
         s.start()
         prm = _prm(dmr, smr, size_bytes, per_qp, batch)
-        if path_constant:
-            put_stream_kernel(api.PATH_IDS[path], warp_scope)[n_qps, threads](
-                s.Q, s.cfg, src, prm, t_first, t_last, status)
-        else:
-            put_stream[n_qps, threads](s.Q, s.cfg, src, prm, api.PATH_IDS[path], warp_scope,
-                                       t_first, t_last, status)
-        common.sync()
+        with _span(around_kernel):
+            if path_constant:
+                put_stream_kernel(api.PATH_IDS[path], warp_scope)[n_qps, threads](
+                    s.Q, s.cfg, src, prm, t_first, t_last, status)
+            else:
+                put_stream[n_qps, threads](s.Q, s.cfg, src, prm, api.PATH_IDS[path],
+                                           warp_scope, t_first, t_last, status)
+            common.sync()
         span_ns = int(t_last.copy_to_host().max() - t_first.copy_to_host().min())
         st = status.copy_to_host()
         return {"gbytes": n_msgs * size_bytes / span_ns if span_ns > 0 else 0.0,
@@ -246,6 +253,11 @@ def put_stream_run(n_qps: int, per_qp: int, size_bytes: int, *, threads: int, ba
                 "delivered": _delivered(payload, dst, n_msgs), "messages": n_msgs,
                 "errors": s.qp_errors(st),
                 "engine": _engine_work(s.context.counters()) if s.context else None}
+
+
+def _span(around_kernel):
+    """``around_kernel()``'s context, or none."""
+    return around_kernel() if around_kernel is not None else contextlib.nullcontext()
 
 
 def _engine_work(counters: dict) -> dict:
@@ -348,7 +360,8 @@ def _paired(reps: int, label: str, step, put_run, sm_run, key: str, lower_is_bet
     """``reps`` pairs taken in turn, each the put kernel's run, send_messages' run and
     send_messages' run again, in the order PAIR_ORDERS gives pair k (``order``): the put
     kernel against send_messages (``_compare``) with the control beside it
-    (``_control``) and each run's host load (``host``), and send_messages' first runs."""
+    (``_control``) and each run's host load (``host``), and send_messages' first runs.
+    ``put_run`` and ``sm_run`` take ``around_kernel`` (``hostload.watched_run``)."""
     runs = {"put": [], "send_messages": [], "send_messages_again": []}
     host = {k: [] for k in runs}
     fns = {"put": put_run, "send_messages": sm_run, "send_messages_again": sm_run}
@@ -357,14 +370,15 @@ def _paired(reps: int, label: str, step, put_run, sm_run, key: str, lower_is_bet
         step(f"{label} ({k + 1} of {reps})")
         orders.append(PAIR_ORDERS[k % len(PAIR_ORDERS)])
         for name in orders[-1]:
-            r, h = hostload.watched(fns[name])
+            r, h = hostload.watched_run(fns[name])
             runs[name].append(r)
             host[name].append(h)
     out = _compare(runs["put"], runs["send_messages"], key, lower_is_better, target)
     out["control"] = _control(runs["send_messages_again"], runs["send_messages"], key,
                               lower_is_better, target)
-    # What the host did during each run (steal, preemptions: gpuwrite.bench.hostload), so
-    # a missed pair can be read against it.
+    # What the host did during each run (steal, preemptions: gpuwrite.bench.hostload), over
+    # the whole call and (``kernel``) over the kernel's launch to its end, so a missed pair
+    # can be read against it.
     out["host"] = host
     out["order"] = [list(o) for o in orders]
     return out, runs["send_messages"]
@@ -391,13 +405,13 @@ def run(quick: bool = False, toy: bool = False, progress=None) -> dict:
         put_latency_run(50, path_constant=False)
         runner.run("gpu_push", [64] * 50, **lat_kw)
 
-    def sm_latency():
-        r = runner.run("gpu_push", [64] * lat_n, **lat_kw)
+    def sm_latency(**kw):
+        r = runner.run("gpu_push", [64] * lat_n, **lat_kw, **kw)
         return {"p50_us": r.latency_p50_us, "p99_us": r.latency_p99_us,
                 "delivered": r.delivered, "messages": r.messages}
 
     out["latency_64B"], sm_runs = _paired(lat_pairs, "64-byte latency", step,
-                                          lambda: put_latency_run(lat_n), sm_latency,
+                                          lambda **kw: put_latency_run(lat_n, **kw), sm_latency,
                                           "p50_us", True, TARGET_LATENCY_RATIO_MAX)
     # The same with the path a kernel argument (every path's code compiled in), beside the
     # same send_messages runs: what naming the path as a constant saves.
@@ -420,16 +434,16 @@ def run(quick: bool = False, toy: bool = False, progress=None) -> dict:
                       stage_slot_bytes=cfg["stage_slot_bytes"], stage_slots=cfg["stage_slots"],
                       workers=workers)
 
-    def sm_bandwidth():
+    def sm_bandwidth(**kw):
         return _sm_stream(runner.run(
             "gpu_push", [size] * (n_qps * per_qp), n_qps=n_qps, batch=batch,
             block_threads=threads, workers=workers, chunk_bytes=cfg["chunk_bytes"],
-            stage_slot_bytes=cfg["stage_slot_bytes"], stage_slots=cfg["stage_slots"]))
+            stage_slot_bytes=cfg["stage_slot_bytes"], stage_slots=cfg["stage_slots"], **kw))
 
     out["bandwidth_1MiB"], _ = _paired(
         1 if (quick or toy) else STREAM_PAIRS, "1 MiB bandwidth", step,
-        lambda: put_stream_run(n_qps, per_qp, size, threads=threads, batch=batch,
-                               warp_scope=False, **session_kw),
+        lambda **kw: put_stream_run(n_qps, per_qp, size, threads=threads, batch=batch,
+                                    warp_scope=False, **session_kw, **kw),
         sm_bandwidth, "gbytes", False, TARGET_BANDWIDTH_RATIO_MIN)
     out["bandwidth_1MiB"]["size_bytes"] = size
 
@@ -443,13 +457,13 @@ def run(quick: bool = False, toy: bool = False, progress=None) -> dict:
     n_qps, per_qp, workers = (2, 8, 1) if toy else (256, 500 if quick else 4000,
                                                      suite.RATE_WORKERS)
 
-    def put_rate(per):
+    def put_rate(per, **kw):
         return put_stream_run(n_qps, per, 64, threads=32, batch=16, warp_scope=True,
-                              workers=workers, **SMALL_RINGS)
+                              workers=workers, **SMALL_RINGS, **kw)
 
-    def sm_rate(per):
+    def sm_rate(per, **kw):
         return _sm_stream(runner.run("gpu_push", [64] * (n_qps * per), n_qps=n_qps, batch=16,
-                                     block_threads=32, workers=workers))
+                                     block_threads=32, workers=workers, **kw))
 
     if not toy:
         step("64-byte message rate: warm-up")
@@ -457,7 +471,8 @@ def run(quick: bool = False, toy: bool = False, progress=None) -> dict:
         sm_rate(per_qp)
     out["rate_64B"], sm_rate_runs = _paired(
         1 if (quick or toy) else STREAM_PAIRS, "64-byte message rate", step,
-        lambda: put_rate(per_qp), lambda: sm_rate(per_qp), "mpps", False, TARGET_RATE_RATIO_MIN)
+        lambda **kw: put_rate(per_qp, **kw), lambda **kw: sm_rate(per_qp, **kw), "mpps", False,
+        TARGET_RATE_RATIO_MIN)
     # The same with the path and scope kernel arguments (put_stream: every path's and both
     # scopes' code compiled in), beside the same send_messages runs: the kernel the rate
     # pairs ran until session 31, when put's rate was 0.93 to 1.01x send_messages'.

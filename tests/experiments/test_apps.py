@@ -157,6 +157,9 @@ def test_bench_runs_end_to_end_at_toy_sizes(tmp_path):
         host = out[key]["host"]
         assert set(host) == {"put", "send_messages", "send_messages_again"}
         assert all(len(v) == 1 and "involuntary_switches" in v[0] for v in host.values())
+        # and over each kernel's span, the put kernels' as send_messages'.
+        assert all(v[0]["kernel"] is not None and v[0]["kernel"]["span_ms"] >= 0
+                   for v in host.values())
     assert out["alltoall"]["all_verified"]
     # The rate with the path and scope kernel arguments, beside the same send_messages runs.
     arg = out["rate_64B_path_argument"]
@@ -336,11 +339,12 @@ def test_the_put_bench_rotates_each_pairs_order():
     below send_messages in 6 of 6): the runs are still filed by kernel, run k with run k."""
     calls = []
 
-    def put():
+    # Each run takes the context the bench samples the host over around its kernel.
+    def put(around_kernel):
         calls.append("put")
         return {"mpps": 60.0 + len(calls), "delivered": 1}
 
-    def sm():
+    def sm(around_kernel):
         calls.append("sm")
         return {"mpps": 60.0 + len(calls), "delivered": 1}
 
