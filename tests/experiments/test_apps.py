@@ -214,6 +214,30 @@ def test_streamed_puts_ask_one_completion_per_doorbell():
     assert e["cqes"] == e["doorbells"] + 1
 
 
+def test_the_put_bench_prints_a_summary_of_a_run_or_a_stored_file(tmp_path, capsys):
+    """``--out`` writes the JSON and prints a line per measure; ``--show`` prints a stored
+    file's (older files, which judged medians only, too); a file that is not one is exit 2
+    with its name."""
+    root = Path(__file__).resolve().parents[2] / "benchmarks"
+    assert bench.main(["--show", str(root / "h100-2026-11-28-put-api-session31-c.json")]) == 0
+    text = capsys.readouterr().out
+    assert "commit 9cafb1e2db408a34eb680de17edd2c4944990134" in text
+    assert ("rate_64B: 3 of 6 pairs >= 0.95 in every run, median ratio 0.957 (undecided); "
+            "control 4 of 6; put 64.47 to 70.40 M msg/s") in text
+    assert "all-to-all gpu_push: 1.35 ms, 2.00x the bytes over the bulk stores" in text
+    assert bench.main(["--show", str(root / "h100-2026-11-23-put-api-session9.json")]) == 0
+    assert "latency_64B: medians <= 1.05: missed, ratio 1.119" in capsys.readouterr().out
+    assert bench.main(["--show", str(tmp_path / "none.json")]) == 2
+    assert "none.json" in capsys.readouterr().err
+    out = tmp_path / "put.json"
+    assert bench.main(["--toy", "--quick", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["toy"] is True
+    printed = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in printed if line.startswith(("latency", "bandwidth",
+                                                                        "rate"))] == \
+        [name for name, _, _ in bench.MEASURES]
+
+
 def test_the_put_bench_control_judges_send_messages_against_itself():
     """The control is the same pairing and target with send_messages' second run in the
     put kernel's place."""
