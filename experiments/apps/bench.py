@@ -266,10 +266,8 @@ def _engine_work(counters: dict) -> dict:
     bottleneck, so a kernel that asks for more completions per message costs rate (until
     ``c587eb2`` the put kernel asked two per 16-message batch where send_messages asked
     one, on the simulator; BENCHMARKS.md session 31)."""
-    n = counters.get("turnarounds", 0)
     return {"doorbells": counters["doorbells"], "wqes": counters["wqes"],
-            "cqes": counters["cqes"],
-            "turnaround_us": counters["turnaround_ns"] / n / 1e3 if n else None}
+            "cqes": counters["cqes"], "turnaround_us": suite.mean_turnaround_us(counters)}
 
 
 def _sm_stream(result: runner.PathResult) -> dict:
@@ -477,10 +475,9 @@ def run(quick: bool = False, toy: bool = False, progress=None) -> dict:
     # scopes' code compiled in), beside the same send_messages runs: the kernel the rate
     # pairs ran until session 31, when put's rate was 0.93 to 1.01x send_messages'.
     arg_runs = []
-    for k in range(1 if (quick or toy) else STREAM_PAIRS):
+    for k in range(len(sm_rate_runs)):
         step(f"64-byte message rate, path and scope arguments ({k + 1} of {len(sm_rate_runs)})")
-        arg_runs.append(put_stream_run(n_qps, per_qp, 64, threads=32, batch=16, warp_scope=True,
-                                       workers=workers, path_constant=False, **SMALL_RINGS))
+        arg_runs.append(put_rate(per_qp, path_constant=False))
     out["rate_64B_path_argument"] = _compare(arg_runs, sm_rate_runs, "mpps", False,
                                              TARGET_RATE_RATIO_MIN)
 

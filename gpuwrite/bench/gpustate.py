@@ -1,13 +1,13 @@
-"""The GPU's clocks and what held them back, read through NVML before and after a bench.
+"""The GPU's clocks and what held them back, read through NVML during a bench.
 
 A bench's ratios divide one measurement by another taken in the same run, so a GPU that
 slowed between them (a power or thermal cap, an application clock someone set) moves a
-ratio without any change in gpuwrite. The bench records, at its start and its end, the SM
-and memory clocks, the SM clock's maximum, the temperature, the power draw and NVML's
-clock-event reasons (the bits saying why the clock is below its maximum), so that a
-reader can tell a slow run on a held-back GPU from one on a free GPU. Read through
-``pynvml`` (NVIDIA's ``nvidia-ml-py``), where it is installed; elsewhere, and on the CUDA
-simulator, the record is ``None`` and says why.
+ratio without any change in gpuwrite. The bench records, at its start, before each sweep
+repeat and at its end, the SM and memory clocks, the SM clock's maximum, the temperature,
+the power draw and NVML's clock-event reasons (the bits saying why the clock is below its
+maximum), so that a reader can tell a slow run on a held-back GPU from one on a free GPU.
+Read through ``pynvml`` (NVIDIA's ``nvidia-ml-py``), where it is installed; elsewhere a
+record is ``{"unavailable": why}``.
 """
 from __future__ import annotations
 

@@ -288,11 +288,17 @@ def spread(values) -> dict:
     return {"min": min(v), "median": float(np.median(v)), "max": max(v), "runs": v}
 
 
+def mean_turnaround_us(counters: dict) -> float | None:
+    """The engine's mean turnaround (doorbell seen to CQE written) over a run's completions,
+    from its counters; None where it wrote none."""
+    n = counters["turnarounds"]
+    return counters["turnaround_ns"] / n / 1e3 if n else None
+
+
 def engine_split_us(r) -> dict:
     """A run's round trip split into the engine's share (doorbell seen to CQE written, mean
     over its completions) and the GPU side (the rest of the p50)."""
-    c = r.counters
-    engine = c["turnaround_ns"] / max(c["turnarounds"], 1) / 1e3
+    engine = mean_turnaround_us(r.counters) or 0.0
     return {"engine": engine, "gpu": r.latency_p50_us - engine}
 
 
@@ -583,8 +589,8 @@ def beats_bound(path: str, ratio: float) -> bool:
     than the ceiling's copy did (its source partly in L2, the ceiling's in HBM) or the
     floor ran slow, and it is not judged: session 30's one-warp copy measured 8.1 to 8.3
     GB/s six times in a bench whose 1 MiB one-warp sends ran at 0.75 to 0.81x that bound.
-    (host_staged's 32-thread bound counts the engine's read at the warp's rate too, so
-    beating it says nothing.)"""
+    (host_staged's bound adds the NIC's read of the bounce buffer after the block's copy,
+    where the engine overlaps the two: beating it says nothing.)"""
     return path == "gpu_push" and ratio < 1 - CEILING_SLACK
 
 
@@ -970,7 +976,8 @@ def _three_targets(out: dict, quick: bool, lat_n: int, repeats: int, step) -> No
         for k in range(repeats if path == "gpu_push" else 1):
             step(f"{path}: 64-byte message rate ({k + 1})")
             r, h = hostload.watched_run(runner.run, path, [64] * (n_qps * per_qp), n_qps=n_qps,
-                                    batch=RATE_BATCH, block_threads=32, workers=RATE_WORKERS)
+                                        batch=RATE_BATCH, block_threads=32,
+                                        workers=RATE_WORKERS)
             rs.append(r)
             host.append(h)
         mpps = [message_rate_mpps(r) for r in rs]
