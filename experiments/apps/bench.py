@@ -466,6 +466,7 @@ def run(quick: bool = False, toy: bool = False, progress=None) -> dict:
     if not toy:
         step("64-byte message rate: warm-up")
         put_rate(per_qp)
+        put_rate(per_qp, path_constant=False)       # the argument kernel's runs below
         sm_rate(per_qp)
     out["rate_64B"], sm_rate_runs = _paired(
         1 if (quick or toy) else STREAM_PAIRS, "64-byte message rate", step,
