@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -17,6 +18,19 @@ from gpuwrite.paths.pull_agent import PULL_AGENTS
 # Exit status when the chosen world cannot run here (as `gpuwrite testbed` uses).
 EXIT_UNAVAILABLE = 3
 PATH_CHOICES = ("gpu_push", "gpu_push_inline", "nic_pull", "host_staged", "auto")
+
+
+def main_of(main, prog: str):
+    """``main`` as the apps' ``__main__`` runs it: a Ctrl-C ends it with one line on
+    stderr and exit 130, as the shell reports an interrupted command, no traceback. The
+    sessions' context managers have stopped the emulated NIC's threads on the way out."""
+    def run(argv=None) -> int:
+        try:
+            return main(argv)
+        except KeyboardInterrupt:
+            print(f"{prog}: interrupted (Ctrl-C)", file=sys.stderr)
+            return 130
+    return run
 
 
 def positive(text: str) -> int:

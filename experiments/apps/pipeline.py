@@ -224,4 +224,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(common.main_of(main, "python3 -m experiments.apps.pipeline")())

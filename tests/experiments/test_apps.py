@@ -238,6 +238,20 @@ def test_the_put_bench_prints_a_summary_of_a_run_or_a_stored_file(tmp_path, caps
         [name for name, _, _ in bench.MEASURES]
 
 
+def test_an_app_interrupted_by_ctrl_c_says_so_and_exits_130(capsys):
+    """The apps' ``__main__`` (``common.main_of``): a Ctrl-C is one line on stderr and the
+    shell's 130, no traceback; any other outcome passes through."""
+    from experiments.apps import common
+
+    def interrupted(argv):
+        raise KeyboardInterrupt
+
+    assert common.main_of(interrupted, "python3 -m experiments.apps.bench")([]) == 130
+    err = capsys.readouterr().err
+    assert err == "python3 -m experiments.apps.bench: interrupted (Ctrl-C)\n"
+    assert common.main_of(lambda argv: 2, "x")(["--show"]) == 2
+
+
 def test_the_put_bench_control_judges_send_messages_against_itself():
     """The control is the same pairing and target with send_messages' second run in the
     put kernel's place."""
