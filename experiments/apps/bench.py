@@ -35,6 +35,7 @@ import contextlib
 import json
 import math
 import sys
+import time
 
 import numpy as np
 from numba import int64
@@ -382,19 +383,60 @@ def _paired(reps: int, label: str, step, put_run, sm_run, key: str, lower_is_bet
     return out, runs["send_messages"]
 
 
-def run(quick: bool = False, toy: bool = False, progress=None) -> dict:
-    """Every measurement; ``toy`` shrinks them to simulator sizes."""
+# The measures, in the order they run; ``run(measures=...)`` takes any of them.
+MEASURE_GROUPS = ("latency", "bandwidth", "rate", "alltoall")
+
+
+def run(quick: bool = False, toy: bool = False, progress=None,
+        measures: tuple[str, ...] = MEASURE_GROUPS, on_measure=None) -> dict:
+    """The measurements named in ``measures`` (all by default); ``toy`` shrinks them to
+    simulator sizes. ``on_measure(out)`` is called after each, with what is done so far
+    (``out["complete"]`` False until the last), so a bench cut short keeps its measures."""
     if SIMULATOR and not toy:
         raise RuntimeError("the put bench measures a real GPU; none was found (on the "
                            "CUDA simulator, --toy runs it at toy sizes to check it works)")
+    bad = [m for m in measures if m not in MEASURE_GROUPS]
+    if bad or not measures:
+        raise ValueError(f"measures {list(measures)!r}: allowed are one or more of "
+                         f"{', '.join(MEASURE_GROUPS)}")
     step = progress or (lambda msg: None)
+    done = on_measure or (lambda out: None)
+    out: dict = {"world": common.header(), "path": "gpu_push", "toy": toy,
+                 **store.provenance(), "measures": list(measures), "complete": False}
+    if "latency" in measures:
+        _latency(out, quick, toy, step)
+        done(out)
+    if "bandwidth" in measures:
+        _bandwidth(out, quick, toy, step)
+        done(out)
+    if "rate" in measures:
+        _rate(out, quick, toy, step)
+        done(out)
+    if "alltoall" in measures:
+        step("all-to-all per path")
+        if toy:
+            out["alltoall"] = alltoall.run(ranks=2, tokens=2, token_bytes=32,
+                                           paths=("gpu_push", "auto"), repeats=1)
+        else:
+            out["alltoall"] = alltoall.run(ranks=8, tokens=256 if quick else 1024,
+                                           token_bytes=4096, repeats=1 if quick else 3)
+    out["verdict"] = {k: out[k]["met"] for k in ("latency_64B", "bandwidth_1MiB", "rate_64B")
+                      if k in out}
+    if SIMULATOR:
+        out["note"] = "CUDA simulator: the timings are a Python interpreter's"
+    out["complete"] = True
+    done(out)
+    return out
+
+
+def _latency(out: dict, quick: bool, toy: bool, step) -> None:
+    """64-byte latency: the put kernel (path a constant) against send_messages, and the
+    kernel with the path an argument beside the same send_messages runs."""
     # Pairs of runs per measure: with 9 (latency) and 6 (bandwidth, rate), the median pair
     # ratio's interval (median_interval) covers it with at least 95 % confidence.
     lat_pairs = 1 if (quick or toy) else LATENCY_PAIRS
-    out: dict = {"world": common.header(), "path": "gpu_push", "toy": toy,
-                 **store.provenance()}
 
-    # 64-byte latency: one QP, one message in flight.
+    # One QP, one message in flight.
     lat_n = 5 if toy else (200 if quick else 2000)
     lat_kw = dict(n_qps=1, wait_each=True, block_threads=32)
     if not toy:
@@ -420,7 +462,9 @@ def run(quick: bool = False, toy: bool = False, progress=None) -> dict:
     out["latency_64B_path_argument"] = _compare(arg_runs, sm_runs, "p50_us", True,
                                                 TARGET_LATENCY_RATIO_MAX)
 
-    # 1 MiB bandwidth, gpuwrite bench's configuration for gpu_push.
+
+def _bandwidth(out: dict, quick: bool, toy: bool, step) -> None:
+    """1 MiB bandwidth, gpuwrite bench's configuration for gpu_push."""
     cfg = dict(suite.BANDWIDTH_RUN["gpu_push"])
     size = 1 << 20
     n_qps, per_qp = cfg["n_qps"], (2 if quick else 8)
@@ -445,7 +489,10 @@ def run(quick: bool = False, toy: bool = False, progress=None) -> dict:
         sm_bandwidth, "gbytes", False, TARGET_BANDWIDTH_RATIO_MIN)
     out["bandwidth_1MiB"]["size_bytes"] = size
 
-    # 64-byte message rate: 256 QPs of one warp each, a doorbell every 16 messages.
+
+def _rate(out: dict, quick: bool, toy: bool, step) -> None:
+    """64-byte message rate: 256 QPs of one warp each, a doorbell every 16 messages; and
+    the kernel with the path and scope arguments beside the same send_messages runs."""
     # Runs of 2000 messages per QP (7 ms at 70 M/s) varied by up to 10 % each, the first
     # of each kernel often slowest (session 15): one untimed run of each first, and 4000.
     # After untimed runs of 200 per QP, put's first two timed runs were still its slowest
@@ -482,18 +529,6 @@ def run(quick: bool = False, toy: bool = False, progress=None) -> dict:
     out["rate_64B_path_argument"] = _compare(arg_runs, sm_rate_runs, "mpps", False,
                                              TARGET_RATE_RATIO_MIN)
 
-    step("all-to-all per path")
-    if toy:
-        out["alltoall"] = alltoall.run(ranks=2, tokens=2, token_bytes=32,
-                                       paths=("gpu_push", "auto"), repeats=1)
-    else:
-        out["alltoall"] = alltoall.run(ranks=8, tokens=256 if quick else 1024, token_bytes=4096,
-                                       repeats=1 if quick else 3)
-    out["verdict"] = {k: out[k]["met"] for k in ("latency_64B", "bandwidth_1MiB", "rate_64B")}
-    if SIMULATOR:
-        out["note"] = "CUDA simulator: the timings are a Python interpreter's"
-    return out
-
 
 # The measures a put bench file holds, in the order printed, with their unit.
 MEASURES = (("latency_64B", "p50_us", "us"), ("latency_64B_path_argument", "p50_us", "us"),
@@ -506,6 +541,9 @@ def summary(out: dict) -> list[str]:
     verdict on the median pair ratio, the control's pairs, both kernels' runs (min to max)
     and the most steal in any of the measure's runs; then the all-to-all per path."""
     lines = [out.get("world", ""), f"commit {out.get('git_commit') or 'not recorded'}"]
+    if out.get("complete") is False:
+        lines.append("INCOMPLETE: the bench stopped before its end; measures done: "
+                     + (", ".join(n for n, _, _ in MEASURES if n in out) or "none"))
     for name, key, unit in MEASURES:
         m = out.get(name)
         if not m:
@@ -544,6 +582,9 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer messages and runs")
     parser.add_argument("--toy", action="store_true",
                         help="toy sizes (the CUDA simulator can run these)")
+    parser.add_argument("--measures", type=_measures, default=MEASURE_GROUPS,
+                        metavar="LIST", help="comma-separated, any of "
+                        f"{','.join(MEASURE_GROUPS)} (default: all)")
     args = parser.parse_args(argv)
     if args.show:
         try:
@@ -555,19 +596,37 @@ def main(argv=None) -> int:
             return 2
         print("\n".join(summary(stored)))
         return 0
+    t0 = time.monotonic()
+
+    def progress(message):
+        print(f"[{time.monotonic() - t0:5.0f} s] {message}", file=sys.stderr)
+
+    def write(out):
+        # After each measure, so that a bench cut short (a timeout, a Ctrl-C) keeps those
+        # done: the file says ``"complete": false`` until the last.
+        with open(args.out, "w") as f:
+            f.write(json.dumps(out, indent=2, default=str) + "\n")
+
     try:
-        out = run(args.quick, args.toy, progress=lambda m: print(m, file=sys.stderr))
+        out = run(args.quick, args.toy, progress=progress, measures=args.measures,
+                  on_measure=write if args.out else None)
     except RuntimeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    text = json.dumps(out, indent=2, default=str)
     if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
         print("\n".join(summary(out)))
     else:
-        print(text)
+        print(json.dumps(out, indent=2, default=str))
     return 0
+
+
+def _measures(text: str) -> tuple[str, ...]:
+    names = tuple(m for m in text.split(",") if m)
+    bad = [m for m in names if m not in MEASURE_GROUPS]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: allowed are one or more of {', '.join(MEASURE_GROUPS)}")
+    return names
 
 
 if __name__ == "__main__":

@@ -174,16 +174,18 @@ def test_bench_runs_end_to_end_at_toy_sizes(tmp_path):
 
 def test_the_put_stream_asks_for_completions_as_the_engine_saw_them():
     """The rate kernel's doorbells, WQEs and completions come from the engine's counters of
-    that run: one WQE a message, a doorbell every batch, and at least one completion per
-    doorbell (the flush's); send_messages' likewise."""
+    that run: one WQE a message and at least one completion per batch (the flush's);
+    send_messages' likewise. The doorbells are those the engine saw: a doorbell record holds
+    the last producer index, so rings between two of the engine's polls count once (on a
+    GPU, 4 batches on 2 QPs showed 2), as a NIC reads a doorbell record."""
     kw = dict(threads=8, batch=4, workers=1, **bench.SMALL_RINGS)
     r = bench.put_stream_run(2, 8, 64, warp_scope=True, **kw)
     e = r["engine"]
-    assert e["wqes"] == 16 and e["doorbells"] == 4 and 4 <= e["cqes"] <= 6
+    assert e["wqes"] == 16 and 2 <= e["doorbells"] <= 4 and 4 <= e["cqes"] <= 6
     assert e["turnaround_us"] is not None and e["turnaround_us"] > 0
     sm = bench._sm_stream(bench.runner.run("gpu_push", [64] * 16, n_qps=2, batch=4,
                                            block_threads=8, workers=1))["engine"]
-    assert sm["wqes"] == 16 and sm["doorbells"] == 4 and sm["cqes"] >= 4
+    assert sm["wqes"] == 16 and 2 <= sm["doorbells"] <= 4 and sm["cqes"] >= 4
 
 
 def test_the_put_bench_streams_with_path_and_scope_constants(monkeypatch):
@@ -207,11 +209,13 @@ def test_streamed_puts_ask_one_completion_per_doorbell():
     (the flush's), and one more for the first put on the idle QP, as send_messages asks one
     per batch. Until session 31 a flush's completion did not restart staging's count of
     slots claimed unsignaled, so a second completion was asked in every batch of 16: 32
-    for 256 puts where send_messages asked 16, engine work at the rate's bottleneck."""
+    for 256 puts where send_messages asked 16, engine work at the rate's bottleneck. (The
+    engine counts the doorbells it saw, 1 to 3 here: on a GPU the three rings can fall
+    between two of its polls.)"""
     kw = dict(threads=32, batch=16, workers=1, **bench.SMALL_RINGS)
     e = bench.put_stream_run(1, 48, 64, warp_scope=True, **kw)["engine"]
-    assert e["wqes"] == 48 and e["doorbells"] == 3
-    assert e["cqes"] == e["doorbells"] + 1
+    assert e["wqes"] == 48 and 1 <= e["doorbells"] <= 3
+    assert e["cqes"] == 48 // 16 + 1
 
 
 def test_the_put_bench_prints_a_summary_of_a_run_or_a_stored_file(tmp_path, capsys):
@@ -236,6 +240,47 @@ def test_the_put_bench_prints_a_summary_of_a_run_or_a_stored_file(tmp_path, caps
     assert [line.split(":")[0] for line in printed if line.startswith(("latency", "bandwidth",
                                                                         "rate"))] == \
         [name for name, _, _ in bench.MEASURES]
+
+
+def test_the_put_bench_runs_the_measures_named_and_keeps_those_done(tmp_path, monkeypatch,
+                                                                     capsys):
+    """``--measures`` runs those named, in the bench's order, and judges only those; with
+    ``--out`` the file is written after each measure, so a bench cut short (here a Ctrl-C
+    in the rate runs) keeps the measures done and says it is incomplete. A name not
+    allowed is exit 2 naming it."""
+    ran = []
+
+    def fake(name, key):
+        def measure(out, quick, toy, step):
+            ran.append(name)
+            if name == "rate":
+                raise KeyboardInterrupt
+            out[key] = {"met": True}
+        return measure
+
+    monkeypatch.setattr(bench, "_latency", fake("latency", "latency_64B"))
+    monkeypatch.setattr(bench, "_bandwidth", fake("bandwidth", "bandwidth_1MiB"))
+    monkeypatch.setattr(bench, "_rate", fake("rate", "rate_64B"))
+    monkeypatch.setattr(bench.alltoall, "run", lambda **kw: ran.append("alltoall") or {})
+    out = bench.run(toy=True, measures=("alltoall", "bandwidth"))
+    assert ran == ["bandwidth", "alltoall"] and out["verdict"] == {"bandwidth_1MiB": True}
+    assert out["complete"] and out["measures"] == ["alltoall", "bandwidth"]
+    with pytest.raises(ValueError, match="'rates'.*latency, bandwidth, rate, alltoall"):
+        bench.run(toy=True, measures=("rates",))
+    ran.clear()
+    path = tmp_path / "put.json"
+    main = bench.common.main_of(bench.main, "bench")
+    assert main(["--toy", "--out", str(path), "--measures", "latency,rate,alltoall"]) == 130
+    assert ran == ["latency", "rate"]
+    kept = json.loads(path.read_text())
+    assert kept["complete"] is False and kept["latency_64B"] == {"met": True}
+    assert "rate_64B" not in kept
+    assert bench.summary({"complete": False})[2] == \
+        "INCOMPLETE: the bench stopped before its end; measures done: none"
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--toy", "--measures", "latency,speed"])
+    assert exc.value.code == 2 and "'latency,speed'" in capsys.readouterr().err
 
 
 def test_an_app_interrupted_by_ctrl_c_says_so_and_exits_130(capsys):
