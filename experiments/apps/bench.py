@@ -389,7 +389,8 @@ MEASURE_GROUPS = ("latency", "bandwidth", "rate", "alltoall")
 
 def run(quick: bool = False, toy: bool = False, progress=None,
         measures: tuple[str, ...] = MEASURE_GROUPS, on_measure=None) -> dict:
-    """The measurements named in ``measures`` (all by default); ``toy`` shrinks them to
+    """The measurements named in ``measures`` (all by default), in that order, each once
+    (one that is long or in question can go first); ``toy`` shrinks them to
     simulator sizes. ``on_measure(out)`` is called after each, with what is done so far
     (``out["complete"]`` False until the last), so a bench cut short keeps its measures."""
     if SIMULATOR and not toy:
@@ -399,27 +400,14 @@ def run(quick: bool = False, toy: bool = False, progress=None,
     if bad or not measures:
         raise ValueError(f"measures {list(measures)!r}: allowed are one or more of "
                          f"{', '.join(MEASURE_GROUPS)}")
+    measures = tuple(dict.fromkeys(measures))
     step = progress or (lambda msg: None)
     done = on_measure or (lambda out: None)
     out: dict = {"world": common.header(), "path": "gpu_push", "toy": toy,
                  **store.provenance(), "measures": list(measures), "complete": False}
-    if "latency" in measures:
-        _latency(out, quick, toy, step)
+    for name in measures:
+        _MEASURE_RUNS[name](out, quick, toy, step)
         done(out)
-    if "bandwidth" in measures:
-        _bandwidth(out, quick, toy, step)
-        done(out)
-    if "rate" in measures:
-        _rate(out, quick, toy, step)
-        done(out)
-    if "alltoall" in measures:
-        step("all-to-all per path")
-        if toy:
-            out["alltoall"] = alltoall.run(ranks=2, tokens=2, token_bytes=32,
-                                           paths=("gpu_push", "auto"), repeats=1)
-        else:
-            out["alltoall"] = alltoall.run(ranks=8, tokens=256 if quick else 1024,
-                                           token_bytes=4096, repeats=1 if quick else 3)
     out["verdict"] = {k: out[k]["met"] for k in ("latency_64B", "bandwidth_1MiB", "rate_64B")
                       if k in out}
     if SIMULATOR:
@@ -427,6 +415,17 @@ def run(quick: bool = False, toy: bool = False, progress=None,
     out["complete"] = True
     done(out)
     return out
+
+
+def _alltoall(out: dict, quick: bool, toy: bool, step) -> None:
+    """The all-to-all per path (``experiments.apps.alltoall``)."""
+    step("all-to-all per path")
+    if toy:
+        out["alltoall"] = alltoall.run(ranks=2, tokens=2, token_bytes=32,
+                                       paths=("gpu_push", "auto"), repeats=1)
+    else:
+        out["alltoall"] = alltoall.run(ranks=8, tokens=256 if quick else 1024,
+                                       token_bytes=4096, repeats=1 if quick else 3)
 
 
 def _latency(out: dict, quick: bool, toy: bool, step) -> None:
@@ -528,6 +527,10 @@ def _rate(out: dict, quick: bool, toy: bool, step) -> None:
         arg_runs.append(put_rate(per_qp, path_constant=False))
     out["rate_64B_path_argument"] = _compare(arg_runs, sm_rate_runs, "mpps", False,
                                              TARGET_RATE_RATIO_MIN)
+
+
+_MEASURE_RUNS = {"latency": _latency, "bandwidth": _bandwidth, "rate": _rate,
+                 "alltoall": _alltoall}
 
 
 # The measures a put bench file holds, in the order printed, with their unit.

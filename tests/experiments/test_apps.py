@@ -244,7 +244,8 @@ def test_the_put_bench_prints_a_summary_of_a_run_or_a_stored_file(tmp_path, caps
 
 def test_the_put_bench_runs_the_measures_named_and_keeps_those_done(tmp_path, monkeypatch,
                                                                      capsys):
-    """``--measures`` runs those named, in the bench's order, and judges only those; with
+    """``--measures`` runs those named, in the order named, each once, and judges only
+    those; with
     ``--out`` the file is written after each measure, so a bench cut short (here a Ctrl-C
     in the rate runs) keeps the measures done and says it is incomplete. A name not
     allowed is exit 2 naming it."""
@@ -258,12 +259,12 @@ def test_the_put_bench_runs_the_measures_named_and_keeps_those_done(tmp_path, mo
             out[key] = {"met": True}
         return measure
 
-    monkeypatch.setattr(bench, "_latency", fake("latency", "latency_64B"))
-    monkeypatch.setattr(bench, "_bandwidth", fake("bandwidth", "bandwidth_1MiB"))
-    monkeypatch.setattr(bench, "_rate", fake("rate", "rate_64B"))
+    monkeypatch.setitem(bench._MEASURE_RUNS, "latency", fake("latency", "latency_64B"))
+    monkeypatch.setitem(bench._MEASURE_RUNS, "bandwidth", fake("bandwidth", "bandwidth_1MiB"))
+    monkeypatch.setitem(bench._MEASURE_RUNS, "rate", fake("rate", "rate_64B"))
     monkeypatch.setattr(bench.alltoall, "run", lambda **kw: ran.append("alltoall") or {})
-    out = bench.run(toy=True, measures=("alltoall", "bandwidth"))
-    assert ran == ["bandwidth", "alltoall"] and out["verdict"] == {"bandwidth_1MiB": True}
+    out = bench.run(toy=True, measures=("alltoall", "bandwidth", "alltoall"))
+    assert ran == ["alltoall", "bandwidth"] and out["verdict"] == {"bandwidth_1MiB": True}
     assert out["complete"] and out["measures"] == ["alltoall", "bandwidth"]
     with pytest.raises(ValueError, match="'rates'.*latency, bandwidth, rate, alltoall"):
         bench.run(toy=True, measures=("rates",))
