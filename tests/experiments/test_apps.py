@@ -245,10 +245,9 @@ def test_the_put_bench_prints_a_summary_of_a_run_or_a_stored_file(tmp_path, caps
 def test_the_put_bench_runs_the_measures_named_and_keeps_those_done(tmp_path, monkeypatch,
                                                                      capsys):
     """``--measures`` runs those named, in the order named, each once, and judges only
-    those; with
-    ``--out`` the file is written after each measure, so a bench cut short (here a Ctrl-C
-    in the rate runs) keeps the measures done and says it is incomplete. A name not
-    allowed is exit 2 naming it."""
+    those; with ``--out`` the file is written after each measure, so a bench cut short
+    (here a Ctrl-C in the rate runs) keeps the measures done and says it is incomplete. A
+    name not allowed is exit 2 naming it."""
     ran = []
 
     def fake(name, key):
