@@ -23,7 +23,13 @@ a second time in each pair and judged against its first run by the same target
 And the all-to-all (``experiments.apps.alltoall``) per path, with its ratio to the
 bytes moved over the bulk-store bandwidth measured in the same run.
 
-    python3 -m experiments.apps.bench --out put_api_bench.json     # on a GPU, ~2 minutes
+    python3 -m experiments.apps.bench --out put_api_bench.json     # on a GPU, ~5 minutes
+    python3 -m experiments.apps.bench --out rate.json --measures rate --pairs 18
+
+(On an H100, session 32: rate 55 s, bandwidth 75 s, latency 45 s, all-to-all 130 s, most
+of each the kernels' compiles. ``--measures`` picks and orders them; the file is written
+after each, so a bench cut short keeps those done. ``--pairs`` runs more pairs where runs
+spread: the median pair ratio's interval narrows with them.)
 
 On the CUDA simulator ``--toy`` runs every step at toy sizes (what CI checks); its
 timings are a Python interpreter's.
@@ -388,11 +394,15 @@ MEASURE_GROUPS = ("latency", "bandwidth", "rate", "alltoall")
 
 
 def run(quick: bool = False, toy: bool = False, progress=None,
-        measures: tuple[str, ...] = MEASURE_GROUPS, on_measure=None) -> dict:
+        measures: tuple[str, ...] = MEASURE_GROUPS, on_measure=None,
+        pairs: int | None = None) -> dict:
     """The measurements named in ``measures`` (all by default), in that order, each once
     (one that is long or in question can go first); ``toy`` shrinks them to
     simulator sizes. ``on_measure(out)`` is called after each, with what is done so far
-    (``out["complete"]`` False until the last), so a bench cut short keeps its measures."""
+    (``out["complete"]`` False until the last), so a bench cut short keeps its measures.
+    ``pairs``: the pairs of runs of each measure (default: LATENCY_PAIRS for latency,
+    STREAM_PAIRS for bandwidth and rate, one with ``quick`` or ``toy``); more pairs narrow
+    the median pair ratio's interval where runs spread."""
     if SIMULATOR and not toy:
         raise RuntimeError("the put bench measures a real GPU; none was found (on the "
                            "CUDA simulator, --toy runs it at toy sizes to check it works)")
@@ -400,13 +410,15 @@ def run(quick: bool = False, toy: bool = False, progress=None,
     if bad or not measures:
         raise ValueError(f"measures {list(measures)!r}: allowed are one or more of "
                          f"{', '.join(MEASURE_GROUPS)}")
+    if pairs is not None and (not isinstance(pairs, int) or pairs < 1):
+        raise ValueError(f"pairs {pairs!r}: allowed is a whole number of at least 1")
     measures = tuple(dict.fromkeys(measures))
     step = progress or (lambda msg: None)
     done = on_measure or (lambda out: None)
     out: dict = {"world": common.header(), "path": "gpu_push", "toy": toy,
                  **store.provenance(), "measures": list(measures), "complete": False}
     for name in measures:
-        _MEASURE_RUNS[name](out, quick, toy, step)
+        _MEASURE_RUNS[name](out, quick, toy, step, pairs)
         done(out)
     out["verdict"] = {k: out[k]["met"] for k in ("latency_64B", "bandwidth_1MiB", "rate_64B")
                       if k in out}
@@ -417,7 +429,12 @@ def run(quick: bool = False, toy: bool = False, progress=None,
     return out
 
 
-def _alltoall(out: dict, quick: bool, toy: bool, step) -> None:
+def _pairs(pairs: int | None, quick: bool, toy: bool, default: int) -> int:
+    """The pairs a measure runs: those asked for, else one for a quick or toy bench."""
+    return pairs if pairs is not None else 1 if (quick or toy) else default
+
+
+def _alltoall(out: dict, quick: bool, toy: bool, step, pairs=None) -> None:
     """The all-to-all per path (``experiments.apps.alltoall``)."""
     step("all-to-all per path")
     if toy:
@@ -428,12 +445,12 @@ def _alltoall(out: dict, quick: bool, toy: bool, step) -> None:
                                        token_bytes=4096, repeats=1 if quick else 3)
 
 
-def _latency(out: dict, quick: bool, toy: bool, step) -> None:
+def _latency(out: dict, quick: bool, toy: bool, step, pairs: int | None = None) -> None:
     """64-byte latency: the put kernel (path a constant) against send_messages, and the
     kernel with the path an argument beside the same send_messages runs."""
     # Pairs of runs per measure: with 9 (latency) and 6 (bandwidth, rate), the median pair
     # ratio's interval (median_interval) covers it with at least 95 % confidence.
-    lat_pairs = 1 if (quick or toy) else LATENCY_PAIRS
+    lat_pairs = _pairs(pairs, quick, toy, LATENCY_PAIRS)
 
     # One QP, one message in flight.
     lat_n = 5 if toy else (200 if quick else 2000)
@@ -462,7 +479,7 @@ def _latency(out: dict, quick: bool, toy: bool, step) -> None:
                                                 TARGET_LATENCY_RATIO_MAX)
 
 
-def _bandwidth(out: dict, quick: bool, toy: bool, step) -> None:
+def _bandwidth(out: dict, quick: bool, toy: bool, step, pairs: int | None = None) -> None:
     """1 MiB bandwidth, gpuwrite bench's configuration for gpu_push."""
     cfg = dict(suite.BANDWIDTH_RUN["gpu_push"])
     size = 1 << 20
@@ -482,14 +499,14 @@ def _bandwidth(out: dict, quick: bool, toy: bool, step) -> None:
             stage_slot_bytes=cfg["stage_slot_bytes"], stage_slots=cfg["stage_slots"], **kw))
 
     out["bandwidth_1MiB"], _ = _paired(
-        1 if (quick or toy) else STREAM_PAIRS, "1 MiB bandwidth", step,
+        _pairs(pairs, quick, toy, STREAM_PAIRS), "1 MiB bandwidth", step,
         lambda **kw: put_stream_run(n_qps, per_qp, size, threads=threads, batch=batch,
                                     warp_scope=False, **session_kw, **kw),
         sm_bandwidth, "gbytes", False, TARGET_BANDWIDTH_RATIO_MIN)
     out["bandwidth_1MiB"]["size_bytes"] = size
 
 
-def _rate(out: dict, quick: bool, toy: bool, step) -> None:
+def _rate(out: dict, quick: bool, toy: bool, step, pairs: int | None = None) -> None:
     """64-byte message rate: 256 QPs of one warp each, a doorbell every 16 messages; and
     the kernel with the path and scope arguments beside the same send_messages runs."""
     # Runs of 2000 messages per QP (7 ms at 70 M/s) varied by up to 10 % each, the first
@@ -515,7 +532,7 @@ def _rate(out: dict, quick: bool, toy: bool, step) -> None:
         put_rate(per_qp, path_constant=False)       # the argument kernel's runs below
         sm_rate(per_qp)
     out["rate_64B"], sm_rate_runs = _paired(
-        1 if (quick or toy) else STREAM_PAIRS, "64-byte message rate", step,
+        _pairs(pairs, quick, toy, STREAM_PAIRS), "64-byte message rate", step,
         lambda **kw: put_rate(per_qp, **kw), lambda **kw: sm_rate(per_qp, **kw), "mpps", False,
         TARGET_RATE_RATIO_MIN)
     # The same with the path and scope kernel arguments (put_stream: every path's and both
@@ -588,6 +605,9 @@ def main(argv=None) -> int:
     parser.add_argument("--measures", type=_measures, default=MEASURE_GROUPS,
                         metavar="LIST", help="comma-separated, any of "
                         f"{','.join(MEASURE_GROUPS)} (default: all)")
+    parser.add_argument("--pairs", type=common.positive, default=None, metavar="N",
+                        help=f"pairs of runs per measure (default: {LATENCY_PAIRS} for latency, "
+                        f"{STREAM_PAIRS} for bandwidth and rate; 1 with --quick or --toy)")
     args = parser.parse_args(argv)
     if args.show:
         try:
@@ -612,7 +632,7 @@ def main(argv=None) -> int:
 
     try:
         out = run(args.quick, args.toy, progress=progress, measures=args.measures,
-                  on_measure=write if args.out else None)
+                  on_measure=write if args.out else None, pairs=args.pairs)
     except RuntimeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -245,14 +245,15 @@ def test_the_put_bench_prints_a_summary_of_a_run_or_a_stored_file(tmp_path, caps
 def test_the_put_bench_runs_the_measures_named_and_keeps_those_done(tmp_path, monkeypatch,
                                                                      capsys):
     """``--measures`` runs those named, in the order named, each once, and judges only
-    those; with ``--out`` the file is written after each measure, so a bench cut short
+    those; ``--pairs`` reaches each measure (0 is refused); with ``--out`` the file is written after each measure, so a bench cut short
     (here a Ctrl-C in the rate runs) keeps the measures done and says it is incomplete. A
     name not allowed is exit 2 naming it."""
-    ran = []
+    ran, asked = [], []
 
     def fake(name, key):
-        def measure(out, quick, toy, step):
+        def measure(out, quick, toy, step, pairs):
             ran.append(name)
+            asked.append(pairs)
             if name == "rate":
                 raise KeyboardInterrupt
             out[key] = {"met": True}
@@ -265,6 +266,12 @@ def test_the_put_bench_runs_the_measures_named_and_keeps_those_done(tmp_path, mo
     out = bench.run(toy=True, measures=("alltoall", "bandwidth", "alltoall"))
     assert ran == ["alltoall", "bandwidth"] and out["verdict"] == {"bandwidth_1MiB": True}
     assert out["complete"] and out["measures"] == ["alltoall", "bandwidth"]
+    assert asked == [None]
+    bench.run(toy=True, measures=("latency",), pairs=12)
+    assert asked[-1] == 12 and bench._pairs(None, False, False, 6) == 6
+    assert bench._pairs(None, True, False, 6) == bench._pairs(None, False, True, 9) == 1
+    with pytest.raises(ValueError, match="pairs 0: allowed is a whole number of at least 1"):
+        bench.run(toy=True, measures=("latency",), pairs=0)
     with pytest.raises(ValueError, match="'rates'.*latency, bandwidth, rate, alltoall"):
         bench.run(toy=True, measures=("rates",))
     ran.clear()
@@ -281,6 +288,9 @@ def test_the_put_bench_runs_the_measures_named_and_keeps_those_done(tmp_path, mo
     with pytest.raises(SystemExit) as exc:
         bench.main(["--toy", "--measures", "latency,speed"])
     assert exc.value.code == 2 and "'latency,speed'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--toy", "--pairs", "0"])
+    assert exc.value.code == 2 and "0: must be at least 1" in capsys.readouterr().err
 
 
 def test_an_app_interrupted_by_ctrl_c_says_so_and_exits_130(capsys):
