@@ -269,6 +269,7 @@ def test_the_put_bench_runs_the_measures_named_and_keeps_those_done(tmp_path, mo
     assert asked == [None]
     bench.run(toy=True, measures=("latency",), pairs=12)
     assert asked[-1] == 12 and bench._pairs(None, False, False, 6) == 6
+    assert bench._pairs(12, False, False, 6) == bench._pairs(12, True, True, 9) == 12
     assert bench._pairs(None, True, False, 6) == bench._pairs(None, False, True, 9) == 1
     with pytest.raises(ValueError, match="pairs 0: allowed is a whole number of at least 1"):
         bench.run(toy=True, measures=("latency",), pairs=0)
