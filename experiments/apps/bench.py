@@ -389,8 +389,21 @@ def _paired(reps: int, label: str, step, put_run, sm_run, key: str, lower_is_bet
     return out, runs["send_messages"]
 
 
-# The measures, in the order they run; ``run(measures=...)`` takes any of them.
+# The measures, in the order a whole bench runs them; ``run(measures=...)`` takes any of
+# them in any order.
 MEASURE_GROUPS = ("latency", "bandwidth", "rate", "alltoall")
+
+
+def measure_names(names) -> tuple[str, ...]:
+    """``names`` (a sequence, or a comma-separated string) as a tuple of measures, each
+    once, in the order given; ValueError naming what is not one."""
+    if isinstance(names, str):
+        names = [m for m in names.split(",") if m]
+    bad = [m for m in names if m not in MEASURE_GROUPS]
+    if bad or not names:
+        raise ValueError(f"{', '.join(map(repr, bad)) or 'no measure'}: allowed are one or "
+                         f"more of {', '.join(MEASURE_GROUPS)}")
+    return tuple(dict.fromkeys(names))
 
 
 def run(quick: bool = False, toy: bool = False, progress=None,
@@ -406,13 +419,9 @@ def run(quick: bool = False, toy: bool = False, progress=None,
     if SIMULATOR and not toy:
         raise RuntimeError("the put bench measures a real GPU; none was found (on the "
                            "CUDA simulator, --toy runs it at toy sizes to check it works)")
-    bad = [m for m in measures if m not in MEASURE_GROUPS]
-    if bad or not measures:
-        raise ValueError(f"measures {list(measures)!r}: allowed are one or more of "
-                         f"{', '.join(MEASURE_GROUPS)}")
+    measures = measure_names(measures)
     if pairs is not None and (not isinstance(pairs, int) or pairs < 1):
         raise ValueError(f"pairs {pairs!r}: allowed is a whole number of at least 1")
-    measures = tuple(dict.fromkeys(measures))
     step = progress or (lambda msg: None)
     done = on_measure or (lambda out: None)
     out: dict = {"world": common.header(), "path": "gpu_push", "toy": toy,
@@ -630,6 +639,14 @@ def main(argv=None) -> int:
         with open(args.out, "w") as f:
             f.write(json.dumps(out, indent=2, default=str) + "\n")
 
+    if args.out:
+        # A path that cannot be written fails now, not after the first measure's minutes.
+        try:
+            write({"complete": False, "measures": list(args.measures)})
+        except OSError as exc:
+            print(f"error: --out {args.out!r}: {exc} (allowed: a file path that can be "
+                  "written)", file=sys.stderr)
+            return 2
     try:
         out = run(args.quick, args.toy, progress=progress, measures=args.measures,
                   on_measure=write if args.out else None, pairs=args.pairs)
@@ -644,12 +661,10 @@ def main(argv=None) -> int:
 
 
 def _measures(text: str) -> tuple[str, ...]:
-    names = tuple(m for m in text.split(",") if m)
-    bad = [m for m in names if m not in MEASURE_GROUPS]
-    if bad or not names:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: allowed are one or more of {', '.join(MEASURE_GROUPS)}")
-    return names
+    try:
+        return measure_names(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 if __name__ == "__main__":

@@ -245,7 +245,8 @@ def test_the_put_bench_prints_a_summary_of_a_run_or_a_stored_file(tmp_path, caps
 def test_the_put_bench_runs_the_measures_named_and_keeps_those_done(tmp_path, monkeypatch,
                                                                      capsys):
     """``--measures`` runs those named, in the order named, each once, and judges only
-    those; ``--pairs`` reaches each measure (0 is refused); with ``--out`` the file is written after each measure, so a bench cut short
+    those; ``--pairs`` reaches each measure (0 is refused); an ``--out`` that cannot be
+    written is exit 2 before any measure; with ``--out`` the file is written after each measure, so a bench cut short
     (here a Ctrl-C in the rate runs) keeps the measures done and says it is incomplete. A
     name not allowed is exit 2 naming it."""
     ran, asked = [], []
@@ -273,8 +274,11 @@ def test_the_put_bench_runs_the_measures_named_and_keeps_those_done(tmp_path, mo
     assert bench._pairs(None, True, False, 6) == bench._pairs(None, False, True, 9) == 1
     with pytest.raises(ValueError, match="pairs 0: allowed is a whole number of at least 1"):
         bench.run(toy=True, measures=("latency",), pairs=0)
-    with pytest.raises(ValueError, match="'rates'.*latency, bandwidth, rate, alltoall"):
+    with pytest.raises(ValueError, match="'rates': allowed are one or more of latency, "
+                                         "bandwidth, rate, alltoall"):
         bench.run(toy=True, measures=("rates",))
+    with pytest.raises(ValueError, match="no measure: allowed"):
+        bench.run(toy=True, measures=())
     ran.clear()
     path = tmp_path / "put.json"
     main = bench.common.main_of(bench.main, "bench")
@@ -288,7 +292,10 @@ def test_the_put_bench_runs_the_measures_named_and_keeps_those_done(tmp_path, mo
     capsys.readouterr()
     with pytest.raises(SystemExit) as exc:
         bench.main(["--toy", "--measures", "latency,speed"])
-    assert exc.value.code == 2 and "'latency,speed'" in capsys.readouterr().err
+    assert exc.value.code == 2 and "--measures: 'speed': allowed are" in capsys.readouterr().err
+    ran.clear()
+    assert bench.main(["--toy", "--out", str(tmp_path / "no" / "put.json")]) == 2
+    assert "--out" in capsys.readouterr().err and ran == []
     with pytest.raises(SystemExit) as exc:
         bench.main(["--toy", "--pairs", "0"])
     assert exc.value.code == 2 and "0: must be at least 1" in capsys.readouterr().err
