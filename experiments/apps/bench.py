@@ -389,6 +389,17 @@ def _paired(reps: int, label: str, step, put_run, sm_run, key: str, lower_is_bet
     return out, runs["send_messages"]
 
 
+def _beside(sm_runs: list[dict], label: str, step, put_run, key: str, lower_is_better: bool,
+            target: float) -> dict:
+    """A variant of the put kernel run once per send_messages run of a measure's pairs,
+    and compared with them (``_compare``): what the variant costs beside the same runs."""
+    runs = []
+    for k in range(len(sm_runs)):
+        step(f"{label} ({k + 1} of {len(sm_runs)})")
+        runs.append(put_run())
+    return _compare(runs, sm_runs, key, lower_is_better, target)
+
+
 # The measures, in the order a whole bench runs them; ``run(measures=...)`` takes any of
 # them in any order.
 MEASURE_GROUPS = ("latency", "bandwidth", "rate", "alltoall")
@@ -480,12 +491,10 @@ def _latency(out: dict, quick: bool, toy: bool, step, pairs: int | None = None) 
                                           "p50_us", True, TARGET_LATENCY_RATIO_MAX)
     # The same with the path a kernel argument (every path's code compiled in), beside the
     # same send_messages runs: what naming the path as a constant saves.
-    arg_runs = []
-    for k in range(lat_pairs):
-        step(f"64-byte latency, path an argument ({k + 1} of {lat_pairs})")
-        arg_runs.append(put_latency_run(lat_n, path_constant=False))
-    out["latency_64B_path_argument"] = _compare(arg_runs, sm_runs, "p50_us", True,
-                                                TARGET_LATENCY_RATIO_MAX)
+    out["latency_64B_path_argument"] = _beside(
+        sm_runs, "64-byte latency, path an argument", step,
+        lambda: put_latency_run(lat_n, path_constant=False), "p50_us", True,
+        TARGET_LATENCY_RATIO_MAX)
 
 
 def _bandwidth(out: dict, quick: bool, toy: bool, step, pairs: int | None = None) -> None:
@@ -547,12 +556,9 @@ def _rate(out: dict, quick: bool, toy: bool, step, pairs: int | None = None) -> 
     # The same with the path and scope kernel arguments (put_stream: every path's and both
     # scopes' code compiled in), beside the same send_messages runs: the kernel the rate
     # pairs ran until session 31, when put's rate was 0.93 to 1.01x send_messages'.
-    arg_runs = []
-    for k in range(len(sm_rate_runs)):
-        step(f"64-byte message rate, path and scope arguments ({k + 1} of {len(sm_rate_runs)})")
-        arg_runs.append(put_rate(per_qp, path_constant=False))
-    out["rate_64B_path_argument"] = _compare(arg_runs, sm_rate_runs, "mpps", False,
-                                             TARGET_RATE_RATIO_MIN)
+    out["rate_64B_path_argument"] = _beside(
+        sm_rate_runs, "64-byte message rate, path and scope arguments", step,
+        lambda: put_rate(per_qp, path_constant=False), "mpps", False, TARGET_RATE_RATIO_MIN)
 
 
 _MEASURE_RUNS = {"latency": _latency, "bandwidth": _bandwidth, "rate": _rate,
