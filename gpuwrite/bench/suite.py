@@ -16,7 +16,7 @@ run, and each judged on every run, not only on the median:
   * latency vs size (``sweep``): every path, one message in flight, 32 and 256 threads per
     block, messages in WQEs of at most 256 KiB (``sweep_wqe_bytes``), against floor +
     size / ceiling (the bulk-store ceiling;
-    for 32 threads the bandwidth of one warp's vector copy of a source read for the first
+    for gpu_push and host_staged with 32 threads the bandwidth of one warp's vector copy of a source read for the first
     time, as every message's payload is, from HBM (``warp_copy_hbm_gbytes``: evicted from
     L2 first; the same copy just after its upload, ``warp_copy_fresh_gbytes``, and from
     L2, ``warp_copy_gbytes``, are reported beside it; each ceiling the highest of its
@@ -482,7 +482,11 @@ def _sweep_bound_us(path, size, threads, floor_us, ceilings):
     warp = ceilings.get("warp_copy_hbm_gbytes", ceilings.get("warp_copy_fresh_gbytes",
                                                              ceilings.get("warp_copy_gbytes")))
     bulk = ceilings["bulk_store_gbytes"]
-    gbytes = warp if threads <= 32 else bulk
+    # A 32-thread block's own copy is one warp's; a nic_pull's sender copies nothing (the
+    # NIC reads its bytes, here the pull agent's blocks), so its bound is the bulk stores'
+    # whatever the sender's block (until session 33 it divided by one warp's copy for 32
+    # threads too, which let a 64 KiB pull meet a bound 2.6 times its hardware's).
+    gbytes = warp if threads <= 32 and path != "nic_pull" else bulk
     # host_staged's second crossing is the NIC's DMA read of the bounce buffer, at PCIe's
     # pace whatever the block: counted at the bulk stores (until session 31 at the block's
     # copy, which let a 32-thread host_staged 1 MiB meet its bound at 0.53x).

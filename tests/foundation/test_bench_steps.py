@@ -342,6 +342,10 @@ def test_the_one_warp_bound_uses_the_copy_of_a_source_read_for_the_first_time():
     assert suite._sweep_bound_us("host_staged", 8000, 32, 3.0, both) == pytest.approx(4.16)
     assert suite._sweep_bound_us("host_staged", 50000, 256, 3.0, both) == pytest.approx(5.0)
     assert suite._sweep_bound_us("gpu_push", 50000, 256, 3.0, both) == pytest.approx(4.0)
+    # nic_pull's sender copies nothing: the NIC reads at the bulk stores' pace whatever
+    # the sender's block (with one warp's copy, a 64 KiB pull's bound was 2.6 times this).
+    assert suite._sweep_bound_us("nic_pull", 50000, 32, 3.0, both) == pytest.approx(4.0)
+    assert suite._sweep_bound_us("nic_pull", 50000, 256, 3.0, both) == pytest.approx(4.0)
     old = {"bulk_store_gbytes": 50.0, "warp_copy_gbytes": 16.0}
     assert suite._sweep_bound_us("gpu_push", 8000, 32, 3.0, old) == pytest.approx(3.5)
     from gpuwrite.cli.bench import _copies
