@@ -36,7 +36,10 @@ EMULATION_NOTES = {
                 "read request into mapped host memory, persistent GPU blocks poll it and "
                 "write the bytes back with 16-byte stores (a CPU thread cannot issue a PCIe "
                 "read of GPU memory)",
-    "host_staged": "GPU copies to a pinned host bounce ring; the engine reads host memory",
+    "host_staged": "GPU copies to a pinned host bounce ring; the engine delivers from it with "
+                   "the host-memory copy that delivers gpu_push's staging, so the NIC's DMA "
+                   "read of the ring (host_staged's second PCIe crossing) costs no time of "
+                   "its own here (the model counts it)",
 }
 
 
