@@ -263,6 +263,7 @@ def throughput_vs_size(df: pd.DataFrame):
         style.note(ax, "Emulated points sit below the model's lines: they measure the\n"
                    "software NIC (C threads that fetch every WQE and copy staging\n"
                    "to destination), over an unlimited link (no wire, no credits),\n"
+                   "host_staged's second PCIe crossing unpaid (read as staging is),\n"
                    f"from {int(measured['n_qps'].max()) if 'n_qps' in measured else 'a few'} "
                    f"QPs, {_runs_text(measured)};\nthe model's lines are a saturated PCIe link.",
                    "lower right")
@@ -408,7 +409,10 @@ def emulated_latency_vs_size(df: pd.DataFrame, calibration: dict | None = None):
     runs = _runs_text(measured)
     style.caveat(fig, f"Emulated on {', '.join(devices)}: software NIC (C thread), staging in host "
                  "memory, nic_pull answered by a GPU pull agent, unlimited link; above ~16 KiB the "
-                 f"engine's staging-to-destination copy dominates. {runs[:1].upper()}{runs[1:]}. "
+                 "engine's staging-to-destination copy dominates. host_staged's second PCIe "
+                 "crossing (the NIC's read of its bounce ring) costs nothing here: the engine "
+                 "delivers from the ring as from gpu_push's staging. "
+                 f"{runs[:1].upper()}{runs[1:]}. "
                  + source, (handles, labels, 5))
     return fig
 
