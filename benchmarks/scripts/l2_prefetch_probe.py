@@ -1,5 +1,9 @@
-"""Session 32, a lead for issue 14, not yet run: does an L2 prefetch of a push's source,
-issued before its bookkeeping, take the HBM latency off a push's critical path?
+"""Session 32, a lead for issue 14: does an L2 prefetch of a push's source, issued before
+its bookkeeping, take the HBM latency off a push's critical path? (Run in session 33 on two
+H200s, ``benchmarks/h200-2026-11-28-session33-l2-probe-call*.jsonl``: 0 to 430 ns saved at
+256 B to 16 KiB after the 400 ns stand-in, up to 0.7 us lost at 64 and 256 KiB with 256
+threads; through the pushes themselves no gain at the points that miss, BENCHMARKS.md,
+session 33.)
 
 Since session 31 the sweep's sends read their sources from HBM, as their bounds' copies
 do. A 64-byte push loads its payload before its bookkeeping (``push_small``), but 256 B
