@@ -15,9 +15,9 @@ run, and each judged on every run, not only on the median:
   * nic_pull and host_staged measured beside gpu_push;
   * latency vs size (``sweep``): every path, one message in flight, 32 and 256 threads per
     block, messages in WQEs of at most 256 KiB (``sweep_wqe_bytes``), against floor +
-    size / ceiling (the bulk-store ceiling;
-    for gpu_push and host_staged with 32 threads the bandwidth of one warp's vector copy of a source read for the first
-    time, as every message's payload is, from HBM (``warp_copy_hbm_gbytes``: evicted from
+    size / ceiling (the bulk-store ceiling; for gpu_push and host_staged with 32 threads
+    the bandwidth of one warp's vector copy of a source read for the first time, as every
+    message's payload is, from HBM (``warp_copy_hbm_gbytes``: evicted from
     L2 first; the same copy just after its upload, ``warp_copy_fresh_gbytes``, and from
     L2, ``warp_copy_gbytes``, are reported beside it; each ceiling the highest of its
     measurements, ``sweep_ceilings``, and a gpu_push run that beats its bound is not
