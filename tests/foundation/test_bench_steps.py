@@ -85,8 +85,9 @@ def test_a_push_target_below_one_blocks_copy_is_named(monkeypatch):
     """A 256-thread push's least is the floor + its size over that block's copy of a
     first-read source (session 20's H100: floor 3.2 us, bulk stores 51.6 GB/s, the block
     36.1): at 1 MiB 32.2 us, 1.37x the bound, above the 1.25x target; at 64 KiB 5.0 us,
-    1.12x, below it. host_staged counts its second crossing at bulk stores (52.5 us, 1.20x
-    at 1 MiB: reachable). 32-thread points have none (their bound is the warp's copy),
+    1.12x, below it. host_staged's is gpu_push's: its bound counts the NIC's read of the
+    bounce ring, which emulated mode does not pay (an emulated run beat a least that
+    counted it by a fifth, session 33). 32-thread points have none (their bound is the warp's copy),
     nor do points of a block the bench did not measure, nor files without the block's
     copy."""
     monkeypatch.setattr(suite.runner, "run", lambda path, sizes, **kw: _Run(60.0, 0.2))
@@ -102,7 +103,7 @@ def test_a_push_target_below_one_blocks_copy_is_named(monkeypatch):
     assert big["target_below_least"] is True and small["target_below_least"] is False
     assert abs(big["least_ratio"] - big["least_us"] / big["bound_us"]) < 1e-12
     staged = by[("host_staged", mib, 256)]
-    assert abs(staged["least_us"] - (3.2 + mib / 36.1e3 + mib / 51.6e3)) < 1e-9
+    assert abs(staged["least_us"] - big["least_us"]) < 1e-9
     assert staged["target_below_least"] is False
     for th in (32, 128):
         assert "least_us" not in by[("gpu_push", mib, th)]
