@@ -514,6 +514,41 @@ def sweep_engine_fixed(splits: dict) -> dict:
     return fixed
 
 
+# A delivery that exceeds the wire's time by less than this is not named: the engine's mean
+# turnaround of small WQEs moves by about this much between runs of one point (0.13 to 0.25
+# us at 64 B on an H200, session 33), so a ratio of such differences says nothing.
+STAND_IN_SLACK_US = 0.1
+
+
+# The wire the engine's delivery stands for: the model's NIC link (``network.rate_gbps``,
+# IBTA NDR 4x, an assumption of the NIC; gpuwrite.model.nic).
+def _link_gbps() -> float:
+    from gpuwrite.model.nic import NetworkParams
+    return NetworkParams().rate_gbps
+
+
+def delivery_against_wire(path: str, wqe_bytes: int, engine_us: list[float],
+                          fixed_us: float) -> dict | None:
+    """What the engine's delivery of one WQE cost against the step it stands for. The
+    engine copies a gpu_push or host_staged WQE from staging (or the bounce ring) to its
+    destination after the doorbell, standing in for the NIC sending it on the wire: its
+    delivery is its turnaround less its fixed cost (``fixed_us``, its least turnaround for
+    that path and block over the sizes swept), the wire's time is the WQE's bytes at the
+    model's link rate. ``costs_more``: the median delivery exceeds the wire's time by
+    STAND_IN_SLACK_US or more, the stand-in costing more than the step it stands for (a NIC
+    also sends a pushed WQE only after its doorbell, but at the wire's pace).
+    None for the other paths (a pull's turnaround holds its read)."""
+    if path not in ("gpu_push", "host_staged"):
+        return None
+    delivery = [max(0.0, e - fixed_us) for e in engine_us]
+    gbps = _link_gbps()
+    wire = wqe_bytes * 8 / (gbps * 1e3)
+    median = float(np.median(delivery))
+    return {"delivery_us": spread(delivery), "wire_us": wire, "link_gbps": gbps,
+            "over_wire": median / wire,
+            "costs_more": median - wire >= STAND_IN_SLACK_US}
+
+
 def sweep_steps(path: str, threads: int, split: dict, bound_us: float,
                 engine_fixed: dict) -> tuple[dict, dict]:
     """(a run's steps, the bound's steps) for ``lost_in``: the engine's fixed cost and the
@@ -676,6 +711,10 @@ def latency_sweep(floor_us: float, ceilings: dict, *, sizes=SWEEP_SIZES, paths=S
         least = (least_pull_us(size, th, floor_us, reverse_us, ceilings)
                  if path == "nic_pull" and reverse_us is not None
                  else least_push_us(path, size, th, floor_us, ceilings))
+        stand_in = delivery_against_wire(path, point["wqe_bytes"], [x["engine"] for x in split],
+                                         engine_fixed[(path, th)])
+        if stand_in is not None:
+            point["stand_in"] = stand_in
         if least is not None:
             point.update(least_us=least, least_ratio=least / bound)
             if target is not None:

@@ -263,6 +263,23 @@ def _gpu_state(gs: dict | None) -> str | None:
             + (f"held back by {', '.join(held)}" if held else "nothing held the clock back"))
 
 
+def _stand_in_lines(sweep: list[dict]) -> list[str]:
+    """One line per path and block: the engine's delivery of a WQE (its turnaround less its
+    fixed cost, median) against the wire it stands for, at each size where it cost more."""
+    from gpuwrite.experiments.style import bytes_label
+    by: dict = {}
+    for pt in sweep:
+        si = pt.get("stand_in")
+        if si and si["costs_more"]:
+            by.setdefault((pt["path"], pt["threads"], si["link_gbps"]), []).append(
+                f"{bytes_label(pt['wqe_bytes'])} {si['delivery_us']['median']:.2f} us against "
+                f"{si['wire_us']:.2f} ({si['over_wire']:.1f}x)")
+    return [f"{path}, {th} threads: the engine's delivery of a WQE (its turnaround less its "
+            f"fixed cost, median) cost more than the {gbps:.0f} Gb/s wire it stands for "
+            f"(network.rate_gbps, the model's assumption): " + ", ".join(parts)
+            for (path, th, gbps), parts in by.items()]
+
+
 def _print(out: dict) -> None:
     console.print(f"[bold]gpuwrite bench[/bold] on {out['world']}; every repeated figure as "
                   f"min / median / max of {out['repeats']} runs"
@@ -396,6 +413,8 @@ def _print(out: dict) -> None:
         console.print(f"  a poll read later: slower than the point's fastest run by about a whole "
                       f"completion-poll read ({out['poll_read_us']:.2f} us, the floor's rise when "
                       "the host answers late): the poll's phase, not the path's work")
+    for line in _stand_in_lines(out["sweep"]):
+        console.print("  " + line)
     for path in sorted({pt["path"] for pt in out["sweep"]}):
         console.print(f"  {path}: {next(pt['emulation'] for pt in out['sweep'] if pt['path'] == path)}")
     below = out.get("targets_below_least", {})

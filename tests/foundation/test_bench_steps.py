@@ -426,3 +426,32 @@ def test_the_printed_sweep_counts_the_runs_a_poll_read_later(capsys):
     _print(out)
     text = " ".join(capsys.readouterr().out.split())
     assert "the engine slow: slower than the point's fastest run by a fifth or more" in text
+
+
+def test_the_engines_delivery_is_set_against_the_wire_it_stands_for(monkeypatch):
+    """A push's WQE is delivered by the engine after its doorbell, standing in for the NIC
+    sending it on the wire: its turnaround less its fixed cost (the least over the sizes
+    swept) against the WQE's bytes at the model's link rate (400 Gb/s). Session 33's H200:
+    16 KiB 0.94 us against 0.33. Differences smaller than STAND_IN_SLACK_US are not named,
+    and a pull's turnaround (its read inside) is not set against the wire at all."""
+    from gpuwrite.cli.bench import _stand_in_lines
+    engine = {64: 0.20, 1024: 0.24, 16384: 1.14}
+    monkeypatch.setattr(suite.runner, "run",
+                        lambda path, sizes, **kw: _Run(5.0, engine.get(sizes[0], 0.2)))
+    pts = suite.latency_sweep(3.0, {"bulk_store_gbytes": 52.0, "warp_copy_hbm_gbytes": 8.0},
+                              sizes=(64, 1024, 16384), paths=("gpu_push", "nic_pull"),
+                              threads=(256,), repeats=3)
+    by = {(p["path"], p["size_bytes"]): p for p in pts}
+    big, small = by[("gpu_push", 16384)]["stand_in"], by[("gpu_push", 1024)]["stand_in"]
+    assert big["link_gbps"] == 400.0
+    assert big["wire_us"] == pytest.approx(16384 * 8 / 400e3)
+    assert big["delivery_us"]["median"] == pytest.approx(0.94)
+    assert big["over_wire"] == pytest.approx(0.94 / (16384 * 8 / 400e3))
+    # 1 KiB: 0.04 us against 0.02, twice the wire but within the turnaround's noise
+    assert small["delivery_us"]["median"] == pytest.approx(0.04)
+    assert big["costs_more"] is True and small["costs_more"] is False
+    assert "stand_in" not in by[("nic_pull", 16384)]
+    lines = _stand_in_lines(pts)
+    assert len(lines) == 1 and lines[0].startswith("gpu_push, 256 threads")
+    assert "16 KiB 0.94 us against 0.33 (2.9x)" in lines[0] and "1 KiB" not in lines[0]
+    assert "network.rate_gbps, the model's assumption" in lines[0]
