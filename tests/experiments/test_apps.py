@@ -16,7 +16,7 @@ from experiments.apps import alltoall, bench, pipeline  # noqa: E402
 from experiments.apps.common import EXIT_UNAVAILABLE  # noqa: E402
 from gpuwrite.cudaenv import SIMULATOR  # noqa: E402
 from gpuwrite.device import api  # noqa: E402
-from childenv import child_env  # noqa: E402
+from sm90ptx import compile_sm90  # noqa: E402
 
 
 def test_alltoall_delivers_every_byte_on_every_path():
@@ -375,20 +375,10 @@ def test_the_median_ratio_verdict_reads_the_interval(ratios, verdict):
 
 
 _PTX_SCRIPT = r"""
-import os, re, sys
-os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
-from numba import cuda, int64, uint32, uint64, types
-from numba.cuda import dispatcher
-# No GPU here: device functions ask the current device for its compute capability, so
-# name sm_90's (NVVM compiles without a GPU).
-class _Hopper:
-    compute_capability = (9, 0)
-dispatcher.get_current_device = lambda: _Hopper()
+from numba import int64, uint32, uint64
 from experiments.apps import alltoall, bench, pipeline
+# Here u32 and i64 name arrays (the apps' kernels take few scalars).
 u32, i64, u32_2d, i64_2d = uint32[::1], int64[::1], uint32[:, ::1], int64[:, ::1]
-# QueueSet.device_args on a GPU: mapped and device arrays, in verbs.Q_* order.
-Q = types.Tuple((u32_2d, u32_2d, uint64[::1], u32_2d, u32_2d, u32_2d, u32_2d, i64_2d, i64_2d,
-                 i64_2d, u32_2d))
 kernels = [(alltoall.dispatch, (Q, i64, u32, i64_2d, int64, i64)),
            (pipeline.produce, (Q, i64, u32, i64, int64, i64, i64)),
            (pipeline.consume, (u32, u32, int64, int64, uint64[::1], i64, i64)),
@@ -410,19 +400,9 @@ for kernel, sig in kernels:
 def test_app_kernels_compile_for_a_gpu():
     """The simulator runs kernels as Python and checks no types: compile every app
     kernel (warp and block scope, put_signal, wait_signal) to sm_90 PTX."""
-    import subprocess
-    import sys
-
-    # -P and PYTHONPATH: the child imports the gpuwrite this test imported (the working
-    # directory, a checkout without the compiled extension, must not shadow it), and the apps.
-    p = subprocess.run([sys.executable, "-P", "-c", _PTX_SCRIPT], capture_output=True, text=True,
-                       env=child_env(Path(__file__).resolve().parents[2], NUMBA_ENABLE_CUDASIM="0"),
-                       timeout=600)
-    if p.returncode != 0:
-        if "NVVM" in p.stderr or "libnvvm" in p.stderr:
-            pytest.skip("no NVVM on this machine to compile PTX with")
-        pytest.fail(p.stderr[-3000:])
-    counts = {line.split()[0]: tuple(map(int, line.split()[1:])) for line in p.stdout.split("\n")
+    # The apps live in the checkout's experiments/, beside the installed gpuwrite.
+    out = compile_sm90(_PTX_SCRIPT, Path(__file__).resolve().parents[2])
+    counts = {line.split()[0]: tuple(map(int, line.split()[1:])) for line in out.split("\n")
               if line.strip()}
     assert counts["dispatch"][0] > 0          # warp scope: warp barriers
     assert counts["produce"][1] > 0           # block scope: block barriers

@@ -4,13 +4,9 @@ Each kernel launch copies a table of cases, every one into its own region of a
 destination filled with random canary bytes; afterwards the whole destination must equal
 the canaries with exactly each case's bytes replaced.
 """
-import os
-import subprocess
-import sys
-import textwrap
-
 import numpy as np
 import pytest
+from sm90ptx import compile_sm90
 
 from gpuwrite.cudaenv import SIMULATOR, cuda
 from gpuwrite.device.copy import UNROLL, copy_bytes, preload, preload_fits, store_preloaded
@@ -163,23 +159,13 @@ def test_every_length_to_4k(threads):
     _check(range(1, 4097), dst_offsets=(0, 1), threads=threads)
 
 
-_PTX_SCRIPT = textwrap.dedent("""
-    import os, re, sys
-    os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
-    from numba import cuda, int64, uint32
-    from numba.cuda import dispatcher
-    # No GPU here: device functions ask the current device for its compute capability,
-    # so name sm_90's (NVVM compiles without a GPU).
-    class _Hopper:
-        compute_capability = (9, 0)
-    dispatcher.get_current_device = lambda: _Hopper()
-    from gpuwrite.device.copy import copy_bytes, preload, preload_fits, store_preloaded
-    def kernel(dst, dst_word, src, src_word, nbytes):
-        copy_bytes(dst, dst_word, src, src_word, nbytes, cuda.threadIdx.x, cuda.blockDim.x)
-    ptx, _ = cuda.compile_ptx(kernel, (uint32[::1], int64, uint32[::1], int64, int64),
-                              cc=(9, 0))
-    sys.stdout.write(ptx)
-""")
+_PTX_SCRIPT = r"""
+from gpuwrite.device.copy import copy_bytes
+def kernel(dst, dst_word, src, src_word, nbytes):
+    copy_bytes(dst, dst_word, src, src_word, nbytes, cuda.threadIdx.x, cuda.blockDim.x)
+ptx, _ = cuda.compile_ptx(kernel, (u32[::1], i64, u32[::1], i64, i64), cc=(9, 0))
+sys.stdout.write(ptx)
+"""
 
 
 def _loops(ptx: str):
@@ -197,16 +183,10 @@ def _loops(ptx: str):
 
 
 def test_ptx_has_16_byte_loads_in_flight_and_stores():
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
-    p = subprocess.run([sys.executable, "-c", _PTX_SCRIPT], capture_output=True, text=True,
-                       env=env, timeout=300)
-    if p.returncode != 0:
-        if "NVVM" in p.stderr or "libnvvm" in p.stderr:
-            pytest.skip("no NVVM on this machine to compile PTX with")
-        pytest.fail(p.stderr[-2000:])
+    ptx = compile_sm90(_PTX_SCRIPT, timeout=300)
     # Some loop holds UNROLL 16-byte global loads, all before its first 16-byte store.
     best = 0
-    for body in _loops(p.stdout):
+    for body in _loops(ptx):
         loads = [k for k, ln in enumerate(body) if "ld.global.v4." in ln or "ld.global.b128" in ln]
         stores = [k for k, ln in enumerate(body) if "st.global.v4." in ln or "st.global.b128" in ln]
         if stores:

@@ -1,13 +1,12 @@
 """Byte layouts: sizes from the header, and WQE bytes equal to rdma-core's mlx5dv helpers."""
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
 import numpy as np
 import pytest
-from childenv import child_env
+from sm90ptx import compile_sm90
 
 from gpuwrite import layouts as L
 from gpuwrite.host import wqe
@@ -116,44 +115,11 @@ def test_device_wqe_bytes_equal_mlx5dv(mlx5dv_ref, nic, case):
     assert qs.sq.host[0].view(np.uint8)[pos:pos + 64].tobytes() == bytes(mlx5dv_ref.ffi.buffer(ref))
 
 
-# Compiles for sm_90 in a child process with no GPU: device functions are compiled for the
-# current device's compute capability, so the child names the one to compile for instead
-# of asking the driver. Q is the tuple type QueueSet.device_args has.
-_SM90_PRELUDE = r"""
-import os
-os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
-from numba import cuda, types
-import numba.cuda.dispatcher as _dispatcher
-class _Hopper:
-    compute_capability = (9, 0)
-_dispatcher.get_current_device = lambda: _Hopper()
-u32, i64 = types.uint32, types.int64
-Q = types.Tuple((u32[:, ::1], u32[:, ::1], types.uint64[::1], u32[:, ::1], u32[:, ::1],
-                 u32[:, ::1], u32[:, ::1], i64[:, ::1], i64[:, ::1], i64[:, ::1], u32[:, ::1]))
-"""
-
-
-def _compile_sm90(code: str) -> str:
-    """Runs ``code`` after the sm_90 prelude in a child process; returns its stdout."""
-    # The child imports the same gpuwrite as this process (installed, or built in place),
-    # and runs outside the checkout so that a source folder without the compiled
-    # extension cannot shadow it.
-    proc = subprocess.run([sys.executable, "-c", _SM90_PRELUDE + code], capture_output=True,
-                          text=True, env=child_env(NUMBA_ENABLE_CUDASIM="0"), timeout=600,
-                          cwd=tempfile.gettempdir())
-    if proc.returncode != 0 and ("nvrtc" in proc.stderr.lower() or "nvvm" in proc.stderr.lower()):
-        pytest.skip("no NVVM/NVRTC here to compile PTX: " + proc.stderr.strip().splitlines()[-1])
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout
-
-
 def test_every_kernel_the_package_launches_compiles_for_sm_90():
     """The simulator does not type-check kernels; this catches what only a GPU would."""
-    out = _compile_sm90(r"""
+    out = compile_sm90(r"""
 from gpuwrite.paths import kernels as K
 from gpuwrite.bench import breakdown as B, suite as S
-SEND = (Q, i64[:, ::1], i64[::1], u32[::1], i64[::1], i64[::1], i64[::1], i64[:, ::1],
-        i64[:, :, ::1])
 kernels = {
     # what the runners launch: the kernel made for each path (its path a constant)
     **{f"send_messages_for_{p}": (K.send_messages_for(p), SEND) for p in K.PATH_IDS},
@@ -181,7 +147,7 @@ for name, (kernel, sig) in kernels.items():
 
 def test_ptx_of_a_small_push_is_vector_stores_and_no_barrier():
     """push_small writes header, payload and WQE with 16-byte stores, and no block barrier."""
-    ptx = _compile_sm90(r"""
+    ptx = compile_sm90(r"""
 from gpuwrite.device import verbs as dv
 def post(Q, src, out):
     out[0] = dv.push_small(Q, 0, src, 0, 64, 4096, 7, True, 1000000)
@@ -207,7 +173,7 @@ for fn in (wait, ring):
     print("=====", fn.__name__)
     print(ptx)
 """
-    stdout = _compile_sm90(code)
+    stdout = compile_sm90(code)
     wait_ptx, ring_ptx = stdout.split("===== ring")
     lines = wait_ptx.splitlines()
     # Find a backward branch whose loop body holds an acquire load of system scope.

@@ -12,36 +12,20 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 
 import pytest
+from sm90ptx import compile_sm90
 
-from childenv import child_env
-
+# Writes each path's send_messages as PTX into the folder named by PTX_OUT.
 _SCRIPT = r"""
-import os, sys
-os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
-from numba import cuda, int64, uint32, uint64, types
-from numba.cuda import dispatcher
-# No GPU here: device functions ask the current device for its compute capability, so
-# name sm_90's (NVVM compiles without a GPU).
-class _Hopper:
-    compute_capability = (9, 0)
-dispatcher.get_current_device = lambda: _Hopper()
 from gpuwrite.paths import kernels as K
-u32, i64, u32_2d, i64_2d = uint32[::1], int64[::1], uint32[:, ::1], int64[:, ::1]
-# QueueSet.device_args on a GPU, then runner.run's arrays, in send_messages' order.
-Q = types.Tuple((u32_2d, u32_2d, uint64[::1], u32_2d, u32_2d, u32_2d, u32_2d, i64_2d, i64_2d,
-                 i64_2d, u32_2d))
-sig = (Q, i64_2d, i64, u32, i64, i64, i64, i64_2d, int64[:, :, ::1])
-out = sys.argv[1]
 for path in K.PATH_IDS:
     kernel = K.send_messages_for(path)
-    fn = getattr(kernel, "py_func", None) or kernel.__wrapped__.py_func
-    ptx, _ = cuda.compile_ptx(fn, sig, cc=(9, 0))
-    with open(os.path.join(out, path + ".ptx"), "w") as f:
+    ptx, _ = cuda.compile_ptx(kernel.py_func, SEND, cc=(9, 0))
+    with open(os.path.join(os.environ["PTX_OUT"], path + ".ptx"), "w") as f:
         f.write(ptx)
 """
+
 
 _VERSION = re.compile(r"current version is '(\d+\.\d+)'")
 
@@ -73,12 +57,7 @@ def _ptxas(ptx_path: str, out_dir: str) -> str:
 def test_send_messages_does_not_spill_at_its_register_cap(tmp_path):
     if shutil.which("ptxas") is None:
         pytest.skip("no ptxas on this machine")
-    p = subprocess.run([sys.executable, "-P", "-c", _SCRIPT, str(tmp_path)], capture_output=True,
-                       text=True, env=child_env(NUMBA_ENABLE_CUDASIM="0"), timeout=600)
-    if p.returncode != 0:
-        if "NVVM" in p.stderr or "libnvvm" in p.stderr:
-            pytest.skip("no NVVM on this machine to compile PTX with")
-        pytest.fail(p.stderr[-2000:])
+    compile_sm90(_SCRIPT, PTX_OUT=str(tmp_path))
     from gpuwrite.paths.kernels import PATH_IDS
     from gpuwrite.device.verbs import MAX_REGISTERS
     for path in PATH_IDS:
