@@ -375,17 +375,15 @@ def test_the_median_ratio_verdict_reads_the_interval(ratios, verdict):
 
 
 _PTX_SCRIPT = r"""
-from numba import int64, uint32, uint64
 from experiments.apps import alltoall, bench, pipeline
-# Here u32 and i64 name arrays (the apps' kernels take few scalars).
-u32, i64, u32_2d, i64_2d = uint32[::1], int64[::1], uint32[:, ::1], int64[:, ::1]
-kernels = [(alltoall.dispatch, (Q, i64, u32, i64_2d, int64, i64)),
-           (pipeline.produce, (Q, i64, u32, i64, int64, i64, i64)),
-           (pipeline.consume, (u32, u32, int64, int64, uint64[::1], i64, i64)),
-           (bench.put_stream, (Q, i64, u32, i64, int64, types.boolean, i64, i64, i64)),
-           (bench.put_latency, (Q, i64, u32, i64, int64, i64, i64)),
-           (bench.put_latency_kernel(0), (Q, i64, u32, i64, i64, i64)),
-           (bench.put_stream_kernel(0, True), (Q, i64, u32, i64, i64, i64, i64))]
+I, U, I2 = i64[::1], u32[::1], i64[:, ::1]     # the arrays the apps' kernels take
+kernels = [(alltoall.dispatch, (Q, I, U, I2, i64, I)),
+           (pipeline.produce, (Q, I, U, I, i64, I, I)),
+           (pipeline.consume, (U, U, i64, i64, types.uint64[::1], I, I)),
+           (bench.put_stream, (Q, I, U, I, i64, types.boolean, I, I, I)),
+           (bench.put_latency, (Q, I, U, I, i64, I, I)),
+           (bench.put_latency_kernel(0), (Q, I, U, I, I, I)),
+           (bench.put_stream_kernel(0, True), (Q, I, U, I, I, I, I))]
 # A load or store whose instruction names no state space (ld.u64, st.v4.u32, ...) is
 # generic: the address is translated at run time.
 generic = re.compile(r"^\s*(?:@!?%p\d+\s+)?(?:ld|st)(?![\w.]*\.(?:shared|global|param|local|const)\b)"

@@ -16,6 +16,8 @@ import subprocess
 import pytest
 from sm90ptx import compile_sm90
 
+from gpuwrite.device.verbs import MAX_REGISTERS
+
 # Writes each path's send_messages as PTX into the folder named by PTX_OUT.
 _SCRIPT = r"""
 from gpuwrite.paths import kernels as K
@@ -32,8 +34,6 @@ _VERSION = re.compile(r"current version is '(\d+\.\d+)'")
 
 def _ptxas(ptx_path: str, out_dir: str) -> str:
     """ptxas -v of one PTX file at the kernels' register cap; its report (stderr)."""
-    from gpuwrite.device.verbs import MAX_REGISTERS
-
     cmd = ["ptxas", "-arch=sm_90", "-v", f"--maxrregcount={MAX_REGISTERS}", ptx_path,
            "-o", os.path.join(out_dir, "k.cubin")]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
@@ -59,7 +59,6 @@ def test_send_messages_does_not_spill_at_its_register_cap(tmp_path):
         pytest.skip("no ptxas on this machine")
     compile_sm90(_SCRIPT, PTX_OUT=str(tmp_path))
     from gpuwrite.paths.kernels import PATH_IDS
-    from gpuwrite.device.verbs import MAX_REGISTERS
     for path in PATH_IDS:
         report = _ptxas(str(tmp_path / f"{path}.ptx"), str(tmp_path))
         lines = "; ".join(ln.strip() for ln in report.splitlines() if "spill" in ln or "Used" in ln)
