@@ -657,7 +657,8 @@ SWEEP_SOURCE_L2 = "evicted"
 def latency_sweep(floor_us: float, ceilings: dict, *, sizes=SWEEP_SIZES, paths=SWEEP_PATHS,
                   threads=SWEEP_THREADS, n_qps: int = 1, iters: int = SWEEP_ITERS,
                   repeats: int = SWEEP_REPEATS, step=lambda msg: None,
-                  reverse_us: float | None = None, repeat_ceilings=None) -> list[dict]:
+                  reverse_us: float | None = None, repeat_ceilings=None,
+                  repeat_floor=None) -> list[dict]:
     """Latency vs size, one message in flight per QP, every point run ``repeats`` times in
     turn with the others; each run judged against floor + size / ceiling. With the reverse
     floor, nic_pull's points also carry their least (``least_pull_us``); with the block's
@@ -665,16 +666,22 @@ def latency_sweep(floor_us: float, ceilings: dict, *, sizes=SWEEP_SIZES, paths=S
     ``repeat_ceilings``, where given, is called before each repeat and returns ceilings
     measured then (the one-block copies): every point is then judged against the highest
     of each such ceiling over those measurements and the one in ``ceilings``
-    (``sweep_ceilings``), a rate that moves between measurements of one process."""
+    (``sweep_ceilings``), a rate that moves between measurements of one process.
+    ``repeat_floor``, where given, is called before each repeat and returns the floor
+    measured then: each run is judged against its own repeat's floor (as each 64-byte
+    latency run is), and a point's ``bound_us``, least and stand-in use the median of those
+    floors; without it every run is judged against ``floor_us``."""
     points = [(p, n, t) for t in threads for p in paths for n in sizes
               if not (p == "gpu_push_inline" and n > runner.INLINE_SIZES[-1])]
     runs: dict = {pt: [] for pt in points}
     hosts: dict = {pt: [] for pt in points}
     samples: list[dict] = []
+    floors: list[float] = []
     for k in range(repeats):
         step(f"latency vs size ({k + 1} of {repeats})")
         if repeat_ceilings:
             samples.append(repeat_ceilings())
+        floors.append(repeat_floor() if repeat_floor else floor_us)
         for path, size, th in points:
             count = max(20, min(iters, iters * 4096 // size))
             r, host = hostload.watched_run(
@@ -687,15 +694,17 @@ def latency_sweep(floor_us: float, ceilings: dict, *, sizes=SWEEP_SIZES, paths=S
     engine_fixed = sweep_engine_fixed(splits)
     out = []
     ceilings = sweep_ceilings(ceilings, samples)
+    floor_us = float(np.median(floors))
     for (path, size, th), rs in runs.items():
         bound = _sweep_bound_us(path, size, th, floor_us, ceilings)
         target = _sweep_target(path, size)
         p50s = [r.latency_p50_us for r in rs]
         split = splits[(path, size, th)]
         judged = []
-        for r, sp, host in zip(rs, split, hosts[(path, size, th)]):
-            ratio = r.latency_p50_us / bound
-            row = {"p50_us": r.latency_p50_us, "ratio": ratio,
+        for r, sp, host, floor in zip(rs, split, hosts[(path, size, th)], floors):
+            run_bound = _sweep_bound_us(path, size, th, floor, ceilings)
+            ratio = r.latency_p50_us / run_bound
+            row = {"p50_us": r.latency_p50_us, "bound_us": run_bound, "ratio": ratio,
                    "delivered": f"{r.delivered}/{r.messages}", "host": host,
                    "copy": copy_split_side(r)}
             if target is not None and beats_bound(path, ratio):
@@ -703,7 +712,8 @@ def latency_sweep(floor_us: float, ceilings: dict, *, sizes=SWEEP_SIZES, paths=S
             elif target is not None:
                 row["met"] = ratio <= target
                 if not row["met"]:
-                    row["lost_in"] = lost_in(*sweep_steps(path, th, sp, bound, engine_fixed))
+                    row["lost_in"] = lost_in(*sweep_steps(path, th, sp, run_bound,
+                                                          engine_fixed))
             judged.append(row)
         point = {"path": path, "size_bytes": size, "threads": th, "bound_us": bound,
                  "wqe_bytes": min(size, sweep_wqe_bytes(path, size)),
@@ -799,11 +809,24 @@ def run_suite(quick: bool = False, progress=None, *, sizes=SWEEP_SIZES, paths=SW
         by_repeat.append(c)
         return c
 
+    # The floor's p50 sits in one phase of its polls against the answer for a while, then
+    # in another: a bench's floors at its start and in its 64-byte latency runs a minute
+    # later differed by 0.26 to 0.29 us (2.85 against 3.01 to 3.14, and 3.14 against 2.78
+    # to 2.91, two H200s; BENCHMARKS.md, session 34), a tenth of the bound at 64 B to 4 KiB.
+    # The sweep measures it again before each repeat, as it does the ceilings, and judges
+    # each run against its own repeat's.
+    sweep_floors: list[float] = []
+
+    def repeat_floor() -> float:
+        sweep_floors.append(float(np.median([floor_pingpong_us(lat_n) for _ in range(3)])))
+        return sweep_floors[-1]
+
     out["sweep"] = latency_sweep(out["floor_pingpong_us"], ceilings, sizes=sizes, paths=paths,
                                  threads=threads, n_qps=n_qps, iters=iters or SWEEP_ITERS,
                                  repeats=reps, step=step,
                                  reverse_us=out["floor_reverse_64B_us"]["median"],
-                                 repeat_ceilings=repeat_ceilings)
+                                 repeat_ceilings=repeat_ceilings, repeat_floor=repeat_floor)
+    out["sweep_floor_runs_us"] = spread(sweep_floors)
     out["sweep_ceilings_gbytes"] = {k: spread([ceilings[k]] + [c[k] for c in by_repeat])
                                     for k in by_repeat[0]}
     out["gpu_state"]["end"] = gpustate.sample()

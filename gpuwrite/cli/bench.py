@@ -314,6 +314,10 @@ def _print(out: dict) -> None:
                          "the sweep's sends read their sources as their upload left them, "
                          "partly in L2; ")
                       + "a run that beats its bound by 5 % is not judged)")
+    if "sweep_floor_runs_us" in out:
+        console.print("the floor measured again before each sweep repeat (each the median of "
+                      f"three): {_mmm(out['sweep_floor_runs_us'])} us; each sweep run is "
+                      "judged against its own repeat's, a point's bound shows their median")
     gs = _gpu_state(out.get("gpu_state"))
     if gs:
         console.print(gs)

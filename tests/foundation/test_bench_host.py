@@ -182,6 +182,12 @@ def test_the_printed_tables_carry_the_hosts_columns(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert ("min / median / max GB/s: one warp 8.0 / 8.5 / 11.9, one 256-thread block "
             "34.0 / 35.5 / 36.0; the sweep's bounds and leasts use the highest") in text
+    assert "the floor measured again before each sweep repeat" not in text   # before 34
+    out["sweep_floor_runs_us"] = {"min": 2.85, "median": 3.07, "max": 3.14}
+    _print(out)
+    text = " ".join(capsys.readouterr().out.split())
+    assert ("the floor measured again before each sweep repeat (each the median of three): "
+            "2.85 / 3.07 / 3.14 us; each sweep run is judged against its own repeat's") in text
 
 
 def test_the_sweeps_copy_ceilings_are_the_highest_of_every_measurement(monkeypatch):
