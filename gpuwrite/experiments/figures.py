@@ -408,8 +408,11 @@ def emulated_latency_vs_size(df: pd.DataFrame, calibration: dict | None = None):
     handles, labels = axes.flat[0].get_legend_handles_labels()
     runs = _runs_text(measured)
     style.caveat(fig, f"Emulated on {', '.join(devices)}: software NIC (C thread), staging in host "
-                 "memory, nic_pull answered by a GPU pull agent, unlimited link; above ~16 KiB the "
-                 "engine's staging-to-destination copy dominates. host_staged's second PCIe "
+                 "memory, nic_pull answered by a GPU pull agent, unlimited link. The wire is stood "
+                 "in for by the engine's copy of each WQE to its destination after the doorbell "
+                 "(one CPU core below 32 KiB), which from 4 KiB costs more than a 400 Gb/s wire "
+                 "would (gpuwrite bench measures by how much: stand_in) and above ~16 KiB "
+                 "dominates. host_staged's second PCIe "
                  "crossing (the NIC's read of its bounce ring) costs nothing here: the engine "
                  "delivers from the ring as from gpu_push's staging. "
                  f"{runs[:1].upper()}{runs[1:]}. "

@@ -248,6 +248,8 @@ def test_fig9_draws_the_median_of_the_runs_their_range_and_the_physical_line():
     physical = drawn["physical|32"]
     np.testing.assert_allclose(physical.get_ydata(), 3.0 + physical.get_xdata() / 50e3)
     assert "Median of 3 runs a point (bars: min to max)" in texts(fig)
+    # the step the engine's copy stands for, and that it costs more than that step
+    assert "costs more than a 400 Gb/s wire" in " ".join(texts(fig).split())
     assert "Not plotted" not in texts(fig)
     # a run in which messages never completed is left out of the median and named
     failed = gpu.copy()
