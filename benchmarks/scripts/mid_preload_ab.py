@@ -1,0 +1,66 @@
+"""Session 34: does a 256-byte push lose time to the read of its last 128 bytes?
+
+``dv.push_mid`` (one thread, 65 to 256 B) loads its first 128 bytes before its
+reservation and the rest after it; the sweep's sources are read from HBM (evicted from
+L2), so that second read may sit on the push's path: on every host 256 B takes 0.3 to 0.5
+us longer than 64 B against nearly the same bound. Loading all of it first spills
+``send_messages`` at the 128-register cap (112 bytes; ``test_registers.py``), so the
+variant is measured as a probe: send_messages for gpu_push as committed (CUR) and with
+push_mid loading every byte before its reservation (ALL, spilling), in turn, 64 B (a
+control: push_small) to 256 B, 32 and 256 threads, sources evicted from L2 as in the
+sweep, five rounds.
+Usage: python3 benchmarks/scripts/mid_preload_ab.py OUT.jsonl
+"""
+import sys
+import types as pytypes
+
+from _ab import run_rounds
+
+from gpuwrite.device import verbs as V
+from gpuwrite.paths import kernels as K
+
+_LATE = """    st, word = push_reserve(Q, i, nbytes, raddr, rkey, signaled, timeout_ns)
+    if st != OK:
+        return st
+    x2 = _load64(src, src_word + 32, chunks - 8)
+    x3 = _load64(src, src_word + 48, chunks - 12)
+"""
+_EARLY = """    x2 = _load64(src, src_word + 32, chunks - 8)
+    x3 = _load64(src, src_word + 48, chunks - 12)
+    st, word = push_reserve(Q, i, nbytes, raddr, rkey, signaled, timeout_ns)
+    if st != OK:
+        return st
+"""
+
+
+def _module(src: str, name: str, path: str, inject=None):
+    m = pytypes.ModuleType(name)
+    m.__file__ = path
+    m.__dict__.update(inject or {})
+    exec(compile(src, path, "exec"), m.__dict__)
+    return m
+
+
+def all_first():
+    vsrc = open(V.__file__).read()
+    assert vsrc.count(_LATE) == 1
+    verbs = _module(vsrc.replace(_LATE, _EARLY), "verbs_all_first", V.__file__)
+    ksrc = open(K.__file__).read()
+    for a, b in (("from gpuwrite.device import verbs as dv\n", "dv = VERBS\n"),
+                 ("    @cached\n", "")):
+        assert ksrc.count(a) == 1, a
+        ksrc = ksrc.replace(a, b)
+    return _module(ksrc, "kernels_all_first", K.__file__,
+                   {"VERBS": verbs})._send_messages(K.PATH_IDS["gpu_push"])
+
+
+def main(out_path: str, rounds: int = 5) -> None:
+    evicted = {"source_l2": "evicted"}
+    kernels = {"CUR": (K._send_messages(K.PATH_IDS["gpu_push"]), evicted),
+               "ALL": (all_first(), evicted)}
+    run_rounds(kernels, {64: ["CUR", "ALL"], 128: ["CUR", "ALL"], 256: ["CUR", "ALL"]},
+               out_path, rounds=rounds)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 5)
