@@ -669,8 +669,8 @@ def latency_sweep(floor_us: float, ceilings: dict, *, sizes=SWEEP_SIZES, paths=S
     (``sweep_ceilings``), a rate that moves between measurements of one process.
     ``repeat_floor``, where given, is called before each repeat and returns the floor
     measured then: each run is judged against its own repeat's floor (as each 64-byte
-    latency run is), and a point's ``bound_us``, least and stand-in use the median of those
-    floors; without it every run is judged against ``floor_us``."""
+    latency run is), and a point's ``bound_us`` and least use the median of those floors;
+    without it every run is judged against ``floor_us``."""
     points = [(p, n, t) for t in threads for p in paths for n in sizes
               if not (p == "gpu_push_inline" and n > runner.INLINE_SIZES[-1])]
     runs: dict = {pt: [] for pt in points}
