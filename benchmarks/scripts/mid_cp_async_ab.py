@@ -1,0 +1,46 @@
+"""Session 34: push_mid reading its last 128 bytes by cp.async before its bookkeeping.
+
+Not in main: apply ``mid_cp_async.patch`` first (``git apply
+benchmarks/scripts/mid_cp_async.patch``; it adds the ``cp_async16`` and
+``cp_async_wait_all`` intrinsics, a shared buffer in send_messages and the PTX test), and
+write the code before it to ``.wtdiag`` as below, from ``HEAD`` while the patch is not
+committed. Same-host A/B, one message in flight, sources evicted from L2 as in the sweep, five
+rounds in turn: send_messages for gpu_push as on main before the change (CUR: push_mid
+reads bytes 128 to 256 after its reservation; built from ``.wtdiag/main_verbs.py`` and
+``.wtdiag/main_kernels.py``, ``git show <commit>:gpuwrite/device/verbs.py`` and the same
+for gpuwrite/paths/kernels.py) and this tree's (CPA: they are read into shared memory by
+cp.async before it). 64 B (push_small, a control), 128, 192 and 256 B (push_mid) and 1 KiB
+(the first warp's path, a control), 32 and 256 threads.
+Usage: python3 benchmarks/scripts/mid_cp_async_ab.py OUT.jsonl [rounds]
+"""
+import sys
+
+from _ab import run_rounds
+from mid_preload_ab import _module
+
+from gpuwrite.device import verbs as V
+from gpuwrite.paths import kernels as K
+
+
+def before():
+    verbs = _module(open(".wtdiag/main_verbs.py").read(), "verbs_before", V.__file__)
+    ksrc = open(".wtdiag/main_kernels.py").read()
+    for a, b in (("from gpuwrite.device import verbs as dv\n", "dv = VERBS\n"),
+                 ("    @cached\n", "")):
+        assert ksrc.count(a) == 1, a
+        ksrc = ksrc.replace(a, b)
+    return _module(ksrc, "kernels_before", K.__file__,
+                   {"VERBS": verbs})._send_messages(K.PATH_IDS["gpu_push"])
+
+
+def main(out_path: str, rounds: int = 5) -> None:
+    evicted = {"source_l2": "evicted"}
+    kernels = {"CUR": (before(), evicted),
+               "CPA": (K._send_messages(K.PATH_IDS["gpu_push"]), evicted)}
+    both = ["CUR", "CPA"]
+    run_rounds(kernels, {64: both, 128: both, 192: both, 256: both, 1024: both}, out_path,
+               rounds=rounds)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 5)
