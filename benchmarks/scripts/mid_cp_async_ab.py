@@ -16,21 +16,14 @@ Usage: python3 benchmarks/scripts/mid_cp_async_ab.py OUT.jsonl [rounds]
 import sys
 
 from _ab import run_rounds
-from mid_preload_ab import _module
+from mid_preload_ab import gpu_push_kernel
 
-from gpuwrite.device import verbs as V
 from gpuwrite.paths import kernels as K
 
 
 def before():
-    verbs = _module(open(".wtdiag/main_verbs.py").read(), "verbs_before", V.__file__)
-    ksrc = open(".wtdiag/main_kernels.py").read()
-    for a, b in (("from gpuwrite.device import verbs as dv\n", "dv = VERBS\n"),
-                 ("    @cached\n", "")):
-        assert ksrc.count(a) == 1, a
-        ksrc = ksrc.replace(a, b)
-    return _module(ksrc, "kernels_before", K.__file__,
-                   {"VERBS": verbs})._send_messages(K.PATH_IDS["gpu_push"])
+    return gpu_push_kernel(open(".wtdiag/main_verbs.py").read(),
+                           open(".wtdiag/main_kernels.py").read(), "before")
 
 
 def main(out_path: str, rounds: int = 5) -> None:

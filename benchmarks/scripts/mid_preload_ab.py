@@ -41,17 +41,22 @@ def _module(src: str, name: str, path: str, inject=None):
     return m
 
 
+def gpu_push_kernel(verbs_src: str, kernels_src: str, tag: str):
+    """send_messages for gpu_push compiled from these sources of verbs.py and kernels.py
+    (not cached on disk), beside the package's own."""
+    verbs = _module(verbs_src, f"verbs_{tag}", V.__file__)
+    for a, b in (("from gpuwrite.device import verbs as dv\n", "dv = VERBS\n"),
+                 ("    @cached\n", "")):
+        assert kernels_src.count(a) == 1, a
+        kernels_src = kernels_src.replace(a, b)
+    return _module(kernels_src, f"kernels_{tag}", K.__file__,
+                   {"VERBS": verbs})._send_messages(K.PATH_IDS["gpu_push"])
+
+
 def all_first():
     vsrc = open(V.__file__).read()
     assert vsrc.count(_LATE) == 1
-    verbs = _module(vsrc.replace(_LATE, _EARLY), "verbs_all_first", V.__file__)
-    ksrc = open(K.__file__).read()
-    for a, b in (("from gpuwrite.device import verbs as dv\n", "dv = VERBS\n"),
-                 ("    @cached\n", "")):
-        assert ksrc.count(a) == 1, a
-        ksrc = ksrc.replace(a, b)
-    return _module(ksrc, "kernels_all_first", K.__file__,
-                   {"VERBS": verbs})._send_messages(K.PATH_IDS["gpu_push"])
+    return gpu_push_kernel(vsrc.replace(_LATE, _EARLY), open(K.__file__).read(), "all_first")
 
 
 def main(out_path: str, rounds: int = 5) -> None:
