@@ -30,9 +30,15 @@ def main(out_path: str, rounds: int = 5) -> None:
     evicted = {"source_l2": "evicted"}
     kernels = {"CUR": (before(), evicted),
                "CPA": (K._send_messages(K.PATH_IDS["gpu_push"]), evicted)}
-    both = ["CUR", "CPA"]
-    run_rounds(kernels, {64: both, 128: both, 192: both, 256: both, 1024: both}, out_path,
-               rounds=rounds)
+    # The order alternates by round (call 7 ran CUR first in every round).
+    with open(out_path, "w") as out:
+        for rnd in range(rounds):
+            order = ["CUR", "CPA"] if rnd % 2 == 0 else ["CPA", "CUR"]
+            part = out_path + ".part"
+            run_rounds(kernels, {n: order for n in (64, 128, 192, 256, 1024)}, part, rounds=1)
+            for line in open(part):
+                out.write(line.replace('"round": 0', f'"round": {rnd}'))
+            out.flush()
 
 
 if __name__ == "__main__":
