@@ -396,6 +396,16 @@ def floor_pingpong_us(iters: int, poll_delay_ns: int = 0, answer_delay_ns: int =
         ping.kernel, pong.kernel, iters, out, 2_000_000_000, poll_delay_ns), answer_delay_ns)
 
 
+# Ping-pongs behind each floor the sweep's bounds use (at the start, before each repeat).
+FLOOR_SAMPLES = 3
+
+
+def floor_median_us(iters: int) -> float:
+    """The median of FLOOR_SAMPLES ``floor_pingpong_us(iters)``: the floor behind the
+    sweep's bounds, measured at the bench's start and again before each sweep repeat."""
+    return float(np.median([floor_pingpong_us(iters) for _ in range(FLOOR_SAMPLES)]))
+
+
 def least_push_64B_us(iters: int) -> float:
     """Median round trip of the floor's ping-pong when each ping is preceded by the stores
     a 64-byte gpu_push must make visible before its doorbell (``_pingpong_after_push_writes``:
@@ -781,8 +791,7 @@ def run_suite(quick: bool = False, progress=None, *, sizes=SWEEP_SIZES, paths=SW
     out.update(ceilings)
     out["engine_copy_threads"] = default_copy_threads(1)
     out["engine_cached_dst_max_bytes"] = default_cached_dst_max_bytes()
-    floors = [floor_pingpong_us(lat_n) for _ in range(3)]
-    out["floor_pingpong_us"] = float(np.median(floors))
+    out["floor_pingpong_us"] = floor_median_us(lat_n)
     step("reverse floor: the host pings a GPU warp")
     out["floor_reverse_us"] = spread([reverse_floor_us(lat_n) for _ in range(3)])
     out["floor_reverse_64B_us"] = spread([reverse_floor_us(lat_n, LEAST_PULL_BYTES)
@@ -818,7 +827,7 @@ def run_suite(quick: bool = False, progress=None, *, sizes=SWEEP_SIZES, paths=SW
     sweep_floors: list[float] = []
 
     def repeat_floor() -> float:
-        sweep_floors.append(float(np.median([floor_pingpong_us(lat_n) for _ in range(3)])))
+        sweep_floors.append(floor_median_us(lat_n))
         return sweep_floors[-1]
 
     out["sweep"] = latency_sweep(out["floor_pingpong_us"], ceilings, sizes=sizes, paths=paths,

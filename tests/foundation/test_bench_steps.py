@@ -478,3 +478,13 @@ def test_each_sweep_run_is_judged_against_its_own_repeats_floor(monkeypatch):
     (one,) = suite.latency_sweep(2.85, ceilings, sizes=(64,), paths=("gpu_push",),
                                  threads=(256,), repeats=3)
     assert one["runs_met"] == 0 and one["bound_us"] == pytest.approx(bound[1])
+
+
+def test_the_sweeps_floor_is_the_median_of_its_ping_pongs(monkeypatch):
+    """The floor behind the sweep's bounds, at the start and before each repeat, is the
+    median of FLOOR_SAMPLES ping-pongs, not the first or the lowest."""
+    took = iter([3.10, 2.85, 3.04, 9.9])
+    monkeypatch.setattr(suite, "floor_pingpong_us", lambda iters: next(took))
+    assert suite.FLOOR_SAMPLES == 3
+    assert suite.floor_median_us(2000) == pytest.approx(3.04)
+    assert next(took) == 9.9          # three ping-pongs taken, no more
