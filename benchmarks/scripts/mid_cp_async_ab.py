@@ -31,14 +31,8 @@ def main(out_path: str, rounds: int = 5) -> None:
     kernels = {"CUR": (before(), evicted),
                "CPA": (K._send_messages(K.PATH_IDS["gpu_push"]), evicted)}
     # The order alternates by round (call 7 ran CUR first in every round).
-    with open(out_path, "w") as out:
-        for rnd in range(rounds):
-            order = ["CUR", "CPA"] if rnd % 2 == 0 else ["CPA", "CUR"]
-            part = out_path + ".part"
-            run_rounds(kernels, {n: order for n in (64, 128, 192, 256, 1024)}, part, rounds=1)
-            for line in open(part):
-                out.write(line.replace('"round": 0', f'"round": {rnd}'))
-            out.flush()
+    run_rounds(kernels, {n: ["CUR", "CPA"] for n in (64, 128, 192, 256, 1024)}, out_path,
+               rounds=rounds, alternate=True)
 
 
 if __name__ == "__main__":
