@@ -21,7 +21,8 @@ from gpuwrite.cudaenv import SIMULATOR, cuda
 __all__ = [
     "ld_acquire_sys_u32", "st_release_sys_u32", "st_relaxed_sys_u32", "st_relaxed_sys_u64", "fence_sys",
     "globaltimer_ns", "backoff", "ld_v4_u32", "st_v4_u32", "st_u8", "address_of", "bswap32",
-    "warp_sync", "ld_acquire_sys_u64", "ld_acquire_gpu_u64", "words_at",
+    "warp_sync", "ld_acquire_sys_u64", "ld_acquire_gpu_u64", "words_at", "cp_async16",
+    "cp_async_wait_all",
 ]
 
 if SIMULATOR:
@@ -59,6 +60,19 @@ if SIMULATOR:
 
     def fence_sys():
         """Order all earlier memory accesses before later ones, system-wide."""
+
+    def cp_async16(dst, dst_index, src, src_index):
+        """Starts a copy of 16 bytes from src[src_index] (global memory) to dst[dst_index]
+        (a shared array), both 16-byte aligned, that holds no register while it is in
+        flight: the bytes are in ``dst`` once ``cp_async_wait_all`` returns. (The
+        simulator copies them at once.)"""
+        _check_aligned16(src, src_index)
+        _check_aligned16(dst, dst_index)
+        for k in range(4):
+            dst[dst_index + k] = src[src_index + k]
+
+    def cp_async_wait_all():
+        """Waits until every ``cp_async16`` this thread started has landed."""
 
     @cuda.jit(device=True)
     def warp_sync(lanes):
@@ -213,6 +227,43 @@ else:
         def codegen(context, builder, sig, args):
             fnty = ir.FunctionType(ir.VoidType(), [])
             builder.call(ir.InlineAsm(fnty, "fence.acq_rel.sys;", "~{memory}", side_effect=True), [])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
+    def cp_async16(typingctx, dst, dst_index, src, src_index):
+        """Starts a copy of 16 bytes from src[src_index] (global memory) to dst[dst_index]
+        (a shared array), both 16-byte aligned: ``cp.async`` (sm_80 on), which holds no
+        register while the read is in flight, so a thread can start a payload's read
+        before bookkeeping that needs all its registers. The bytes are in ``dst`` once
+        ``cp_async_wait_all`` returns."""
+        sig = types.void(dst, dst_index, src, src_index)
+
+        def codegen(context, builder, sig, args):
+            d = _element_pointer(context, builder, types.void(sig.args[0], sig.args[1]),
+                                 args[:2])
+            s = _element_pointer(context, builder, types.void(sig.args[2], sig.args[3]),
+                                 args[2:])
+            fnty = ir.FunctionType(ir.VoidType(), [d.type, s.type])
+            ptx = ("{\n .reg .u64 gw_sh64;\n .reg .u32 gw_sh32;\n .reg .u64 gw_gl;\n"
+                   " cvta.to.shared.u64 gw_sh64, $0;\n cvt.u32.u64 gw_sh32, gw_sh64;\n"
+                   " cvta.to.global.u64 gw_gl, $1;\n"
+                   " cp.async.cg.shared.global [gw_sh32], [gw_gl], 16;\n}")
+            builder.call(ir.InlineAsm(fnty, ptx, "l,l,~{memory}", side_effect=True), [d, s])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
+    def cp_async_wait_all(typingctx):
+        """Waits until every ``cp_async16`` this thread started has landed."""
+        sig = types.void()
+
+        def codegen(context, builder, sig, args):
+            fnty = ir.FunctionType(ir.VoidType(), [])
+            builder.call(ir.InlineAsm(fnty, "cp.async.wait_all;", "~{memory}",
+                                      side_effect=True), [])
             return context.get_dummy_value()
 
         return sig, codegen

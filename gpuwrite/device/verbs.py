@@ -34,6 +34,8 @@ from gpuwrite.cudaenv import SIMULATOR, cuda
 from gpuwrite.device.copy import copy_bytes, load16_if, store16_if
 from gpuwrite.device.intrinsics import (
     backoff,
+    cp_async16,
+    cp_async_wait_all,
     fence_sys,
     globaltimer_ns,
     ld_acquire_sys_u32,
@@ -43,6 +45,7 @@ from gpuwrite.device.intrinsics import (
     st_v4_u32,
     address_of,
     bswap32,
+    ld_v4_u32,
 )
 
 # Error codes returned by device verbs (0 is success).
@@ -514,24 +517,29 @@ def push_mid_ok(src, src_word, nbytes):
 
 
 @cuda.jit(device=True)
-def push_mid(Q, i, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns):
+def push_mid(Q, i, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns, buf):
     """Posts a pushed RDMA write that ``push_mid_ok`` accepts from one thread, as
-    ``push_small`` does; returns a status. Its first 128 bytes are loaded before the
-    bookkeeping, the rest right after it, before the first are stored (their latency
-    then hides behind those stores). The doorbell is the caller's."""
+    ``push_small`` does; returns a status. Every byte is read before the bookkeeping: the
+    first 128 into registers, the rest into ``buf`` (a 16-byte aligned shared array of at
+    least MID_PUSH_BYTES / 4 - 32 words) by ``cp_async16``, which holds no register across
+    the bookkeeping. Holding all 256 bytes in registers spilled the kernel at its register
+    cap; reading the last 128 after the bookkeeping put a read from GPU memory on the
+    push's path (BENCHMARKS.md, session 34). The doorbell is the caller's."""
     chunks = nbytes >> 4
     x0 = _load64(src, src_word, chunks)
     x1 = _load64(src, src_word + 16, chunks - 4)
+    for k in range(MID_PUSH_BYTES // 16 - 8):
+        if 8 + k < chunks:
+            cp_async16(buf, 4 * k, src, src_word + 32 + 4 * k)
     st, word = push_reserve(Q, i, nbytes, raddr, rkey, signaled, timeout_ns)
+    cp_async_wait_all()     # no read outlives the call, whatever its status
     if st != OK:
         return st
-    x2 = _load64(src, src_word + 32, chunks - 8)
-    x3 = _load64(src, src_word + 48, chunks - 12)
     stage = Q[Q_STAGE][i]
     _store64(stage, word, x0, chunks)
     _store64(stage, word + 16, x1, chunks - 4)
-    _store64(stage, word + 32, x2, chunks - 8)
-    _store64(stage, word + 48, x3, chunks - 12)
+    for k in range(MID_PUSH_BYTES // 16 - 8):
+        store16_if(stage, word + 32 + 4 * k, ld_v4_u32(buf, 4 * k), 8 + k < chunks)
     return OK
 
 

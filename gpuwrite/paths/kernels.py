@@ -15,7 +15,7 @@ Paths (one kernel each, ``send_messages_for(path)``):
 """
 from __future__ import annotations
 
-from numba import int64
+from numba import int64, uint32
 
 from gpuwrite.cudaenv import SIMULATOR, cuda
 from gpuwrite.device import verbs as dv
@@ -72,6 +72,12 @@ MAX_BLOCK_THREADS = 65536 // MAX_REGISTERS
 _LIMITS = dv.KERNEL_OPTIONS
 
 
+# push_mid's shared buffer: the words of a payload past its first 128 bytes, 16-byte
+# aligned for cp.async. The simulator takes no alignment (its numpy arrays are aligned, and
+# its cp_async16 checks).
+MID_BUF_WORDS = dv.MID_PUSH_BYTES // 4 - 32
+
+
 def _send_messages(path: int):
     """``send_messages`` for one path (``PUSH`` .. ``STAGED``), a compile-time constant."""
 
@@ -85,6 +91,11 @@ def _send_messages(path: int):
         # iteration; alternating slots let thread 0 publish message m + 1's before every thread
         # has read message m's (small pushes take no barrier in between).
         sh = cuda.shared.array(4, dtype=int64)
+        # The last bytes of a push_mid payload, read by cp.async before its bookkeeping.
+        if SIMULATOR:
+            mid = cuda.shared.array(MID_BUF_WORDS, dtype=uint32)
+        else:
+            mid = cuda.shared.array(MID_BUF_WORDS, dtype=uint32, alignment=16)
         # The block owns QP i: its bookkeeping lives in shared memory while the kernel runs.
         sh_state = cuda.shared.array(QP_STATE_SHAPE, dtype=int64)
         sh_info = cuda.shared.array(QP_INFO_SHAPE, dtype=int64)
@@ -153,7 +164,7 @@ def _send_messages(path: int):
                                                    rkey, signaled, timeout)
                         else:
                             status = dv.push_mid(q, 0, src, src_word, n, raddr, rkey, signaled,
-                                                 timeout)
+                                                 timeout, mid)
                         if status == 0 and not last:
                             dv.flush_doorbell(q, 0)
                     off += n
