@@ -528,18 +528,22 @@ def push_mid(Q, i, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns, buf
     chunks = nbytes >> 4
     x0 = _load64(src, src_word, chunks)
     x1 = _load64(src, src_word + 16, chunks - 4)
-    for k in range(MID_PUSH_BYTES // 16 - 8):
-        if 8 + k < chunks:
-            cp_async16(buf, 4 * k, src, src_word + 32 + 4 * k)
+    late = chunks > 8       # bytes past the first 128: read into buf
+    if late:
+        for k in range(MID_PUSH_BYTES // 16 - 8):
+            if 8 + k < chunks:
+                cp_async16(buf, 4 * k, src, src_word + 32 + 4 * k)
     st, word = push_reserve(Q, i, nbytes, raddr, rkey, signaled, timeout_ns)
-    cp_async_wait_all()     # no read outlives the call, whatever its status
+    if late:
+        cp_async_wait_all()     # no read outlives the call, whatever its status
     if st != OK:
         return st
     stage = Q[Q_STAGE][i]
     _store64(stage, word, x0, chunks)
     _store64(stage, word + 16, x1, chunks - 4)
-    for k in range(MID_PUSH_BYTES // 16 - 8):
-        store16_if(stage, word + 32 + 4 * k, ld_v4_u32(buf, 4 * k), 8 + k < chunks)
+    if late:
+        for k in range(MID_PUSH_BYTES // 16 - 8):
+            store16_if(stage, word + 32 + 4 * k, ld_v4_u32(buf, 4 * k), 8 + k < chunks)
     return OK
 
 
