@@ -1,14 +1,12 @@
 """Session 34: push_mid reading its last 128 bytes by cp.async before its bookkeeping.
 
-Not in main: apply ``mid_cp_async.patch`` first (``git apply
-benchmarks/scripts/mid_cp_async.patch``; it adds the ``cp_async16`` and
-``cp_async_wait_all`` intrinsics, a shared buffer in send_messages and the PTX test), and
-write the code before it to ``.wtdiag`` as below, from ``HEAD`` while the patch is not
-committed. Same-host A/B, one message in flight, sources evicted from L2 as in the sweep, five
-rounds in turn: send_messages for gpu_push as on main before the change (CUR: push_mid
+In main since session 35 (``78a4e7b`` is the commit before it). Write the code before it to
+``.wtdiag`` first: ``git show 78a4e7b:gpuwrite/device/verbs.py > .wtdiag/main_verbs.py`` and
+the same for gpuwrite/paths/kernels.py into ``.wtdiag/main_kernels.py``. Same-host A/B,
+one message in flight, sources evicted from L2 as in the sweep, five rounds in turn:
+send_messages for gpu_push as on main before the change (CUR: push_mid
 reads bytes 128 to 256 after its reservation; built from ``.wtdiag/main_verbs.py`` and
-``.wtdiag/main_kernels.py``, ``git show <commit>:gpuwrite/device/verbs.py`` and the same
-for gpuwrite/paths/kernels.py) and this tree's (CPA: they are read into shared memory by
+``.wtdiag/main_kernels.py``) and this tree's (CPA: they are read into shared memory by
 cp.async before it). 64 B (push_small, a control), 128, 192 and 256 B (push_mid) and 1 KiB
 (the first warp's path, a control), 32 and 256 threads.
 Usage: python3 benchmarks/scripts/mid_cp_async_ab.py OUT.jsonl [rounds]

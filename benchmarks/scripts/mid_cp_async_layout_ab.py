@@ -11,8 +11,9 @@ causes:
   (so NVVM keeps it), no cp.async: CPA's shared-memory layout without its code.
 Same-host A/B, one message in flight, sources evicted from L2 as in the sweep, the order
 rotating by round; CUR is built from ``.wtdiag/main_verbs.py`` and
-``.wtdiag/main_kernels.py`` (``git show main:gpuwrite/device/verbs.py`` and the same for
-gpuwrite/paths/kernels.py); CPA is this tree's (branch ``next/mid-cp-async``).
+``.wtdiag/main_kernels.py`` (``git show 78a4e7b:gpuwrite/device/verbs.py`` and the same for
+gpuwrite/paths/kernels.py, the code before the change); CPA is this tree's (main since
+session 35).
 Usage: python3 benchmarks/scripts/mid_cp_async_layout_ab.py OUT.jsonl [rounds]
 """
 import sys
