@@ -265,14 +265,19 @@ def _gpu_state(gs: dict | None) -> str | None:
 
 def _stand_in_lines(sweep: list[dict]) -> list[str]:
     """One line per path and block: the engine's delivery of a WQE (its turnaround less its
-    fixed cost, median) against the wire it stands for, at each size where it cost more."""
+    fixed cost, median) against the wire it stands for, at each size where it cost more.
+    A message sent as smaller WQEs is named by both sizes ("1 MiB as 256 KiB WQEs"), so
+    that two points of one WQE size read apart."""
     from gpuwrite.experiments.style import bytes_label
     by: dict = {}
     for pt in sweep:
         si = pt.get("stand_in")
         if si and si["costs_more"]:
+            wqe = bytes_label(pt["wqe_bytes"])
+            size = pt.get("size_bytes", pt["wqe_bytes"])
+            what = wqe if size == pt["wqe_bytes"] else f"{bytes_label(size)} as {wqe} WQEs"
             by.setdefault((pt["path"], pt["threads"], si["link_gbps"]), []).append(
-                f"{bytes_label(pt['wqe_bytes'])} {si['delivery_us']['median']:.2f} us against "
+                f"{what} {si['delivery_us']['median']:.2f} us against "
                 f"{si['wire_us']:.2f} ({si['over_wire']:.1f}x)")
     return [f"{path}, {th} threads: the engine's delivery of a WQE (its turnaround less its "
             f"fixed cost, median) cost more than the {gbps:.0f} Gb/s wire it stands for "

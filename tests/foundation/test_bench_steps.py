@@ -455,6 +455,11 @@ def test_the_engines_delivery_is_set_against_the_wire_it_stands_for(monkeypatch)
     assert len(lines) == 1 and lines[0].startswith("gpu_push, 256 threads")
     assert "16 KiB 0.94 us against 0.33 (2.9x)" in lines[0] and "1 KiB" not in lines[0]
     assert "network.rate_gbps, the model's assumption" in lines[0]
+    # A message sent as smaller WQEs is named by both sizes: session 35's bench printed
+    # "256 KiB" twice, for the 256 KiB point and for 1 MiB sent as 256 KiB WQEs.
+    by[("gpu_push", 16384)]["wqe_bytes"] = 4096
+    line = _stand_in_lines(pts)[0]
+    assert "16 KiB as 4 KiB WQEs 0.94 us against 0.33" in line
 
 
 def test_each_sweep_run_is_judged_against_its_own_repeats_floor(monkeypatch):
