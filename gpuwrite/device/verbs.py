@@ -203,13 +203,13 @@ if (_W_OPC, _W_QPN_DS, _W_FLAGS, _W_IMM, _W_RADDR, _W_DATA) != (0, 1, 2, 3, 4, 8
 # whose four 16-byte loads are all issued before its bookkeeping.
 SMALL_PUSH_BYTES = 64
 # Whole aligned 16-byte words beyond SMALL_PUSH_BYTES, up to this many bytes, are pushed
-# by one thread too (``push_mid``): the first 128 bytes are loaded before the bookkeeping
-# (more would spill at 128 registers) and the rest right after it. On an H100 one thread
-# pushed 128 B in 3.62 to 3.65 us where the first warp took 3.81 to 3.84, and 256 B 0.03 to
-# 0.06 us faster (BENCHMARKS.md, session 26; with it in the kernel a 64-byte push is 0.03
-# to 0.04 us slower). Beyond it one thread would load in rounds, each a GPU-memory
-# latency, so larger payloads go to a warp, which loads them in one round
-# (``gpuwrite.paths.kernels``).
+# by one thread too (``push_mid``): every byte is read before the bookkeeping, the first
+# 128 into registers (more would spill at 128 registers) and the rest by ``cp.async`` into
+# shared memory (since session 35: 192 and 256 B 0.1 to 0.3 us faster than reading them
+# after it). On an H100 one thread pushed 128 B in 3.62 to 3.65 us where the first warp
+# took 3.81 to 3.84, and 256 B 0.03 to 0.06 us faster (BENCHMARKS.md, session 26; with it
+# in the kernel a 64-byte push is 0.03 to 0.04 us slower). Larger payloads go to a warp,
+# whose lanes store theirs side by side (``gpuwrite.paths.kernels``).
 MID_PUSH_BYTES = 256
 if MID_PUSH_BYTES >= _ALIGN_MIN:
     raise ImportError("push_small and push_mid assume their payloads take no alignment lead")
