@@ -1,0 +1,57 @@
+"""Session 35: how far should one thread push, now that push_mid reads every byte before its
+bookkeeping?
+
+Until session 35 push_mid (one thread, whole aligned 16-byte words of 65 to 256 B) read its
+bytes past 128 after its bookkeeping, so a larger payload would have waited a GPU-memory
+read per 128 bytes, and 257 B to 2 KiB went to the first warp (its lanes load theirs in
+one round). With the bytes past 128 read by ``cp.async`` into shared memory before the
+bookkeeping, one thread reads any size in one round; what it pays is one 16-byte store
+after another. Same-host A/B: send_messages for gpu_push as committed (M256) and with
+push_mid taking up to 512 (M512) or 1024 bytes (M1024; the shared buffer grows with it,
+and the check that a one-thread payload takes no 128-byte alignment lead is dropped:
+``stage_header`` returns the payload's word either way), 256 B to 1 KiB, 32 and 256
+threads, sources evicted from L2 as in the sweep, the order rotating by round.
+Usage: python3 benchmarks/scripts/mid_size_ab.py OUT.jsonl [rounds]
+"""
+import sys
+
+from _ab import run_rounds
+from mid_preload_ab import gpu_push_kernel
+
+from gpuwrite.device import verbs as V
+from gpuwrite.paths import kernels as K
+
+_LIMIT = "MID_PUSH_BYTES = 256\n"
+_CHECK = """if MID_PUSH_BYTES >= _ALIGN_MIN:
+    raise ImportError("push_small and push_mid assume their payloads take no alignment lead")
+"""
+
+
+def with_limit(nbytes: int):
+    src = open(V.__file__).read()
+    assert src.count(_LIMIT) == 1 and src.count(_CHECK) == 1
+    src = src.replace(_LIMIT, f"MID_PUSH_BYTES = {nbytes}\n").replace(_CHECK, "")
+    return gpu_push_kernel(src, open(K.__file__).read(), f"mid{nbytes}")
+
+
+def kernels() -> dict:
+    return {"M256": K._send_messages(K.PATH_IDS["gpu_push"]), "M512": with_limit(512),
+            "M1024": with_limit(1024)}
+
+
+def main(out_path: str, rounds: int = 4) -> None:
+    evicted = {"source_l2": "evicted"}
+    built = {name: (kern, evicted) for name, kern in kernels().items()}
+    names = list(built)
+    with open(out_path, "w") as out:
+        for rnd in range(rounds):
+            order = names[rnd % len(names):] + names[:rnd % len(names)]
+            part = out_path + ".part"
+            run_rounds(built, {n: order for n in (256, 512, 1024)}, part, rounds=1)
+            for line in open(part):
+                out.write(line.replace('"round": 0', f'"round": {rnd}'))
+            out.flush()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 4)
