@@ -8,7 +8,7 @@ from gpuwrite.paths import kernels as K, runner
 
 def run_rounds(kernels: dict, plan: dict, out_path: str, rounds: int = 5,
                threads=(32, 256), messages=lambda size: 2000, extra=None,
-               alternate: bool = False) -> None:
+               alternate: bool = False, rotate: bool = False) -> None:
     """For each round, block size and message size of ``plan`` (size -> variant names),
     launches each variant's kernel (``kernels[name]``, what ``runner.run`` then takes for
     gpu_push, or a (kernel, dict of further ``runner.run`` arguments) pair) on
@@ -16,13 +16,19 @@ def run_rounds(kernels: dict, plan: dict, out_path: str, rounds: int = 5,
     ``extra(result)``'s fields) to ``out_path``. With ``alternate``, odd rounds run the
     variants in the reverse order, so that a cost of going first or second falls on each
     alike (session 34: two variants always in one order read 0.1 to 0.2 us apart at sizes
-    where their code was the same)."""
+    where their code was the same). With ``rotate``, round r starts with the variant at
+    position r (modulo their number) and keeps their order from there, so that each of
+    three or more variants goes first, second, ... alike."""
     with open(out_path, "w") as out:
         try:
             for rnd in range(rounds):
                 for th in threads:
                     for size, names in plan.items():
-                        for v in (names[::-1] if alternate and rnd % 2 else names):
+                        if rotate:
+                            order = names[rnd % len(names):] + names[:rnd % len(names)]
+                        else:
+                            order = names[::-1] if alternate and rnd % 2 else names
+                        for v in order:
                             kern, kw = kernels[v] if isinstance(kernels[v], tuple) else (kernels[v], {})
                             K._BY_PATH["gpu_push"] = kern
                             r = runner.run("gpu_push", [size] * messages(size), n_qps=1,
