@@ -9,7 +9,8 @@ doorbell may then overtake lanes' stores: the NIC may send stale bytes, so this 
 measures, it does not send correctly); W256, push_mid turned off, so that 256 B takes the
 warp path (the same bookkeeping as push_mid, spread over lanes). Same-host, one message in
 flight, sources evicted from L2, the order rotating by round.
-Usage: python3 benchmarks/scripts/warp_steps_probe.py OUT.jsonl [rounds]
+Usage: python3 benchmarks/scripts/warp_steps_probe.py OUT.jsonl [rounds] [SIZES] [VARIANTS]
+(SIZES and VARIANTS comma-separated; default 256,1024,2048 and CUR,NOSYNC,W256.)
 """
 import sys
 
@@ -34,12 +35,15 @@ def kernels() -> dict:
             "W256": gpu_push_kernel(w256, ksrc, "w256")}
 
 
-def main(out_path: str, rounds: int = 4) -> None:
+def main(out_path: str, rounds: int = 4, sizes=(256, 1024, 2048),
+         variants=("CUR", "NOSYNC", "W256")) -> None:
     evicted = {"source_l2": "evicted"}
-    built = {name: (kern, evicted) for name, kern in kernels().items()}
-    run_rounds(built, {n: list(built) for n in (256, 1024, 2048)}, out_path, rounds=rounds,
-               rotate=True)
+    built = {name: (kern, evicted) for name, kern in kernels().items() if name in variants}
+    run_rounds(built, {n: list(built) for n in sizes}, out_path, rounds=rounds, rotate=True)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 4)
+    args = sys.argv[1:]
+    main(args[0], int(args[1]) if len(args) > 1 else 4,
+         tuple(int(x) for x in args[2].split(",")) if len(args) > 2 else (256, 1024, 2048),
+         tuple(args[3].split(",")) if len(args) > 3 else ("CUR", "NOSYNC", "W256"))
