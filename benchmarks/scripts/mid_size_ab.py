@@ -11,7 +11,11 @@ push_mid taking up to 512 (M512) or 1024 bytes (M1024; the shared buffer grows w
 and the check that a one-thread payload takes no 128-byte alignment lead is dropped:
 ``stage_header`` returns the payload's word either way), 256 B to 1 KiB, 32 and 256
 threads, sources evicted from L2 as in the sweep, the order rotating by round.
-Usage: python3 benchmarks/scripts/mid_size_ab.py OUT.jsonl [rounds]
+M128 (push_mid up to 128 bytes: its registers only, no ``cp.async``, the warp from 129 B)
+asks the opposite question: whether less code in the kernel is worth more than one thread
+at 129 to 256 B.
+Usage: python3 benchmarks/scripts/mid_size_ab.py OUT.jsonl [rounds] [SIZES] [VARIANTS]
+(SIZES and VARIANTS comma-separated; default 256,512,1024 and M256,M512,M1024.)
 """
 import sys
 
@@ -34,18 +38,22 @@ def with_limit(nbytes: int):
     return gpu_push_kernel(src, open(K.__file__).read(), f"mid{nbytes}")
 
 
-def kernels() -> dict:
-    return {"M256": K._send_messages(K.PATH_IDS["gpu_push"]), "M512": with_limit(512),
-            "M1024": with_limit(1024)}
+def kernels(variants=("M256", "M512", "M1024")) -> dict:
+    """Each variant's kernel; M256 is the package's, the others push_mid up to N bytes."""
+    return {v: K._send_messages(K.PATH_IDS["gpu_push"]) if v == "M256" else
+            with_limit(int(v[1:])) for v in variants}
 
 
-def main(out_path: str, rounds: int = 4) -> None:
+def main(out_path: str, rounds: int = 4, sizes=(256, 512, 1024),
+         variants=("M256", "M512", "M1024")) -> None:
     evicted = {"source_l2": "evicted"}
-    built = {name: (kern, evicted) for name, kern in kernels().items()}
+    built = {name: (kern, evicted) for name, kern in kernels(variants).items()}
     # The order rotates by round: each variant goes first, second, ... alike.
-    run_rounds(built, {n: list(built) for n in (256, 512, 1024)}, out_path, rounds=rounds,
-               rotate=True)
+    run_rounds(built, {n: list(built) for n in sizes}, out_path, rounds=rounds, rotate=True)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 4)
+    args = sys.argv[1:]
+    main(args[0], int(args[1]) if len(args) > 1 else 4,
+         tuple(int(x) for x in args[2].split(",")) if len(args) > 2 else (256, 512, 1024),
+         tuple(args[3].split(",")) if len(args) > 3 else ("M256", "M512", "M1024"))
