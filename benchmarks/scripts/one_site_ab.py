@@ -1,0 +1,38 @@
+"""Session 35's lead for the next session: one inlined copy of the one-thread bookkeeping.
+
+push_reserve (the SQ and staging reservations with their waits and timeouts, the staging
+header, the WQE) inlines to about 1,000 instructions per call site, and gpu_push's
+send_messages held it four times (BENCHMARKS.md, session 35). ``one_site.patch`` (branch
+``next/one-site``) sends gpu_push's one-thread pushes of 1 to 64 B through push_mid too
+(whole aligned vectors as push_mid reads them, any other payload by ``copy_bytes`` after
+the bookkeeping, as push_small did): 14,360 -> 13,168 instructions, no spill at 128
+registers, the simulator's path, copy and register tests passing. Not yet run on a GPU.
+
+Apply the patch first (``git apply benchmarks/scripts/one_site.patch``) and write the code
+before it to ``.wtdiag``: ``git show HEAD:gpuwrite/device/verbs.py > .wtdiag/main_verbs.py``
+and the same for gpuwrite/paths/kernels.py into ``.wtdiag/main_kernels.py``. Same-host
+A/B: CUR (before) and ONE (this tree), one message in flight, sources evicted from L2 as in
+the sweep, 64 B (the latency target's size) to 4 KiB, 32 and 256 threads, the order
+alternating by round. A kernel change: if it is taken, the GPU tables are run again.
+Usage: python3 benchmarks/scripts/one_site_ab.py OUT.jsonl [rounds]
+"""
+import sys
+
+from _ab import run_rounds
+from mid_preload_ab import gpu_push_kernel
+
+from gpuwrite.paths import kernels as K
+
+
+def main(out_path: str, rounds: int = 6) -> None:
+    evicted = {"source_l2": "evicted"}
+    before = gpu_push_kernel(open(".wtdiag/main_verbs.py").read(),
+                             open(".wtdiag/main_kernels.py").read(), "before")
+    kernels = {"CUR": (before, evicted),
+               "ONE": (K._send_messages(K.PATH_IDS["gpu_push"]), evicted)}
+    run_rounds(kernels, {n: ["CUR", "ONE"] for n in (64, 128, 256, 1024, 4096)}, out_path,
+               rounds=rounds, alternate=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 6)
