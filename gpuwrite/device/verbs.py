@@ -205,11 +205,12 @@ SMALL_PUSH_BYTES = 64
 # Whole aligned 16-byte words beyond SMALL_PUSH_BYTES, up to this many bytes, are pushed
 # by one thread too (``push_mid``): every byte is read before the bookkeeping, the first
 # 128 into registers (more would spill at 128 registers) and the rest by ``cp.async`` into
-# shared memory (since session 35: 192 and 256 B 0.1 to 0.3 us faster than reading them
-# after it). On an H100 one thread pushed 128 B in 3.62 to 3.65 us where the first warp
-# took 3.81 to 3.84, and 256 B 0.03 to 0.06 us faster (BENCHMARKS.md, session 26; with it
-# in the kernel a 64-byte push is 0.03 to 0.04 us slower). Larger payloads go to a warp,
-# whose lanes store theirs side by side (``gpuwrite.paths.kernels``).
+# shared memory (since session 35: 256 B 0.07 to 0.26 us faster in the median than
+# reading them after it, 192 B 0.05 to 0.16). On an H100 one thread pushed 128 B in 3.62
+# to 3.65 us where the first warp took 3.81 to 3.84, and 256 B 0.03 to 0.06 us faster
+# (BENCHMARKS.md, session 26; with it in the kernel a 64-byte push is 0.03 to 0.04 us
+# slower). Larger payloads go to a warp, whose lanes store theirs side by side
+# (``gpuwrite.paths.kernels``); one thread was slower than the warp at 512 B (session 35).
 MID_PUSH_BYTES = 256
 if MID_PUSH_BYTES >= _ALIGN_MIN:
     raise ImportError("push_small and push_mid assume their payloads take no alignment lead")
