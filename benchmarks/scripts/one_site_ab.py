@@ -3,10 +3,14 @@
 push_reserve (the SQ and staging reservations with their waits and timeouts, the staging
 header, the WQE) inlines to about 1,000 instructions per call site, and gpu_push's
 send_messages held it four times (BENCHMARKS.md, session 35). ``one_site.patch`` (branch
-``next/one-site``) sends gpu_push's one-thread pushes of 1 to 64 B through push_mid too
-(whole aligned vectors as push_mid reads them, any other payload by ``copy_bytes`` after
-the bookkeeping, as push_small did): 14,360 -> 13,168 instructions, no spill at 128
-registers, the simulator's path, copy and register tests passing. Not yet run on a GPU.
+``next/one-site``) gives gpu_push's one-thread pushes (1 to 256 B) and its first warp's
+(to 2 KiB) one call site of it: push_mid split into ``mid_load`` (before the bookkeeping:
+64 bytes into registers, the rest by ``cp.async`` into shared memory; 128 in registers
+spilled 32 bytes at that shared site) and ``mid_store``, and push_small's payloads sent
+through them too. gpu_push's kernel: 14,360 -> 11,832 instructions, no spill at 128
+registers; the simulator's path, copy, register and API tests pass (105 passed), and
+verbs.py's and kernels.py's mutation entries (the patch updates two) are all killed. Not
+yet run on a GPU.
 
 Apply the patch first (``git apply benchmarks/scripts/one_site.patch``) and write the code
 before it to ``.wtdiag``: ``git show HEAD:gpuwrite/device/verbs.py > .wtdiag/main_verbs.py``
