@@ -1,4 +1,4 @@
-"""Session 35's lead for the next session: one inlined copy of the one-thread bookkeeping.
+"""Session 35's lead for the next session: one inlined copy of gpu_push's bookkeeping.
 
 push_reserve (the SQ and staging reservations with their waits and timeouts, the staging
 header, the WQE) inlines to about 1,000 instructions per call site, and gpu_push's
@@ -16,8 +16,8 @@ Apply the patch first (``git apply benchmarks/scripts/one_site.patch``) and writ
 before it to ``.wtdiag``: ``git show HEAD:gpuwrite/device/verbs.py > .wtdiag/main_verbs.py``
 and the same for gpuwrite/paths/kernels.py into ``.wtdiag/main_kernels.py``. Same-host
 A/B: CUR (before) and ONE (this tree), one message in flight, sources evicted from L2 as in
-the sweep, 64 B (the latency target's size) to 4 KiB, 32 and 256 threads, the order
-alternating by round. A kernel change: if it is taken, the GPU tables are run again.
+the sweep, 64 B (the latency target's size) to 4 KiB (192 B and 2 KiB: one thread's and
+the warp's largest), 32 and 256 threads, the order alternating by round. A kernel change: if it is taken, the GPU tables are run again.
 Usage: python3 benchmarks/scripts/one_site_ab.py OUT.jsonl [rounds]
 """
 import sys
@@ -28,15 +28,15 @@ from mid_preload_ab import gpu_push_kernel
 from gpuwrite.paths import kernels as K
 
 
-def main(out_path: str, rounds: int = 6) -> None:
+def main(out_path: str, rounds: int = 4) -> None:
     evicted = {"source_l2": "evicted"}
     before = gpu_push_kernel(open(".wtdiag/main_verbs.py").read(),
                              open(".wtdiag/main_kernels.py").read(), "before")
     kernels = {"CUR": (before, evicted),
                "ONE": (K._send_messages(K.PATH_IDS["gpu_push"]), evicted)}
-    run_rounds(kernels, {n: ["CUR", "ONE"] for n in (64, 128, 256, 1024, 4096)}, out_path,
+    run_rounds(kernels, {n: ["CUR", "ONE"] for n in (64, 128, 192, 256, 1024, 2048, 4096)}, out_path,
                rounds=rounds, alternate=True)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 6)
+    main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 4)
