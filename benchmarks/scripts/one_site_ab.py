@@ -34,8 +34,9 @@ def main(out_path: str, rounds: int = 4) -> None:
                              open(".wtdiag/main_kernels.py").read(), "before")
     kernels = {"CUR": (before, evicted),
                "ONE": (K._send_messages(K.PATH_IDS["gpu_push"]), evicted)}
-    run_rounds(kernels, {n: ["CUR", "ONE"] for n in (64, 128, 192, 256, 1024, 2048, 4096)}, out_path,
-               rounds=rounds, alternate=True)
+    sizes = (64, 128, 192, 256, 1024, 2048, 4096)
+    run_rounds(kernels, {n: ["CUR", "ONE"] for n in sizes}, out_path, rounds=rounds,
+               alternate=True)
 
 
 if __name__ == "__main__":
