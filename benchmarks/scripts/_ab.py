@@ -58,3 +58,18 @@ def timing(r) -> dict:
     from gpuwrite.bench.suite import engine_split_us
     return dict(p50=round(r.latency_p50_us, 2), p99=round(r.latency_p99_us, 2),
                 engine=round(engine_split_us(r)["engine"], 2))
+
+
+def run_variants(kernels: dict, argv: list, sizes: tuple) -> None:
+    """The command line of the A/B scripts that take their sizes and variants:
+    ``OUT.jsonl [rounds] [SIZES] [VARIANTS]`` (comma-separated; by default ``sizes`` and
+    every variant of ``kernels``, name -> a function that builds it). Builds the variants
+    asked for and runs them with ``run_rounds``, sources evicted from L2 as in the sweep,
+    the order rotating by round."""
+    rounds = int(argv[1]) if len(argv) > 1 else 4
+    if len(argv) > 2:
+        sizes = tuple(int(x) for x in argv[2].split(","))
+    names = argv[3].split(",") if len(argv) > 3 else list(kernels)
+    evicted = {"source_l2": "evicted"}
+    built = {name: (kernels[name](), evicted) for name in names}
+    run_rounds(built, {n: names for n in sizes}, argv[0], rounds=rounds, rotate=True)

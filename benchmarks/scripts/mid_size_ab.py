@@ -15,11 +15,11 @@ M128 (push_mid up to 128 bytes: its registers only, no ``cp.async``, the warp fr
 asks the opposite question: whether less code in the kernel is worth more than one thread
 at 129 to 256 B.
 Usage: python3 benchmarks/scripts/mid_size_ab.py OUT.jsonl [rounds] [SIZES] [VARIANTS]
-(SIZES and VARIANTS comma-separated; default 256,512,1024 and M256,M512,M1024.)
+(SIZES and VARIANTS comma-separated; default 256,512,1024 and M256,M128,M512,M1024.)
 """
 import sys
 
-from _ab import run_rounds
+from _ab import run_variants
 from mid_preload_ab import gpu_push_kernel
 
 from gpuwrite.device import verbs as V
@@ -38,22 +38,11 @@ def with_limit(nbytes: int):
     return gpu_push_kernel(src, open(K.__file__).read(), f"mid{nbytes}")
 
 
-def kernels(variants=("M256", "M512", "M1024")) -> dict:
-    """Each variant's kernel; M256 is the package's, the others push_mid up to N bytes."""
-    return {v: K._send_messages(K.PATH_IDS["gpu_push"]) if v == "M256" else
-            with_limit(int(v[1:])) for v in variants}
-
-
-def main(out_path: str, rounds: int = 4, sizes=(256, 512, 1024),
-         variants=("M256", "M512", "M1024")) -> None:
-    evicted = {"source_l2": "evicted"}
-    built = {name: (kern, evicted) for name, kern in kernels(variants).items()}
-    # The order rotates by round: each variant goes first, second, ... alike.
-    run_rounds(built, {n: list(built) for n in sizes}, out_path, rounds=rounds, rotate=True)
+def kernels() -> dict:
+    """Each variant's builder: M256 is the package's kernel, MN push_mid up to N bytes."""
+    return {"M256": lambda: K._send_messages(K.PATH_IDS["gpu_push"]),
+            **{f"M{n}": (lambda n=n: with_limit(n)) for n in (128, 512, 1024)}}
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    main(args[0], int(args[1]) if len(args) > 1 else 4,
-         tuple(int(x) for x in args[2].split(",")) if len(args) > 2 else (256, 512, 1024),
-         tuple(args[3].split(",")) if len(args) > 3 else ("M256", "M512", "M1024"))
+    run_variants(kernels(), sys.argv[1:], (256, 512, 1024))

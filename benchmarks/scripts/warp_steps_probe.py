@@ -14,7 +14,7 @@ Usage: python3 benchmarks/scripts/warp_steps_probe.py OUT.jsonl [rounds] [SIZES]
 """
 import sys
 
-from _ab import run_rounds
+from _ab import run_variants
 from mid_preload_ab import gpu_push_kernel
 
 from gpuwrite.device import verbs as V
@@ -26,24 +26,15 @@ _MID_OK = "    return SMALL_PUSH_BYTES < nbytes <= MID_PUSH_BYTES and _fast16(sr
 
 
 def kernels() -> dict:
+    """Each variant's builder."""
     vsrc, ksrc = open(V.__file__).read(), open(K.__file__).read()
     assert ksrc.count(_SECOND_SYNC) == 1 and vsrc.count(_MID_OK) == 1
     nosync = ksrc.replace(_SECOND_SYNC, _SECOND_SYNC.split("\n", 1)[1])
     w256 = vsrc.replace(_MID_OK, "    return False\n")
-    return {"CUR": K._send_messages(K.PATH_IDS["gpu_push"]),
-            "NOSYNC": gpu_push_kernel(vsrc, nosync, "nosync"),
-            "W256": gpu_push_kernel(w256, ksrc, "w256")}
-
-
-def main(out_path: str, rounds: int = 4, sizes=(256, 1024, 2048),
-         variants=("CUR", "NOSYNC", "W256")) -> None:
-    evicted = {"source_l2": "evicted"}
-    built = {name: (kern, evicted) for name, kern in kernels().items() if name in variants}
-    run_rounds(built, {n: list(built) for n in sizes}, out_path, rounds=rounds, rotate=True)
+    return {"CUR": lambda: K._send_messages(K.PATH_IDS["gpu_push"]),
+            "NOSYNC": lambda: gpu_push_kernel(vsrc, nosync, "nosync"),
+            "W256": lambda: gpu_push_kernel(w256, ksrc, "w256")}
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    main(args[0], int(args[1]) if len(args) > 1 else 4,
-         tuple(int(x) for x in args[2].split(",")) if len(args) > 2 else (256, 1024, 2048),
-         tuple(args[3].split(",")) if len(args) > 3 else ("CUR", "NOSYNC", "W256"))
+    run_variants(kernels(), sys.argv[1:], (256, 1024, 2048))
