@@ -14,7 +14,7 @@ Usage: python3 benchmarks/scripts/block_barrier_ab.py OUT.jsonl [rounds]
 import sys
 
 from _ab import run_rounds
-from mid_preload_ab import gpu_push_kernel
+from mid_preload_ab import gpu_push_kernel, replace_once
 
 from gpuwrite.device import verbs as V
 from gpuwrite.paths import kernels as K
@@ -26,10 +26,8 @@ _ONLY_WITHOUT_THIRD = ("                if path == PULL or path == INLINE:\n"
 
 
 def without_second_barrier():
-    src = open(K.__file__).read()
-    assert src.count(_SECOND) == 1
-    return gpu_push_kernel(open(V.__file__).read(), src.replace(_SECOND, _ONLY_WITHOUT_THIRD),
-                           "nob")
+    src = replace_once(open(K.__file__).read(), _SECOND, _ONLY_WITHOUT_THIRD)
+    return gpu_push_kernel(open(V.__file__).read(), src, "nob")
 
 
 def main(out_path: str, rounds: int = 6) -> None:

@@ -19,7 +19,7 @@ Usage: python3 benchmarks/scripts/mid_cp_async_layout_ab.py OUT.jsonl [rounds]
 import sys
 
 from _ab import run_rounds
-from mid_preload_ab import gpu_push_kernel
+from mid_preload_ab import gpu_push_kernel, replace_once
 
 from gpuwrite.device import verbs as V
 from gpuwrite.paths import kernels as K
@@ -34,21 +34,16 @@ _SH = "        sh = cuda.shared.array(4, dtype=int64)\n"
 _MID_CALL = "                            status = dv.push_mid("
 
 
-def _replace_once(src: str, old: str, new: str) -> str:
-    assert src.count(old) == 1, old
-    return src.replace(old, new)
-
-
 def sources() -> dict:
     """Each variant's (verbs.py, kernels.py) source text."""
     cur = (open(".wtdiag/main_verbs.py").read(), open(".wtdiag/main_kernels.py").read())
     cpa = (open(V.__file__).read(), open(K.__file__).read())
-    tail = _replace_once(cpa[1], _CPA_BUF, "")
-    tail = _replace_once(tail, _STATE, _STATE + _CPA_BUF)
-    pad = _replace_once(cur[1], _SH, _SH + _CPA_BUF)
-    pad = _replace_once(pad, "from numba import int64\n", "from numba import int64, uint32\n")
-    pad = _replace_once(pad, "\n\ndef _send_messages(", "\n\nMID_BUF_WORDS = 32\n\n\ndef _send_messages(")
-    pad = _replace_once(pad, _MID_CALL, "                            mid[0] = n\n" + _MID_CALL)
+    tail = replace_once(cpa[1], _CPA_BUF, "")
+    tail = replace_once(tail, _STATE, _STATE + _CPA_BUF)
+    pad = replace_once(cur[1], _SH, _SH + _CPA_BUF)
+    pad = replace_once(pad, "from numba import int64\n", "from numba import int64, uint32\n")
+    pad = replace_once(pad, "\n\ndef _send_messages(", "\n\nMID_BUF_WORDS = 32\n\n\ndef _send_messages(")
+    pad = replace_once(pad, _MID_CALL, "                            mid[0] = n\n" + _MID_CALL)
     return {"CUR": cur, "CPA": cpa, "TAIL": (cpa[0], tail), "PAD": (cur[0], pad)}
 
 

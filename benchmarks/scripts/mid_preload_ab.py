@@ -8,7 +8,9 @@ us longer than 64 B against nearly the same bound. Loading all of it first spill
 variant is measured as a probe: send_messages for gpu_push as committed (CUR) and with
 push_mid loading every byte before its reservation (ALL, spilling), in turn, 64 B (a
 control: push_small) to 256 B, 32 and 256 threads, sources evicted from L2 as in the
-sweep, five rounds.
+sweep, five rounds. Its variant edits push_mid as it was before session 35 (``78a4e7b``):
+on later code ``all_first`` stops at its check that the text it replaces is there. Its
+helpers (``gpu_push_kernel``, ``replace_once``) serve the later A/B scripts too.
 Usage: python3 benchmarks/scripts/mid_preload_ab.py OUT.jsonl
 """
 import sys
@@ -41,22 +43,27 @@ def _module(src: str, name: str, path: str, inject=None):
     return m
 
 
+def replace_once(src: str, old: str, new: str) -> str:
+    """``src`` with ``old``, which must occur exactly once, replaced by ``new``: a variant
+    built from the package's source fails loudly when that source has moved on."""
+    assert src.count(old) == 1, old
+    return src.replace(old, new)
+
+
 def gpu_push_kernel(verbs_src: str, kernels_src: str, tag: str):
     """send_messages for gpu_push compiled from these sources of verbs.py and kernels.py
     (not cached on disk), beside the package's own."""
     verbs = _module(verbs_src, f"verbs_{tag}", V.__file__)
     for a, b in (("from gpuwrite.device import verbs as dv\n", "dv = VERBS\n"),
                  ("    @cached\n", "")):
-        assert kernels_src.count(a) == 1, a
-        kernels_src = kernels_src.replace(a, b)
+        kernels_src = replace_once(kernels_src, a, b)
     return _module(kernels_src, f"kernels_{tag}", K.__file__,
                    {"VERBS": verbs})._send_messages(K.PATH_IDS["gpu_push"])
 
 
 def all_first():
-    vsrc = open(V.__file__).read()
-    assert vsrc.count(_LATE) == 1
-    return gpu_push_kernel(vsrc.replace(_LATE, _EARLY), open(K.__file__).read(), "all_first")
+    vsrc = replace_once(open(V.__file__).read(), _LATE, _EARLY)
+    return gpu_push_kernel(vsrc, open(K.__file__).read(), "all_first")
 
 
 def main(out_path: str, rounds: int = 5) -> None:

@@ -20,7 +20,7 @@ Usage: python3 benchmarks/scripts/mid_size_ab.py OUT.jsonl [rounds] [SIZES] [VAR
 import sys
 
 from _ab import run_variants
-from mid_preload_ab import gpu_push_kernel
+from mid_preload_ab import gpu_push_kernel, replace_once
 
 from gpuwrite.device import verbs as V
 from gpuwrite.paths import kernels as K
@@ -32,9 +32,8 @@ _CHECK = """if MID_PUSH_BYTES >= _ALIGN_MIN:
 
 
 def with_limit(nbytes: int):
-    src = open(V.__file__).read()
-    assert src.count(_LIMIT) == 1 and src.count(_CHECK) == 1
-    src = src.replace(_LIMIT, f"MID_PUSH_BYTES = {nbytes}\n").replace(_CHECK, "")
+    src = replace_once(open(V.__file__).read(), _LIMIT, f"MID_PUSH_BYTES = {nbytes}\n")
+    src = replace_once(src, _CHECK, "")
     return gpu_push_kernel(src, open(K.__file__).read(), f"mid{nbytes}")
 
 

@@ -23,16 +23,14 @@ Usage: python3 benchmarks/scripts/one_site_ab.py OUT.jsonl [rounds]
 import sys
 
 from _ab import run_rounds
-from mid_preload_ab import gpu_push_kernel
+from mid_cp_async_ab import before
 
 from gpuwrite.paths import kernels as K
 
 
 def main(out_path: str, rounds: int = 4) -> None:
     evicted = {"source_l2": "evicted"}
-    before = gpu_push_kernel(open(".wtdiag/main_verbs.py").read(),
-                             open(".wtdiag/main_kernels.py").read(), "before")
-    kernels = {"CUR": (before, evicted),
+    kernels = {"CUR": (before(), evicted),
                "ONE": (K._send_messages(K.PATH_IDS["gpu_push"]), evicted)}
     sizes = (64, 128, 192, 256, 1024, 2048, 4096)
     run_rounds(kernels, {n: ["CUR", "ONE"] for n in sizes}, out_path, rounds=rounds,

@@ -15,7 +15,7 @@ Usage: python3 benchmarks/scripts/warp_steps_probe.py OUT.jsonl [rounds] [SIZES]
 import sys
 
 from _ab import run_variants
-from mid_preload_ab import gpu_push_kernel
+from mid_preload_ab import gpu_push_kernel, replace_once
 
 from gpuwrite.device import verbs as V
 from gpuwrite.paths import kernels as K
@@ -28,9 +28,8 @@ _MID_OK = "    return SMALL_PUSH_BYTES < nbytes <= MID_PUSH_BYTES and _fast16(sr
 def kernels() -> dict:
     """Each variant's builder."""
     vsrc, ksrc = open(V.__file__).read(), open(K.__file__).read()
-    assert ksrc.count(_SECOND_SYNC) == 1 and vsrc.count(_MID_OK) == 1
-    nosync = ksrc.replace(_SECOND_SYNC, _SECOND_SYNC.split("\n", 1)[1])
-    w256 = vsrc.replace(_MID_OK, "    return False\n")
+    nosync = replace_once(ksrc, _SECOND_SYNC, _SECOND_SYNC.split("\n", 1)[1])
+    w256 = replace_once(vsrc, _MID_OK, "    return False\n")
     return {"CUR": lambda: K._send_messages(K.PATH_IDS["gpu_push"]),
             "NOSYNC": lambda: gpu_push_kernel(vsrc, nosync, "nosync"),
             "W256": lambda: gpu_push_kernel(w256, ksrc, "w256")}
