@@ -214,6 +214,11 @@ SMALL_PUSH_BYTES = 64
 MID_PUSH_BYTES = 256
 if MID_PUSH_BYTES >= _ALIGN_MIN:
     raise ImportError("push_small and push_mid assume their payloads take no alignment lead")
+# push_mid holds a payload's first 8 vectors (128 bytes) in registers (two ``_load64``)
+# and reads the rest, at most MID_LATE_VECTORS, into a shared buffer of MID_BUF_WORDS.
+MID_REG_VECTORS = 8
+MID_LATE_VECTORS = MID_PUSH_BYTES // 16 - MID_REG_VECTORS
+MID_BUF_WORDS = 4 * MID_LATE_VECTORS
 
 
 @cuda.jit(device=True)
@@ -522,18 +527,18 @@ def push_mid(Q, i, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns, buf
     """Posts a pushed RDMA write that ``push_mid_ok`` accepts from one thread, as
     ``push_small`` does; returns a status. Every byte is read before the bookkeeping: the
     first 128 into registers, the rest into ``buf`` (a 16-byte aligned shared array of at
-    least MID_PUSH_BYTES / 4 - 32 words) by ``cp_async16``, which holds no register across
+    least MID_BUF_WORDS words) by ``cp_async16``, which holds no register across
     the bookkeeping. Holding all 256 bytes in registers spilled the kernel at its register
     cap; reading the last 128 after the bookkeeping put a read from GPU memory on the
     push's path (BENCHMARKS.md, session 34). The doorbell is the caller's."""
     chunks = nbytes >> 4
     x0 = _load64(src, src_word, chunks)
     x1 = _load64(src, src_word + 16, chunks - 4)
-    late = chunks > 8       # bytes past the first 128: read into buf
+    late = chunks > MID_REG_VECTORS     # bytes past the first 128: read into buf
     if late:
-        for k in range(MID_PUSH_BYTES // 16 - 8):
-            if 8 + k < chunks:
-                cp_async16(buf, 4 * k, src, src_word + 32 + 4 * k)
+        for k in range(MID_LATE_VECTORS):
+            if MID_REG_VECTORS + k < chunks:
+                cp_async16(buf, 4 * k, src, src_word + 4 * (MID_REG_VECTORS + k))
     st, word = push_reserve(Q, i, nbytes, raddr, rkey, signaled, timeout_ns)
     if late:
         cp_async_wait_all()     # no read outlives the call, whatever its status
@@ -543,8 +548,9 @@ def push_mid(Q, i, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns, buf
     _store64(stage, word, x0, chunks)
     _store64(stage, word + 16, x1, chunks - 4)
     if late:
-        for k in range(MID_PUSH_BYTES // 16 - 8):
-            store16_if(stage, word + 32 + 4 * k, ld_v4_u32(buf, 4 * k), 8 + k < chunks)
+        for k in range(MID_LATE_VECTORS):
+            store16_if(stage, word + 4 * (MID_REG_VECTORS + k), ld_v4_u32(buf, 4 * k),
+                       MID_REG_VECTORS + k < chunks)
     return OK
 
 

@@ -74,8 +74,8 @@ _LIMITS = dv.KERNEL_OPTIONS
 
 # push_mid's shared buffer: the words of a payload past its first 128 bytes, 16-byte
 # aligned for cp.async. The simulator takes no alignment (its numpy arrays are aligned, and
-# its cp_async16 checks).
-MID_BUF_WORDS = dv.MID_PUSH_BYTES // 4 - 32
+# its cp_async16 checks). Bound here for cuda.shared.array, as QP_STATE_SHAPE below.
+MID_BUF_WORDS = dv.MID_BUF_WORDS
 
 
 def _send_messages(path: int):
