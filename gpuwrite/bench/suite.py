@@ -35,7 +35,12 @@ run, and each judged on every run, not only on the median:
     BLOCK_COPY_THREADS threads report theirs too (``least_push_us``): the sweep posts each
     message from one block, whose copy into host memory cannot go faster than that block's
     vector copy of a first-read source (``block256_copy_hbm_gbytes``, measured in the
-    same run), while the bound divides by the whole GPU's bulk stores.
+    same run), while the bound divides by the whole GPU's bulk stores. gpu_push points of
+    one WQE (to 64 KiB) with either block also have a measured least
+    (``least_push_stores_us``, before each repeat): the floor's ping-pong after the stores
+    such a push makes visible before its doorbell, by the threads and with the barrier its
+    kernel uses, its payload from registers; a point's least is the larger of the two
+    (``least_kind``).
 The 64-byte latency target has a least too (``least_push_64B_us``): the floor's
 ping-pong with the stores a 64-byte push must make visible before its doorbell (payload
 read from GPU memory, staging header and payload, WQE) ahead of each ping's release
@@ -73,7 +78,7 @@ from gpuwrite.cudaenv import SIMULATOR, cuda
 from gpuwrite.device import verbs as dv
 from gpuwrite.device.intrinsics import (fence_sys, globaltimer_ns, ld_acquire_sys_u32,
                                         st_relaxed_sys_u32, st_relaxed_sys_u64,
-                                        st_release_sys_u32, st_v4_u32)
+                                        st_release_sys_u32, st_v4_u32, warp_sync)
 from gpuwrite.bench import gpustate, hostload
 from gpuwrite.bench.breakdown import push_breakdown
 from gpuwrite.device.copy import copy_bytes
@@ -81,7 +86,7 @@ from gpuwrite.host.memory import evict_l2, mapped
 from gpuwrite.host.verbs import (DEFAULT_POLL_DELAY_NS, default_cached_dst_max_bytes,
                                  default_copy_threads, process_cpus)
 from gpuwrite.kernel_cache import cached
-from gpuwrite.paths import runner
+from gpuwrite.paths import kernels as K, runner
 
 TARGET_LATENCY_RATIO = 1.10
 TARGET_BANDWIDTH_RATIO = 0.90
@@ -192,6 +197,62 @@ def _pingpong_after_push_writes(ping, pong, uar, stage, sq, src, iters, out_ns, 
                 out_ns[k] = -1
                 return
         out_ns[k] = globaltimer_ns() - t0
+
+
+# The sweep's gpu_push points of one WQE (at most K.RING_EACH_BYTES) have a measured
+# least too: the floor's ping-pong after the stores such a push must make visible before
+# its doorbell, made by the threads gpu_push's kernel makes them with and ordered by the
+# barrier it takes (``push_lanes``): thread 0's 16-byte staging header and 64-byte WQE and
+# the payload's 16-byte stores, into a staging ring whose messages each take new lines.
+# The payload's values come from registers: no source is read (the copy's rate is the
+# other least, ``least_push_us``), so every push of that size by that block pays at least
+# this much with a NIC that answers at once and no bookkeeping.
+LEAST_STAGE_BYTES = 1 << 20
+
+
+@cached
+@cuda.jit
+def _pingpong_after_push_stores(ping, pong, uar, stage, sq, iters, out_ns, timeout_ns,
+                                nbytes, lanes):
+    tid = cuda.threadIdx.x
+    stop = cuda.shared.array(1, int32)
+    vec_words = ((nbytes + 15) >> 4) << 2
+    slot_words = (4 + vec_words + 31) & ~31     # header and payload, whole 128-byte lines
+    slots = stage.shape[0] // slot_words
+    if tid == 0:
+        stop[0] = 0
+    for k in range(iters):
+        cuda.syncthreads()      # the last round trip is over; nothing of it is in this one
+        if stop[0] != 0:
+            return
+        t0 = globaltimer_ns()
+        base = (k % slots) * slot_words
+        if tid == 0:
+            st_v4_u32(stage, base, k, nbytes, 1, k & 0xFFFF)
+            w = (k % LEAST_LINES) * 16
+            st_v4_u32(sq, w, k, 3, 8, 0)
+            st_v4_u32(sq, w + 4, 0, k, 7, 0)
+            st_v4_u32(sq, w + 8, nbytes, 7, 0, base)
+            st_v4_u32(sq, w + 12, 0, 0, 0, 0)
+        v = 4 * tid
+        while tid < lanes and v < vec_words:
+            st_v4_u32(stage, base + 4 + v, k, v, k, v)
+            v += 4 * lanes
+        if lanes > 1:
+            if SIMULATOR or lanes == cuda.blockDim.x:
+                cuda.syncthreads()
+            elif tid < 32:
+                warp_sync(lanes)
+        if tid == 0:
+            st_release_sys_u32(ping, 0, k + 1)
+            st_relaxed_sys_u64(uar, 0, k)
+            while ld_acquire_sys_u32(pong, 0) != k + 1:
+                if globaltimer_ns() - t0 > timeout_ns:
+                    out_ns[k] = -1
+                    stop[0] = 1
+                    break
+            if stop[0] == 0:
+                out_ns[k] = globaltimer_ns() - t0
 
 
 @cached
@@ -421,6 +482,32 @@ def least_push_64B_us(iters: int) -> float:
     return _answered_pingpong_us(iters, lambda ping, pong, out: _pingpong_after_push_writes[1, 32](
         ping.kernel, pong.kernel, uar.kernel, stage.kernel, sq.kernel, src, iters, out,
         2_000_000_000))
+
+
+def push_lanes(size: int, threads: int) -> int:
+    """The threads with which gpu_push's kernel stores a ``size``-byte payload of whole
+    aligned vectors from a block of ``threads``: one up to dv.MID_PUSH_BYTES (no barrier),
+    the first warp up to K.WARP_PUSH_BYTES (a warp barrier; on the simulator only where the
+    block is one warp, as there), the block beyond (a block barrier)."""
+    if size <= dv.MID_PUSH_BYTES:
+        return 1
+    if size <= K.WARP_PUSH_BYTES and (K.WARP_PATH_ANY_BLOCK or threads <= 32):
+        return min(32, threads)
+    return threads
+
+
+def least_push_stores_us(size: int, threads: int, iters: int) -> float:
+    """Median round trip of ``_pingpong_after_push_stores``: the floor's ping-pong after
+    the stores a gpu_push of ``size`` bytes (one WQE) from a block of ``threads`` makes
+    visible before its doorbell, by the threads and barrier its kernel uses
+    (``push_lanes``), answered by the floor's bare host thread."""
+    uar = mapped((8,), np.uint64)
+    stage = mapped((max(LEAST_STAGE_BYTES, 2 * (size + 128)) // 4,), np.uint32)
+    sq = mapped((LEAST_LINES * 16,), np.uint32)
+    lanes = push_lanes(size, threads)
+    return _answered_pingpong_us(iters, lambda ping, pong, out: _pingpong_after_push_stores[
+        1, threads](ping.kernel, pong.kernel, uar.kernel, stage.kernel, sq.kernel, iters, out,
+                    2_000_000_000, size, lanes))
 
 
 def reverse_floor_us(iters: int, payload_bytes: int = 0,
@@ -668,7 +755,7 @@ def latency_sweep(floor_us: float, ceilings: dict, *, sizes=SWEEP_SIZES, paths=S
                   threads=SWEEP_THREADS, n_qps: int = 1, iters: int = SWEEP_ITERS,
                   repeats: int = SWEEP_REPEATS, step=lambda msg: None,
                   reverse_us: float | None = None, repeat_ceilings=None,
-                  repeat_floor=None) -> list[dict]:
+                  repeat_floor=None, repeat_push_least=None) -> list[dict]:
     """Latency vs size, one message in flight per QP, every point run ``repeats`` times in
     turn with the others; each run judged against floor + size / ceiling. With the reverse
     floor, nic_pull's points also carry their least (``least_pull_us``); with the block's
@@ -680,18 +767,27 @@ def latency_sweep(floor_us: float, ceilings: dict, *, sizes=SWEEP_SIZES, paths=S
     ``repeat_floor``, where given, is called before each repeat and returns the floor
     measured then: each run is judged against its own repeat's floor (as each 64-byte
     latency run is), and a point's ``bound_us`` and least use the median of those floors;
-    without it every run is judged against ``floor_us``."""
+    without it every run is judged against ``floor_us``. ``repeat_push_least``, where
+    given, is called before each repeat with the (size, threads) of the gpu_push points of
+    one WQE (at most K.RING_EACH_BYTES) and returns each one's measured least
+    (``least_push_stores_us``): those points carry its runs (``least_stores_us``), and their
+    least is the larger of it and ``least_push_us`` (``least_kind``: "stores" or "copy")."""
     points = [(p, n, t) for t in threads for p in paths for n in sizes
               if not (p == "gpu_push_inline" and n > runner.INLINE_SIZES[-1])]
     runs: dict = {pt: [] for pt in points}
     hosts: dict = {pt: [] for pt in points}
     samples: list[dict] = []
     floors: list[float] = []
+    one_wqe = [(n, t) for p, n, t in points if p == "gpu_push" and n <= K.RING_EACH_BYTES]
+    push_leasts: dict = {pt: [] for pt in one_wqe}
     for k in range(repeats):
         step(f"latency vs size ({k + 1} of {repeats})")
         if repeat_ceilings:
             samples.append(repeat_ceilings())
         floors.append(repeat_floor() if repeat_floor else floor_us)
+        if repeat_push_least and one_wqe:
+            for pt, us in repeat_push_least(one_wqe).items():
+                push_leasts[pt].append(us)
         for path, size, th in points:
             count = max(20, min(iters, iters * 4096 // size))
             r, host = hostload.watched_run(
@@ -731,12 +827,18 @@ def latency_sweep(floor_us: float, ceilings: dict, *, sizes=SWEEP_SIZES, paths=S
         least = (least_pull_us(size, th, floor_us, reverse_us, ceilings)
                  if path == "nic_pull" and reverse_us is not None
                  else least_push_us(path, size, th, floor_us, ceilings))
+        kind = "pull" if path == "nic_pull" else "copy"
+        stores = push_leasts.get((size, th)) if path == "gpu_push" else None
+        if stores:
+            point["least_stores_us"] = spread(stores)
+            if least is None or float(np.median(stores)) > least:
+                least, kind = float(np.median(stores)), "stores"
         stand_in = delivery_against_wire(path, point["wqe_bytes"], [x["engine"] for x in split],
                                          engine_fixed[(path, th)])
         if stand_in is not None:
             point["stand_in"] = stand_in
         if least is not None:
-            point.update(least_us=least, least_ratio=least / bound)
+            point.update(least_us=least, least_ratio=least / bound, least_kind=kind)
             if target is not None:
                 point["target_below_least"] = point["least_ratio"] > target
         out.append({**point, "p50_us": spread(p50s),
@@ -834,7 +936,9 @@ def run_suite(quick: bool = False, progress=None, *, sizes=SWEEP_SIZES, paths=SW
                                  threads=threads, n_qps=n_qps, iters=iters or SWEEP_ITERS,
                                  repeats=reps, step=step,
                                  reverse_us=out["floor_reverse_64B_us"]["median"],
-                                 repeat_ceilings=repeat_ceilings, repeat_floor=repeat_floor)
+                                 repeat_ceilings=repeat_ceilings, repeat_floor=repeat_floor,
+                                 repeat_push_least=lambda pts: {
+                                     pt: least_push_stores_us(*pt, lat_n) for pt in pts})
     out["sweep_floor_runs_us"] = spread(sweep_floors)
     out["sweep_ceilings_gbytes"] = {k: spread([ceilings[k]] + [c[k] for c in by_repeat])
                                     for k in by_repeat[0]}

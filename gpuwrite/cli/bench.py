@@ -165,6 +165,40 @@ def _runs_met(pt: dict) -> str:
             f"({n - judged} beat the bound)")
 
 
+# What a sweep point's least is, by its ``least_kind``.
+LEAST_WORDS = {
+    "pull": "floor + the 64-byte reverse trip + the rest's copy",
+    "copy": "floor + size / the copy of the one block that sends it",
+    "stores": "the floor's ping-pong after the stores a push of that size orders before its "
+              "doorbell, by the threads its kernel uses",
+}
+
+
+def _least_cell(pt: dict) -> str:
+    """The sweep table's least column: its ratio to the bound, and which least it is where
+    the point's push least was measured (``least_kind`` "stores")."""
+    if "least_ratio" not in pt:
+        return ""
+    return f"{pt['least_ratio']:.2f}" + (" st" if pt.get("least_kind") == "stores" else "")
+
+
+def _least_stores_line(sweep: list[dict]) -> str:
+    """The measured push leasts (``least_stores_us``) against each point's bound, min /
+    median / max over the sweep's repeats; "" where the file has none (before session 36).
+    "st" in the table marks the points whose least they are."""
+    from gpuwrite.experiments.style import bytes_label
+    pts = [pt for pt in sweep if "least_stores_us" in pt]
+    if not pts:
+        return ""
+    each = "; ".join(
+        f"{bytes_label(pt['size_bytes'])} {pt['threads']} thr "
+        + " / ".join(f"{pt['least_stores_us'][k] / pt['bound_us']:.2f}"
+                     for k in ("min", "median", "max"))
+        for pt in pts)
+    return (f"least st, gpu_push: {LEAST_WORDS['stores']} (its payload from registers), "
+            f"measured before each sweep repeat, x the point's bound: {each}")
+
+
 def _sweep_why(pt: dict) -> str:
     """Where a sweep point's missed runs lost their time: the steps named, and how many of
     its runs were a whole completion-poll read later than its fastest, and how many lost
@@ -393,7 +427,7 @@ def _print(out: dict) -> None:
         why = _sweep_why(pt)
         rows.append([pt["path"], pt["size_bytes"], pt["threads"], _mmm(pt["p50_us"]),
                      pt["bound_us"], _mmm(pt["ratio"]),
-                     f"{pt['least_ratio']:.2f}" if "least_ratio" in pt else "",
+                     _least_cell(pt),
                      pt["engine_us"]["median"],
                      "" if pt["target_ratio"] is None else
                      _runs_met(pt)
@@ -426,14 +460,19 @@ def _print(out: dict) -> None:
         console.print("  " + line)
     for path in sorted({pt["path"] for pt in out["sweep"]}):
         console.print(f"  {path}: {next(pt['emulation'] for pt in out['sweep'] if pt['path'] == path)}")
+    line = _least_stores_line(out["sweep"])
+    if line:
+        console.print("  " + line)
     below = out.get("targets_below_least", {})
+    kinds = {f"sweep {pt['path']} {pt['size_bytes']} B {pt['threads']} thr": pt.get("least_kind")
+             for pt in out["sweep"]}
     for k, ok in out["verdict"].items():
         if k.startswith("latency"):
             least, of = "the floor's ping-pong after a push's stores and release", "the floor"
-        elif " nic_pull " in k:
-            least, of = "floor + the 64-byte reverse trip + the rest's copy", "the bound"
         else:
-            least, of = "floor + size / the copy of the one block that sends it", "the bound"
+            # Files before session 36 name no kind: their push leasts were the block's copy.
+            kind = kinds.get(k) or ("pull" if " nic_pull " in k else "copy")
+            least, of = LEAST_WORDS[kind], "the bound"
         why = f" (below the least: {least} = {below[k]:.2f}x {of})" if k in below else ""
         if ok is None:
             console.print(f"target {k}: [yellow]not judged[/yellow] (every run beat its bound: "

@@ -128,6 +128,9 @@ kernels = {
     "pingpong_after_push_writes": (S._pingpong_after_push_writes,
                                    (u32[::1], u32[::1], types.uint64[::1], u32[::1], u32[::1],
                                     u32[::1], i64, i64[::1], i64)),
+    "pingpong_after_push_stores": (S._pingpong_after_push_stores,
+                                   (u32[::1], u32[::1], types.uint64[::1], u32[::1], u32[::1],
+                                    i64, i64[::1], i64, i64, i64)),
     "bulk_store": (S._bulk_store, (u32[::1], i64)),
     "gpu_pong": (S._gpu_pong, (u32[::1], u32[::1], i64, i64, i64[::1], u32[::1], u32[::1],
                                i64)),
@@ -141,7 +144,8 @@ for name, (kernel, sig) in kernels.items():
                            "send_messages_for_nic_pull", "True",
                            "send_messages_for_host_staged", "True",
                            "push_steps", "True", "pingpong", "True",
-                           "pingpong_after_push_writes", "True", "bulk_store", "True",
+                           "pingpong_after_push_writes", "True",
+                           "pingpong_after_push_stores", "True", "bulk_store", "True",
                            "gpu_pong", "True"]
 
 
