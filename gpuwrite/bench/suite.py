@@ -39,12 +39,12 @@ run, and each judged on every run, not only on the median:
     one WQE (to 64 KiB) with either block also have a measured least
     (``least_push_stores_us``, before each repeat): the floor's ping-pong after the stores
     such a push makes visible before its doorbell, by the threads and with the barrier its
-    kernel uses, its payload from registers; a point's least is the larger of the two
-    (``least_kind``).
+    kernel uses, its payload from registers; a point's least is the larger of the fastest
+    of those and the block's copy (``least_kind``).
 The 64-byte latency target has a least too (``least_push_64B_us``): the floor's
 ping-pong with the stores a 64-byte push must make visible before its doorbell (payload
 read from GPU memory, staging header and payload, WQE) ahead of each ping's release
-store; where its median ratio to the floor exceeds the target, the target lies below
+store; where its ratio to the floor exceeds the target in every repeat, the target lies below
 what any push that keeps the verbs' ordering can do on that machine
 (``targets_below_least``).
 Every repeated figure is reported as min, median and max. Where a run misses a target,
@@ -771,7 +771,8 @@ def latency_sweep(floor_us: float, ceilings: dict, *, sizes=SWEEP_SIZES, paths=S
     given, is called before each repeat with the (size, threads) of the gpu_push points of
     one WQE (at most K.RING_EACH_BYTES) and returns each one's measured least
     (``least_push_stores_us``): those points carry its runs (``least_stores_us``), and their
-    least is the larger of it and ``least_push_us`` (``least_kind``: "stores" or "copy")."""
+    least is the larger of the fastest of them and ``least_push_us`` (``least_kind``:
+    "stores" or "copy")."""
     points = [(p, n, t) for t in threads for p in paths for n in sizes
               if not (p == "gpu_push_inline" and n > runner.INLINE_SIZES[-1])]
     runs: dict = {pt: [] for pt in points}
@@ -830,9 +831,13 @@ def latency_sweep(floor_us: float, ceilings: dict, *, sizes=SWEEP_SIZES, paths=S
         kind = "pull" if path == "nic_pull" else "copy"
         stores = push_leasts.get((size, th)) if path == "gpu_push" else None
         if stores:
+            # The fastest of its measurements: the round trip's polls land in one phase or
+            # another by launch (session 36, an H200: a 64-byte push's stores took 3.30 to
+            # 3.58 us by repeat, where the push itself ran 3.33 to 3.46), and what the
+            # hardware allowed once is a least.
             point["least_stores_us"] = spread(stores)
-            if least is None or float(np.median(stores)) > least:
-                least, kind = float(np.median(stores)), "stores"
+            if least is None or min(stores) > least:
+                least, kind = min(stores), "stores"
         stand_in = delivery_against_wire(path, point["wqe_bytes"], [x["engine"] for x in split],
                                          engine_fixed[(path, th)])
         if stand_in is not None:
@@ -1039,12 +1044,15 @@ def host_busy_runs(p50s, hosts) -> list[int]:
 
 def latency_least(leasts, floors) -> dict:
     """The 64-byte push's least (``least_push_64B_us`` of each repeat) against the floor of
-    the same repeat: ``least_us``, ``least_ratio`` and whether the target lies below it (the
-    median ratio above TARGET_LATENCY_RATIO: then no push that orders its stores before its
-    doorbell meets the target on this machine, whatever the emulated NIC does)."""
+    the same repeat: ``least_us``, ``least_ratio`` and whether the target lies below it
+    (every repeat's ratio above TARGET_LATENCY_RATIO: then no push that orders its stores
+    before its doorbell met the target on this machine, whatever the emulated NIC does).
+    Every repeat, not the median: the round trip's polls land in one phase or another by
+    launch, and a least is what the hardware allowed at its fastest (until session 36 the
+    median ratio decided)."""
     ratios = [x / f for x, f in zip(leasts, floors)]
     return {"least_us": spread(leasts), "least_ratio": spread(ratios),
-            "target_below_least": float(np.median(ratios)) > TARGET_LATENCY_RATIO}
+            "target_below_least": min(ratios) > TARGET_LATENCY_RATIO}
 
 
 def _three_targets(out: dict, quick: bool, lat_n: int, repeats: int, step) -> None:
@@ -1176,7 +1184,7 @@ def _three_targets(out: dict, quick: bool, lat_n: int, repeats: int, step) -> No
     n = f"{repeats} of {repeats} runs"
     if lat["gpu_push"]["target_below_least"]:
         out.setdefault("targets_below_least", {})[f"latency ({n})"] = \
-            lat["gpu_push"]["least_ratio"]["median"]
+            lat["gpu_push"]["least_ratio"]["min"]
     out["verdict"] = {
         f"latency ({n})": all(x <= TARGET_LATENCY_RATIO for x in push_ratios),
         f"bandwidth ({n})": all(x >= TARGET_BANDWIDTH_RATIO

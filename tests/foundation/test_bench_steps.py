@@ -229,14 +229,16 @@ def test_the_gpu_warp_of_the_reverse_floor_answers_every_ping(payload):
     assert answered.copy_to_host()[0] == 0
 
 
-def test_the_64_byte_target_is_named_below_its_least_by_the_median_repeat():
+def test_the_64_byte_target_is_named_below_its_least_only_by_every_repeat():
     """Each repeat's least is judged against the floor of the same repeat; the target
-    lies below the least when the median ratio exceeds it (not one slow repeat)."""
-    below = suite.latency_least([3.6, 3.0, 3.65], [3.0, 3.0, 3.0])
+    lies below the least when every repeat's ratio exceeds it: one repeat at or under it
+    shows the hardware allowed it (session 36: the round trip's polls land in one phase
+    or another by launch; until then the median ratio decided)."""
+    below = suite.latency_least([3.6, 3.4, 3.65], [3.0, 3.0, 3.2])
     assert below["target_below_least"] is True
-    assert below["least_ratio"]["runs"] == pytest.approx([1.2, 1.0, 3.65 / 3.0])
+    assert below["least_ratio"]["runs"] == pytest.approx([1.2, 3.4 / 3.0, 3.65 / 3.2])
     assert below["least_us"]["median"] == 3.6
-    reachable = suite.latency_least([3.6, 3.1, 3.2], [3.0, 3.0, 3.0])
+    reachable = suite.latency_least([3.6, 3.0, 3.65], [3.0, 3.0, 3.0])
     assert reachable["target_below_least"] is False
     assert suite.latency_least([3.31], [3.0])["target_below_least"] is True
     assert suite.latency_least([3.29], [3.0])["target_below_least"] is False
@@ -287,10 +289,11 @@ def test_a_push_target_below_its_measured_stores_is_named(monkeypatch):
     """gpu_push points of one WQE (to 64 KiB) have a measured least too, taken before each
     repeat: the floor's ping-pong after the stores such a push makes before its doorbell.
     A point's least is the larger of it and the block's copy (``least_kind`` says which),
-    judged at its median over the repeats; points past one WQE, and other paths, are not
-    measured. Here a 1 KiB push whose stores cost 4.2, 4.0 and 4.1 us against a bound of
-    3.02: 1.36x, above the 1.25x target; 64 KiB with 256 threads, where the block's copy
-    (3.0 + 64 KiB / 36 GB/s = 4.82 us) exceeds the stores' 4.5."""
+    the fastest of the repeats' (their polls land in one phase or another by launch);
+    points past one WQE, and other paths, are not measured. Here a 1 KiB push whose stores
+    cost 4.2, 4.0 and 4.1 us against a bound of 3.02: at least 1.32x, above the 1.25x
+    target; 64 KiB with 256 threads, where the block's copy (3.0 + 64 KiB / 36 GB/s = 4.82
+    us) exceeds the stores' 4.5."""
     monkeypatch.setattr(suite.runner, "run", lambda path, sizes, **kw: _Run(9.0, 0.2))
     asked = []
     leasts = iter([4.2, 4.0, 4.1])
@@ -310,8 +313,8 @@ def test_a_push_target_below_its_measured_stores_is_named(monkeypatch):
     by = {(p["path"], p["size_bytes"], p["threads"]): p for p in pts}
     kib = by[("gpu_push", 1024, 32)]
     assert kib["least_stores_us"]["runs"] == [4.2, 4.0, 4.1]
-    assert kib["least_us"] == 4.1 and kib["least_kind"] == "stores"
-    assert kib["least_ratio"] == pytest.approx(4.1 / kib["bound_us"])
+    assert kib["least_us"] == 4.0 and kib["least_kind"] == "stores"
+    assert kib["least_ratio"] == pytest.approx(4.0 / kib["bound_us"])
     assert kib["target_below_least"] is True
     low = by[("gpu_push", 1024, 256)]
     assert low["least_kind"] == "stores" and low["target_below_least"] is False
