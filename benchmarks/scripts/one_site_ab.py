@@ -19,6 +19,11 @@ A/B: CUR (before) and ONE (this tree), one message in flight, sources evicted fr
 the sweep, 64 B (the latency target's size) to 4 KiB (192 B and 2 KiB: one thread's and
 the warp's largest), 32 and 256 threads, the order alternating by round. A kernel change: if it is taken, the GPU tables are run again.
 Usage: python3 benchmarks/scripts/one_site_ab.py OUT.jsonl [rounds]
+
+Measured in session 36 (an H200, five rounds, ``h200-2026-11-28-session36-one-site.jsonl``;
+the patch's dead lines after push_mid's return taken out first): ONE slower at every size
+below 4 KiB, 64 B by 0.16 to 0.38 us in nine rounds of ten, 128 B by 0.38 to 0.64; not
+merged (BENCHMARKS.md, session 36).
 """
 import sys
 
