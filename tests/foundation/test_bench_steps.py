@@ -244,6 +244,28 @@ def test_the_64_byte_target_is_named_below_its_least_only_by_every_repeat():
     assert suite.latency_least([3.29], [3.0])["target_below_least"] is False
 
 
+def _three_pings_answered(launch):
+    """Runs ``launch(ping, pong, uar, out)``, a least's ping-pong kernel making three round
+    trips, against the floor's host responder; checks each was answered, the doorbell
+    register holds the last message's index, and every round trip's time was written."""
+    import numpy as np
+
+    from gpuwrite._gw_cffi import ffi, lib
+    from gpuwrite.cudaenv import cuda
+    from gpuwrite.host.memory import mapped
+    ping, pong = mapped((16,), np.uint32), mapped((16,), np.uint32)
+    uar = mapped((8,), np.uint64)
+    out = cuda.to_device(np.zeros(3, dtype=np.int64))
+    responder = lib.gw_pong_start(ffi.cast("void *", ping.address), ffi.cast("void *", pong.address))
+    try:
+        launch(ping, pong, uar, out)
+        cuda.synchronize()
+    finally:
+        lib.gw_pong_stop(responder)
+    assert (out.copy_to_host() > 0).all()
+    assert ping.host[0] == pong.host[0] == 3 and uar.host[0] == 2
+
+
 @pytest.mark.timeout(30)
 def test_the_push_least_pingpong_writes_what_a_push_orders_before_its_doorbell():
     """``_pingpong_after_push_writes`` (the 64-byte latency's least) stores, before each
@@ -252,30 +274,19 @@ def test_the_push_least_pingpong_writes_what_a_push_orders_before_its_doorbell()
     and register; and it is answered by the floor's host responder like the floor."""
     import numpy as np
 
-    from gpuwrite._gw_cffi import ffi, lib
     from gpuwrite.cudaenv import SIMULATOR, cuda
     from gpuwrite.host.memory import mapped
     if not SIMULATOR:
         assert 0.1 < suite.least_push_64B_us(200) < 100.0
     lines = suite.LEAST_LINES
-    ping, pong = mapped((16,), np.uint32), mapped((16,), np.uint32)
-    uar = mapped((8,), np.uint64)
     stage = mapped((lines * 32,), np.uint32)
     sq = mapped((lines * 16,), np.uint32)
     stage.host[:] = 0xDEADBEEF
     sq.host[:] = 0xDEADBEEF
     src = np.arange(7, 7 + lines * 16, dtype=np.uint32)
-    out = cuda.to_device(np.zeros(3, dtype=np.int64))
-    responder = lib.gw_pong_start(ffi.cast("void *", ping.address), ffi.cast("void *", pong.address))
-    try:
-        suite._pingpong_after_push_writes[1, 32](ping.kernel, pong.kernel, uar.kernel,
-                                                 stage.kernel, sq.kernel, cuda.to_device(src), 3,
-                                                 out, 20_000_000_000)
-        cuda.synchronize()
-    finally:
-        lib.gw_pong_stop(responder)
-    assert (out.copy_to_host() > 0).all()
-    assert ping.host[0] == pong.host[0] == 3 and uar.host[0] == 2
+    _three_pings_answered(lambda ping, pong, uar, out: suite._pingpong_after_push_writes[1, 32](
+        ping.kernel, pong.kernel, uar.kernel, stage.kernel, sq.kernel, cuda.to_device(src), 3,
+        out, 20_000_000_000))
     for k in range(3):
         line = stage.host[k * 32:(k + 1) * 32]
         assert list(line[:4]) == [k, 64, 1, k]
@@ -368,29 +379,18 @@ def test_the_push_stores_pingpong_writes_what_a_push_of_that_size_orders(nbytes,
     answered by the floor's host responder. Nothing past the payload's vectors is written."""
     import numpy as np
 
-    from gpuwrite._gw_cffi import ffi, lib
-    from gpuwrite.cudaenv import SIMULATOR, cuda
+    from gpuwrite.cudaenv import SIMULATOR
     from gpuwrite.host.memory import mapped
     if not SIMULATOR:
         assert 0.1 < suite.least_push_stores_us(nbytes, threads, 200) < 100.0
     slot = (4 + nbytes // 4 + 31) // 32 * 32
-    ping, pong = mapped((16,), np.uint32), mapped((16,), np.uint32)
-    uar = mapped((8,), np.uint64)
     stage = mapped((4 * slot,), np.uint32)
     sq = mapped((suite.LEAST_LINES * 16,), np.uint32)
     stage.host[:] = 0xDEADBEEF
     sq.host[:] = 0xDEADBEEF
-    out = cuda.to_device(np.zeros(3, dtype=np.int64))
-    responder = lib.gw_pong_start(ffi.cast("void *", ping.address), ffi.cast("void *", pong.address))
-    try:
-        suite._pingpong_after_push_stores[1, threads](
-            ping.kernel, pong.kernel, uar.kernel, stage.kernel, sq.kernel, 3, out,
-            20_000_000_000, nbytes, suite.push_lanes(nbytes, threads))
-        cuda.synchronize()
-    finally:
-        lib.gw_pong_stop(responder)
-    assert (out.copy_to_host() > 0).all()
-    assert ping.host[0] == pong.host[0] == 3 and uar.host[0] == 2
+    _three_pings_answered(lambda ping, pong, uar, out: suite._pingpong_after_push_stores[
+        1, threads](ping.kernel, pong.kernel, uar.kernel, stage.kernel, sq.kernel, 3, out,
+                    20_000_000_000, nbytes, suite.push_lanes(nbytes, threads)))
     for k in range(3):
         line = stage.host[k * slot:(k + 1) * slot]
         assert list(line[:4]) == [k, nbytes, 1, k]
