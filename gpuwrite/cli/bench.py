@@ -440,6 +440,11 @@ def _print(out: dict) -> None:
     for path, wqe in split:
         console.print(f"  {path}: larger messages sent as {wqe >> 10} KiB WQEs, each rung when "
                       "written (the engine delivers one while the block writes the next)")
+    if any(r.get("lost_in", {}).get("step") == "stores" for pt in out["sweep"] for r in pt["runs"]):
+        console.print("  lost in stores: the stores a push orders before its doorbell (its measured "
+                      "least, least st, less the floor) took more than the bound allows for "
+                      "moving its bytes: time in the hardware's stores and their ordering, not in "
+                      "gpuwrite's bookkeeping")
     if any(pt.get("runs_engine_slow") for pt in out["sweep"]):
         console.print("  the engine slow: slower than the point's fastest run by a fifth or more, "
                       "at least half of it in the engine's turnaround (doorbell seen to CQE "

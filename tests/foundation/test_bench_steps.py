@@ -45,6 +45,35 @@ def test_other_paths_keep_their_own_engine_share():
     assert set(steps) == {"engine", "gpu"} and ref["engine"] == 4.96
 
 
+def test_a_push_miss_in_its_stores_is_told_from_its_bookkeeping():
+    """With a measured least, gpu_push's GPU side splits into ``stores`` (the least less the
+    floor: the stores it orders before its doorbell) and the rest. Session 36's H200, 1 KiB
+    with 256 threads: a 3.81 us run (engine 0.28, fixed 0.17) against a 2.80 us bound
+    (floor 2.78) whose least was 3.30: the stores took 0.52 us where the bound allows 0.02
+    for the bytes, the rest 0.40 more than the floor's share: lost in stores. At 64 KiB
+    with 32 threads (14.91 us, engine 2.90, bound 10.94, least 4.99) the bound's 8.16 us
+    for the bytes covers the stores' 2.21 and the copy's reads; the engine lost the most."""
+    fixed = {("gpu_push", 256): 0.17, ("gpu_push", 32): 0.17}
+    steps, ref = suite.sweep_steps("gpu_push", 256, {"engine": 0.28, "gpu": 3.53}, 2.80,
+                                   fixed, 3.30, 2.78)
+    assert steps["stores"] == pytest.approx(0.52) and ref["stores"] == pytest.approx(0.02)
+    assert sum(steps.values()) == pytest.approx(3.81) and sum(ref.values()) == pytest.approx(2.80)
+    lost = suite.lost_in(steps, ref)
+    assert lost["step"] == "stores" and lost["grew_by"] == pytest.approx(0.50)
+    steps, ref = suite.sweep_steps("gpu_push", 32, {"engine": 2.90, "gpu": 12.01}, 10.94,
+                                   fixed, 4.99, 2.78)
+    assert ref["stores"] == pytest.approx(2.21) and steps["stores"] == pytest.approx(2.21)
+    assert sum(ref.values()) == pytest.approx(10.94)
+    assert suite.lost_in(steps, ref)["step"] == "engine"
+    # a least below the floor (its polls in a faster phase) charges the stores nothing
+    steps, ref = suite.sweep_steps("gpu_push", 256, {"engine": 0.28, "gpu": 3.53}, 2.80,
+                                   fixed, 2.70, 2.78)
+    assert steps["stores"] == ref["stores"] == 0.0
+    # without a least, the two steps as before
+    steps, ref = suite.sweep_steps("gpu_push", 256, {"engine": 0.28, "gpu": 3.53}, 2.80, fixed)
+    assert set(steps) == {"engine", "gpu"} and ref == {"engine": 0.17, "gpu": 2.80 - 0.17}
+
+
 class _Run:
     """What ``latency_sweep`` reads of a run."""
 
@@ -356,6 +385,22 @@ def test_the_printout_names_which_least_a_target_lies_below(monkeypatch, capsys)
     assert line.startswith("least st, gpu_push: " + LEAST_WORDS["stores"])
     assert line.endswith("x the point's bound: 1 KiB 32 thr 1.33 / 1.37 / 1.40")
     assert _least_stores_line([{"path": "gpu_push", "least_ratio": 1.1}]) == ""
+    # Session 36's second H200 bench, printed whole: the marks, the line, and a miss in the
+    # stores explained under the table once a run is charged to them.
+    from gpuwrite.cli.bench import _print
+    out = json.load(open(REPO / "benchmarks" / "h200-2026-11-28-bench-session36-b.json"))
+    _print(out)
+    text = " ".join(capsys.readouterr().out.split())
+    assert "least st, gpu_push: the floor's ping-pong after the stores" in text
+    assert "lost in stores:" not in text
+    kib = next(pt for pt in out["sweep"] if (pt["path"], pt["size_bytes"], pt["threads"]) ==
+               ("gpu_push", 1024, 256))
+    kib["runs"][0]["lost_in"]["step"] = "stores"
+    _print(out)
+    text = " ".join(capsys.readouterr().out.split())
+    assert "lost in stores: the stores a push orders before its doorbell" in text
+    from gpuwrite.cli.bench import _sweep_why
+    assert _sweep_why(kib) == "gpu, stores"
 
 
 @pytest.mark.parametrize("size, threads, lanes", [(64, 32, 1), (256, 256, 1), (272, 32, 32),
