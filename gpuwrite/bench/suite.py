@@ -44,8 +44,8 @@ run, and each judged on every run, not only on the median:
 The 64-byte latency target has a least too (``least_push_64B_us``): the floor's
 ping-pong with the stores a 64-byte push must make visible before its doorbell (payload
 read from GPU memory, staging header and payload, WQE) ahead of each ping's release
-store; where its ratio to the floor exceeds the target in every repeat, the target lies below
-what any push that keeps the verbs' ordering can do on that machine
+store; where its ratio to the floor exceeds the target in every repeat, the target lies
+below what any push that keeps the verbs' ordering can do on that machine
 (``targets_below_least``).
 Every repeated figure is reported as min, median and max. Where a run misses a target,
 ``lost_in`` names the step that took the time: the engine (doorbell seen to CQE written,
@@ -53,8 +53,9 @@ its mean turnaround) or the GPU side (the rest of the round trip), whichever exc
 share of the bound more (the engine's share: its least turnaround for that path; for
 nic_pull, gpu_push's, and the rest of its turnaround is its read, ``pull``, which the
 bound has no share for; for a gpu_push point with a measured least, ``stores``, the least
-less the floor, against what the bound allows for moving its bytes: ``sweep_steps``; for the 64-byte latency, the floor of the same
-repeat is the GPU side's share, and the push breakdown of that repeat is kept beside it);
+less the floor, against what the bound allows for moving its bytes: ``sweep_steps``; for
+the 64-byte latency, the floor of the same repeat is the GPU side's share, and the push
+breakdown of that repeat is kept beside it);
 for bandwidth and rate, against the median run. A sweep point's runs slower than its
 fastest by about a whole completion-poll read (``poll_read_us``: the floor's rise when the
 host answers late) are listed as ``runs_a_poll_read_later``: their completions were found a
