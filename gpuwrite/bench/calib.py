@@ -487,6 +487,34 @@ def _significant(value) -> float:
     return float(f"{float(value):.4g}")
 
 
+# The push's least by size (``suite.least_push_stores_us``): gpu_push's sizes of one WQE and
+# the bench's two blocks; Fig. 9 draws it beside the physical line.
+PUSH_LEAST = {
+    "full": {"sizes": (64, 256, 1024, 4096, 16384, 65536), "threads": (32, 256)},
+    "quick": {"sizes": (64, 1024, 65536), "threads": (32, 256)},
+    "simulator": {"sizes": (64,), "threads": (32,)},
+}
+
+
+def measure_push_least(runs: int = 5, quick: bool = False, progress=None) -> list[dict]:
+    """For each size and block of PUSH_LEAST, ``runs`` of the floor's ping-pong after the
+    stores a gpu_push of that size orders before its doorbell, by the threads its kernel
+    uses: the fastest (``least_us``, a least being what the hardware allowed at its
+    fastest; the polls land in one phase or another by launch) and every run."""
+    step = progress or (lambda message: None)
+    mode = "simulator" if SIMULATOR else "quick" if quick else "full"
+    iters = SIZES[mode]["pingpong"]
+    step("the push's least by size")
+    out = []
+    for threads in PUSH_LEAST[mode]["threads"]:
+        for nbytes in PUSH_LEAST[mode]["sizes"]:
+            times = [suite.least_push_stores_us(nbytes, threads, iters) for _ in range(runs)]
+            out.append({"size_bytes": nbytes, "block_threads": threads,
+                        "least_us": _significant(min(times)),
+                        "runs": [_significant(t) for t in times]})
+    return out
+
+
 def calibrate(runs: int = 5, quick: bool = False, progress=None) -> dict:
     """The whole file as a dict: [device], [measurements.*], [params], [derivation]."""
     values = measure(runs, quick, progress)
@@ -500,12 +528,14 @@ def calibrate(runs: int = 5, quick: bool = False, progress=None) -> dict:
     sweeps = measure_sweeps(runs, quick, progress)
     sweep_params(sweeps, medians["host_read_round_trip"] * 1e3, params, derivation)
     return {"device": device_record(smi), "measurements": measurements, "params": params,
-            "derivation": derivation, "sweeps": sweeps}
+            "derivation": derivation, "sweeps": sweeps,
+            "push_least_vs_size": measure_push_least(runs, quick, progress)}
 
 
 HEADER = """# gpuwrite calibrate: measurements of one machine, and the model parameters derived from them.
-# Params.with_calibration(this file) applies [params]; [device], [measurements] and
-# [derivation] are the record. Use it with `gpuwrite model ... --calibration FILE` or
+# Params.with_calibration(this file) applies [params]; [device], [measurements],
+# [derivation], [sweeps] and [push_least_vs_size] (the floor's ping-pong after the stores a
+# gpu_push of each size orders before its doorbell, Fig. 9's dotted line) are the record. Use it with `gpuwrite model ... --calibration FILE` or
 # `calibration = "FILE"` in an experiment's [sweep.fixed].
 """
 

@@ -347,8 +347,9 @@ def latency_cdf(df: pd.DataFrame):
 
 def newest_calibration(folder=None, devices=None) -> dict | None:
     """The newest calibration TOML's floor (us), bulk-store ceiling (GB/s), device and
-    file name, of one of ``devices`` where given, or None where none is stored
-    (``gpuwrite calibrate`` writes them)."""
+    file name, and the push's least by (size, block) where the file has it (since session
+    36), of one of ``devices`` where given, or None where none is stored (``gpuwrite
+    calibrate`` writes them)."""
     import tomllib
     from pathlib import Path
 
@@ -362,7 +363,10 @@ def newest_calibration(folder=None, devices=None) -> dict | None:
         if "doorbell_pingpong" in m and "bulk_store_to_host" in m:
             return {"floor_us": float(m["doorbell_pingpong"]["value"]),
                     "ceiling_gbytes": float(m["bulk_store_to_host"]["value"]),
-                    "device": data.get("device", {}).get("name", "?"), "file": f.name}
+                    "device": data.get("device", {}).get("name", "?"), "file": f.name,
+                    "push_least": {(int(p["size_bytes"]), int(p["block_threads"])):
+                                   float(p["least_us"])
+                                   for p in data.get("push_least_vs_size", [])}}
     return None
 
 
@@ -392,12 +396,24 @@ def emulated_latency_vs_size(df: pd.DataFrame, calibration: dict | None = None):
             _line(ax, sizes, cal["floor_us"] + sizes / (cal["ceiling_gbytes"] * 1e3),
                   f"physical|{th}", "floor + size / bulk-store ceiling", color="black",
                   linestyle="--", linewidth=0.9)
+            least = {n: us for (n, t), us in (cal.get("push_least") or {}).items() if t == th}
+            if least:
+                _line(ax, list(least), list(least.values()), f"push_least|{th}",
+                      "gpu_push's least: its stores and their ordering",
+                      color=style.PATH_STYLES["gpu_push"].get("color", "black"), linestyle=":",
+                      marker="x", linewidth=0.9)
         style.bytes_axis(ax)
         style.log_numbers(ax)
         ax.set_title(f"{int(th)} threads per block")
     axes.flat[0].set_ylabel("p50 latency, post to completion (µs)")
     source = (f"Dashed: floor {cal['floor_us']:.2f} us + size / {cal['ceiling_gbytes']:.1f} GB/s "
-              f"(calibration {cal['file']})." if cal else
+              f"(calibration {cal['file']})." + (
+                  " Dotted: gpu_push's least, the floor's ping-pong after the stores a push "
+                  "of that size orders before its doorbell (header, WQE, payload from "
+                  "registers, by the threads its kernel uses), the fastest of the "
+                  "calibration's runs: what is above it is gpuwrite's bookkeeping, the "
+                  "engine and the payload's reads." if cal.get("push_least") else "")
+              if cal else
               f"No calibration of {', '.join(devices)} stored: physical line not drawn.")
     if len(incomplete):
         # A run in which messages never completed has no latency to plot: say which and why.

@@ -41,7 +41,29 @@ def test_file_is_labelled_and_the_model_applies_it(tmp_path, capsys):
                                        "gpu.read_jitter_ns", "gpu.copy_setup_h2d_ns", "gpu.copy_setup_d2h_ns"}
     assert set(data["sweeps"]) == {"host_loads_vs_outstanding", "warp_read_vs_size", "copy_queued_vs_size"}
     assert all(p["lines_in_flight"] == calib.WARP_READ_LINES_IN_FLIGHT for p in data["sweeps"]["warp_read_vs_size"])
+    # the push's least by size and block (Fig. 9's dotted line): the fastest of its runs
+    plan = calib.PUSH_LEAST["simulator" if SIMULATOR else "full"]
+    least = data["push_least_vs_size"]
+    assert [(p["size_bytes"], p["block_threads"]) for p in least] == \
+        [(n, t) for t in plan["threads"] for n in plan["sizes"]]
+    assert all(p["least_us"] == min(p["runs"]) > 0 and len(p["runs"]) == 1 for p in least)
     assert params.gpu.copy_setup_d2h_ns == data["params"]["gpu"]["copy_setup_d2h_ns"]
+
+
+def test_the_push_least_is_the_fastest_of_its_runs(monkeypatch):
+    """A least is what the hardware allowed at its fastest: each (size, block) keeps the
+    fastest of its runs, and every run beside it."""
+    times = iter([3.6, 3.3, 3.5] * 8)
+    asked = []
+
+    def least(nbytes, threads, iters):
+        asked.append((nbytes, threads))
+        return next(times)
+
+    monkeypatch.setattr(calib.suite, "least_push_stores_us", least)
+    out = calib.measure_push_least(runs=3)
+    assert all(p["least_us"] == 3.3 and p["runs"] == [3.6, 3.3, 3.5] for p in out)
+    assert asked[::3] == [(p["size_bytes"], p["block_threads"]) for p in out]
 
 
 def test_reference_measurements_give_the_default_parameters():

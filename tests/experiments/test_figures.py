@@ -251,6 +251,15 @@ def test_fig9_draws_the_median_of_the_runs_their_range_and_the_physical_line():
     # the step the engine's copy stands for, and that it costs more than that step
     assert "costs more than a 400 Gb/s wire" in " ".join(texts(fig).split())
     assert "Not plotted" not in texts(fig)
+    assert "push_least|32" not in drawn and "Dotted" not in texts(fig)
+    # a calibration since session 36 also holds gpu_push's least by size and block: dotted,
+    # in the panel of its block only
+    least = {**cal, "push_least": {(64, 32): 3.4, (65536, 32): 5.0, (64, 256): 3.3}}
+    drawn = lines(FIGURES["emulated_latency_vs_size"](gpu, calibration=least))
+    check_line(drawn["push_least|32"], [64, 65536], [3.4, 5.0])
+    check_line(drawn["push_least|256"], [64], [3.3])
+    fig = FIGURES["emulated_latency_vs_size"](gpu, calibration=least)
+    assert "Dotted: gpu_push's least" in " ".join(texts(fig).split())
     # a run in which messages never completed is left out of the median and named
     failed = gpu.copy()
     failed.loc[0, ["delivered_messages", "latency_p50_us"]] = [0, 1e6]
@@ -261,6 +270,23 @@ def test_fig9_draws_the_median_of_the_runs_their_range_and_the_physical_line():
     assert "Median of 2 to 3 runs a point" in texts(fig)
     assert "gpu_push 64 B (run 1): 0/200 delivered, 1 QP: a completion carried an error " \
         "syndrome (local_prot_err, pull_failed), 32 threads" in texts(fig).replace("\n", " ")
+
+
+def test_fig9_reads_the_push_least_from_the_newest_calibration(tmp_path):
+    """newest_calibration gives Fig. 9 the file's push least by (size, block), and none
+    from a file before session 36."""
+    from gpuwrite.experiments.figures import newest_calibration
+
+    head = ('[device]\nname = "Test GPU"\ndate = "2026-11-28"\n'
+            '[measurements.doorbell_pingpong]\nvalue = 3.0\nunit = "us"\n'
+            '[measurements.bulk_store_to_host]\nvalue = 52.0\nunit = "GB/s"\n')
+    (tmp_path / "test-gpu-2026-11-28.toml").write_text(
+        head + '[[push_least_vs_size]]\nsize_bytes = 1024\nblock_threads = 256\n'
+        'least_us = 3.3\nruns = [3.3, 3.5]\n')
+    cal = newest_calibration(tmp_path, devices=["Test GPU"])
+    assert cal["push_least"] == {(1024, 256): 3.3} and cal["floor_us"] == 3.0
+    (tmp_path / "test-gpu-2026-11-28.toml").write_text(head)
+    assert newest_calibration(tmp_path, devices=["Test GPU"])["push_least"] == {}
 
 
 def test_fig4_says_which_assumption_its_model_lines_rest_on():
