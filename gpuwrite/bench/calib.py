@@ -535,7 +535,8 @@ def calibrate(runs: int = 5, quick: bool = False, progress=None) -> dict:
 HEADER = """# gpuwrite calibrate: measurements of one machine, and the model parameters derived from them.
 # Params.with_calibration(this file) applies [params]; [device], [measurements],
 # [derivation], [sweeps] and [push_least_vs_size] (the floor's ping-pong after the stores a
-# gpu_push of each size orders before its doorbell, Fig. 9's dotted line) are the record. Use it with `gpuwrite model ... --calibration FILE` or
+# gpu_push of each size orders before its doorbell, Fig. 9's dotted line) are the record.
+# Use it with `gpuwrite model ... --calibration FILE` or
 # `calibration = "FILE"` in an experiment's [sweep.fixed].
 """
 
