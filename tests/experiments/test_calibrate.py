@@ -1,4 +1,6 @@
 """gpuwrite calibrate: refuses the simulator unless asked; writes what Params.with_calibration applies."""
+import itertools
+
 import pytest
 
 from gpuwrite.bench import calib
@@ -53,7 +55,7 @@ def test_file_is_labelled_and_the_model_applies_it(tmp_path, capsys):
 def test_the_push_least_is_the_fastest_of_its_runs(monkeypatch):
     """A least is what the hardware allowed at its fastest: each (size, block) keeps the
     fastest of its runs, and every run beside it."""
-    times = iter([3.6, 3.3, 3.5] * 8)
+    times = itertools.cycle([3.6, 3.3, 3.5])     # as many runs as the plan asks, GPU or not
     asked = []
 
     def least(nbytes, threads, iters):
@@ -61,9 +63,14 @@ def test_the_push_least_is_the_fastest_of_its_runs(monkeypatch):
         return next(times)
 
     monkeypatch.setattr(calib.suite, "least_push_stores_us", least)
-    out = calib.measure_push_least(runs=3)
-    assert all(p["least_us"] == 3.3 and p["runs"] == [3.6, 3.3, 3.5] for p in out)
-    assert asked[::3] == [(p["size_bytes"], p["block_threads"]) for p in out]
+    for simulator in (True, False):     # the simulator's plan and a GPU's
+        monkeypatch.setattr(calib, "SIMULATOR", simulator)
+        asked.clear()
+        out = calib.measure_push_least(runs=3)
+        plan = calib.PUSH_LEAST["simulator" if simulator else "full"]
+        assert len(out) == len(plan["sizes"]) * len(plan["threads"])
+        assert all(p["least_us"] == 3.3 and p["runs"] == [3.6, 3.3, 3.5] for p in out)
+        assert asked[::3] == [(p["size_bytes"], p["block_threads"]) for p in out]
 
 
 def test_reference_measurements_give_the_default_parameters():
