@@ -175,6 +175,16 @@ def _pingpong(ping, pong, iters, out_ns, timeout_ns, poll_delay_ns):
 LEAST_LINES = 64
 
 
+@cuda.jit(device=True)
+def _least_wqe(sq, w, k, nbytes, stage_word):
+    """Message ``k``'s 64-byte WQE at word ``w`` of ``sq`` (four 16-byte stores), for a
+    payload of ``nbytes`` at ``stage_word``, as the least ping-pongs write it."""
+    st_v4_u32(sq, w, k, 3, 8, 0)
+    st_v4_u32(sq, w + 4, 0, k, 7, 0)
+    st_v4_u32(sq, w + 8, nbytes, 7, 0, stage_word)
+    st_v4_u32(sq, w + 12, 0, 0, 0, 0)
+
+
 @cached
 @cuda.jit
 def _pingpong_after_push_writes(ping, pong, uar, stage, sq, src, iters, out_ns, timeout_ns):
@@ -187,11 +197,7 @@ def _pingpong_after_push_writes(ping, pong, uar, stage, sq, src, iters, out_ns, 
         h = line * 32
         st_v4_u32(stage, h, k, 64, 1, k & 0xFFFF)
         dv._store64(stage, h + 4, payload, 4)
-        w = line * 16
-        st_v4_u32(sq, w, k, 3, 8, 0)
-        st_v4_u32(sq, w + 4, 0, k, 7, 0)
-        st_v4_u32(sq, w + 8, 64, 7, 0, h)
-        st_v4_u32(sq, w + 12, 0, 0, 0, 0)
+        _least_wqe(sq, line * 16, k, 64, h)
         st_release_sys_u32(ping, 0, k + 1)
         st_relaxed_sys_u64(uar, 0, k)
         while ld_acquire_sys_u32(pong, 0) != k + 1:
@@ -231,11 +237,7 @@ def _pingpong_after_push_stores(ping, pong, uar, stage, sq, iters, out_ns, timeo
         base = (k % slots) * slot_words
         if tid == 0:
             st_v4_u32(stage, base, k, nbytes, 1, k & 0xFFFF)
-            w = (k % LEAST_LINES) * 16
-            st_v4_u32(sq, w, k, 3, 8, 0)
-            st_v4_u32(sq, w + 4, 0, k, 7, 0)
-            st_v4_u32(sq, w + 8, nbytes, 7, 0, base)
-            st_v4_u32(sq, w + 12, 0, 0, 0, 0)
+            _least_wqe(sq, (k % LEAST_LINES) * 16, k, nbytes, base)
         v = 4 * tid
         while tid < lanes and v < vec_words:
             st_v4_u32(stage, base + 4 + v, k, v, k, v)
@@ -972,11 +974,16 @@ def run_suite(quick: bool = False, progress=None, *, sizes=SWEEP_SIZES, paths=SW
     for pt in out["sweep"]:
         pt["runs_a_poll_read_later"] = poll_phase_runs([r["p50_us"] for r in pt["runs"]], read)
         if pt["target_ratio"] is not None:
-            key = f"sweep {pt['path']} {pt['size_bytes']} B {pt['threads']} thr"
+            key = sweep_key(pt)
             out["verdict"][key] = sweep_verdict(pt)
             if pt.get("target_below_least"):
                 out.setdefault("targets_below_least", {})[key] = pt["least_ratio"]
     return out
+
+
+def sweep_key(pt: dict) -> str:
+    """A sweep point's name in ``verdict`` and ``targets_below_least``."""
+    return f"sweep {pt['path']} {pt['size_bytes']} B {pt['threads']} thr"
 
 
 def poll_read_us(stairs: dict) -> float | None:

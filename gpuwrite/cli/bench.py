@@ -469,8 +469,8 @@ def _print(out: dict) -> None:
     if line:
         console.print("  " + line)
     below = out.get("targets_below_least", {})
-    kinds = {f"sweep {pt['path']} {pt['size_bytes']} B {pt['threads']} thr": pt.get("least_kind")
-             for pt in out["sweep"]}
+    from gpuwrite.bench.suite import sweep_key
+    kinds = {sweep_key(pt): pt.get("least_kind") for pt in out["sweep"]}
     for k, ok in out["verdict"].items():
         if k.startswith("latency"):
             least, of = "the floor's ping-pong after a push's stores and release", "the floor"
