@@ -11,7 +11,8 @@ def run_rounds(kernels: dict, plan: dict, out_path: str, rounds: int = 5,
                alternate: bool = False, rotate: bool = False) -> None:
     """For each round, block size and message size of ``plan`` (size -> variant names),
     launches each variant's kernel (``kernels[name]``, what ``runner.run`` then takes for
-    gpu_push, or a (kernel, dict of further ``runner.run`` arguments) pair) on
+    gpu_push, or a (kernel, dict of further ``runner.run`` arguments) pair; a ``path``
+    among those arguments names the path the kernel stands for, gpu_push by default) on
     ``messages(size)`` messages of that size and writes one JSON line of its p50 (and
     ``extra(result)``'s fields) to ``out_path``. With ``alternate``, odd rounds run the
     variants in the reverse order, so that a cost of going first or second falls on each
@@ -30,18 +31,23 @@ def run_rounds(kernels: dict, plan: dict, out_path: str, rounds: int = 5,
                             order = names[::-1] if alternate and rnd % 2 else names
                         for v in order:
                             kern, kw = kernels[v] if isinstance(kernels[v], tuple) else (kernels[v], {})
-                            K._BY_PATH["gpu_push"] = kern
-                            r = runner.run("gpu_push", [size] * messages(size), n_qps=1,
-                                           wait_each=True, block_threads=th,
-                                           stage_slot_bytes=256, **kw)
-                            row = dict(round=rnd, v=v, size=size, threads=th,
+                            kw = dict(kw)
+                            path = kw.pop("path", "gpu_push")
+                            K._BY_PATH[path] = kern
+                            try:
+                                r = runner.run(path, [size] * messages(size), n_qps=1,
+                                               wait_each=True, block_threads=th,
+                                               stage_slot_bytes=256, **kw)
+                            finally:
+                                K._BY_PATH.pop(path, None)
+                            row = dict(round=rnd, v=v, path=path, size=size, threads=th,
                                        p50=r.latency_p50_us, delivered=r.delivered,
                                        messages=r.messages, **(extra(r) if extra else {}))
                             out.write(json.dumps(row) + "\n")
                             out.flush()
                             print(row, flush=True)
         finally:
-            K._BY_PATH.pop("gpu_push", None)
+            K._BY_PATH.clear()
 
 
 def emit(out, **row) -> None:

@@ -35,12 +35,13 @@ run, and each judged on every run, not only on the median:
     BLOCK_COPY_THREADS threads report theirs too (``least_push_us``): the sweep posts each
     message from one block, whose copy into host memory cannot go faster than that block's
     vector copy of a first-read source (``block256_copy_hbm_gbytes``, measured in the
-    same run), while the bound divides by the whole GPU's bulk stores. gpu_push points of
-    one WQE (to 64 KiB) with either block also have a measured least
+    same run), while the bound divides by the whole GPU's bulk stores. gpu_push and
+    host_staged points of one WQE (to 64 KiB) with either block also have a measured least
     (``least_push_stores_us``, before each repeat): the floor's ping-pong after the stores
-    such a push makes visible before its doorbell, by the threads and with the barrier its
-    kernel uses, its payload from registers; a point's least is the larger of the fastest
-    of those and the block's copy (``least_kind``).
+    such a message makes visible before its doorbell (gpu_push's with its staging header,
+    host_staged's without), by the threads and with the barrier its kernel uses, its
+    payload from registers; a point's least is the larger of the fastest of those and the
+    block's copy (``least_kind``).
 The 64-byte latency target has a least too (``least_push_64B_us``): the floor's
 ping-pong with the stores a 64-byte push must make visible before its doorbell (payload
 read from GPU memory, staging header and payload, WQE) ahead of each ping's release
@@ -52,9 +53,9 @@ Every repeated figure is reported as min, median and max. Where a run misses a t
 its mean turnaround) or the GPU side (the rest of the round trip), whichever exceeds its
 share of the bound more (the engine's share: its least turnaround for that path; for
 nic_pull, gpu_push's, and the rest of its turnaround is its read, ``pull``, which the
-bound has no share for; for a gpu_push point with a measured least, ``stores``, the least
-less the floor, against what the bound allows for moving its bytes: ``sweep_steps``; for
-the 64-byte latency, the floor of the same repeat is the GPU side's share, and the push
+bound has no share for; for a gpu_push or host_staged point with a measured least,
+``stores``, the least less the floor, against what the bound allows for moving its bytes:
+``sweep_steps``; for the 64-byte latency, the floor of the same repeat is the GPU side's share, and the push
 breakdown of that repeat is kept beside it);
 for bandwidth and rate, against the median run. A sweep point's runs slower than its
 fastest by about a whole completion-poll read (``poll_read_us``: the floor's rise when the
@@ -102,6 +103,9 @@ RATE_REPEATS = 5
 SWEEP_REPEATS = 5
 SWEEP_SIZES = (64, 256, 1024, 4096, 16384, 65536, 262144, 1 << 20)
 SWEEP_PATHS = ("gpu_push", "host_staged", "nic_pull", "gpu_push_inline")
+# The paths whose payload the GPU writes into host-visible memory (the staging ring, the
+# bounce ring) before the doorbell, by one thread, the first warp or the block by size.
+PUSHED_PATHS = ("gpu_push", "host_staged")
 SWEEP_THREADS = (32, 256)
 SWEEP_ITERS = 400
 # How each path sends its 1 MiB messages: 128 QPs (one block each) keep enough stores in
@@ -207,11 +211,12 @@ def _pingpong_after_push_writes(ping, pong, uar, stage, sq, src, iters, out_ns, 
         out_ns[k] = globaltimer_ns() - t0
 
 
-# The sweep's gpu_push points of one WQE (at most K.RING_EACH_BYTES) have a measured
-# least too: the floor's ping-pong after the stores such a push must make visible before
-# its doorbell, made by the threads gpu_push's kernel makes them with and ordered by the
-# barrier it takes (``push_lanes``): thread 0's 16-byte staging header and 64-byte WQE and
-# the payload's 16-byte stores, into a staging ring whose messages each take new lines.
+# The sweep's gpu_push and host_staged points of one WQE (at most K.RING_EACH_BYTES) have
+# a measured least too: the floor's ping-pong after the stores such a message must make
+# visible before its doorbell, made by the threads the kernel makes them with and ordered
+# by the barrier it takes (``push_lanes``): thread 0's 64-byte WQE and, for gpu_push, its
+# 16-byte staging header, and the payload's 16-byte stores, into a ring whose messages
+# each take new lines.
 # The payload's values come from registers: no source is read (the copy's rate is the
 # other least, ``least_push_us``), so every push of that size by that block pays at least
 # this much with a NIC that answers at once and no bookkeeping.
@@ -221,11 +226,12 @@ LEAST_STAGE_BYTES = 1 << 20
 @cached
 @cuda.jit
 def _pingpong_after_push_stores(ping, pong, uar, stage, sq, iters, out_ns, timeout_ns,
-                                nbytes, lanes):
+                                nbytes, lanes, header):
     tid = cuda.threadIdx.x
     stop = cuda.shared.array(1, int32)
     vec_words = ((nbytes + 15) >> 4) << 2
-    slot_words = (4 + vec_words + 31) & ~31     # header and payload, whole 128-byte lines
+    lead = 4 if header else 0
+    slot_words = (lead + vec_words + 31) & ~31     # header and payload, whole 128-byte lines
     slots = stage.shape[0] // slot_words
     if tid == 0:
         stop[0] = 0
@@ -236,11 +242,12 @@ def _pingpong_after_push_stores(ping, pong, uar, stage, sq, iters, out_ns, timeo
         t0 = globaltimer_ns()
         base = (k % slots) * slot_words
         if tid == 0:
-            st_v4_u32(stage, base, k, nbytes, 1, k & 0xFFFF)
+            if header:
+                st_v4_u32(stage, base, k, nbytes, 1, k & 0xFFFF)
             _least_wqe(sq, (k % LEAST_LINES) * 16, k, nbytes, base)
         v = 4 * tid
         while tid < lanes and v < vec_words:
-            st_v4_u32(stage, base + 4 + v, k, v, k, v)
+            st_v4_u32(stage, base + lead + v, k, v, k, v)
             v += 4 * lanes
         if lanes > 1:
             if SIMULATOR or lanes == cuda.blockDim.x:
@@ -489,8 +496,9 @@ def least_push_64B_us(iters: int) -> float:
 
 
 def push_lanes(size: int, threads: int) -> int:
-    """The threads with which gpu_push's kernel stores a ``size``-byte payload of whole
-    aligned vectors from a block of ``threads``: one up to dv.MID_PUSH_BYTES (no barrier),
+    """The threads with which gpu_push's and host_staged's kernels store a ``size``-byte
+    payload of whole aligned vectors from a block of ``threads``: one up to
+    dv.MID_PUSH_BYTES (no barrier),
     the first warp up to K.WARP_PUSH_BYTES (a warp barrier; on the simulator only where the
     block is one warp, as there), the block beyond (a block barrier)."""
     if size <= dv.MID_PUSH_BYTES:
@@ -500,18 +508,21 @@ def push_lanes(size: int, threads: int) -> int:
     return threads
 
 
-def least_push_stores_us(size: int, threads: int, iters: int) -> float:
+def least_push_stores_us(size: int, threads: int, iters: int, path: str = "gpu_push") -> float:
     """Median round trip of ``_pingpong_after_push_stores``: the floor's ping-pong after
-    the stores a gpu_push of ``size`` bytes (one WQE) from a block of ``threads`` makes
-    visible before its doorbell, by the threads and barrier its kernel uses
-    (``push_lanes``), answered by the floor's bare host thread."""
+    the stores a gpu_push (or host_staged, which writes no staging header) message of
+    ``size`` bytes (one WQE) from a block of ``threads`` makes visible before its doorbell,
+    by the threads and barrier its kernel uses (``push_lanes``), answered by the floor's
+    bare host thread."""
+    if path not in PUSHED_PATHS:
+        raise ValueError(f"path={path!r}: a least of stores is measured for {PUSHED_PATHS}")
     uar = mapped((8,), np.uint64)
     stage = mapped((max(LEAST_STAGE_BYTES, 2 * (size + 128)) // 4,), np.uint32)
     sq = mapped((LEAST_LINES * 16,), np.uint32)
     lanes = push_lanes(size, threads)
     return _answered_pingpong_us(iters, lambda ping, pong, out: _pingpong_after_push_stores[
         1, threads](ping.kernel, pong.kernel, uar.kernel, stage.kernel, sq.kernel, iters, out,
-                    2_000_000_000, size, lanes))
+                    2_000_000_000, size, lanes, int(path == "gpu_push")))
 
 
 def reverse_floor_us(iters: int, payload_bytes: int = 0,
@@ -658,11 +669,11 @@ def sweep_steps(path: str, threads: int, split: dict, bound_us: float,
     pull agent's round trip, or the copy engine's call): measured against gpu_push's
     turnaround at the same block size, where that was swept, the rest is a step of its
     own, ``pull``, which the bound leaves no time for (the floor's answer needs no read).
-    A gpu_push point with a measured least (``least_stores_us``, the fastest of its
-    repeats) and the run's floor has a step ``stores`` too: what the stores it orders
-    before its doorbell cost beyond the floor (the least less the floor), against as much
-    of it as the bound allows for moving its bytes (the bound less the floor); the GPU
-    side is the rest, against the floor's share and what is left of that allowance (the
+    A gpu_push or host_staged point with a measured least (``least_stores_us``, the
+    fastest of its repeats) and the run's floor has a step ``stores`` too: what the stores
+    it orders before its doorbell cost beyond the floor (the least less the floor), against
+    as much of it as the bound allows for moving its bytes (the bound less the floor); the
+    GPU side is the rest, against the floor's share and what is left of that allowance (the
     reads of a copy the least does not make). A miss named ``stores`` lost its time in
     the hardware's stores and their ordering, not in gpuwrite's bookkeeping."""
     fixed = engine_fixed[(path, threads)]
@@ -786,8 +797,9 @@ def latency_sweep(floor_us: float, ceilings: dict, *, sizes=SWEEP_SIZES, paths=S
     measured then: each run is judged against its own repeat's floor (as each 64-byte
     latency run is), and a point's ``bound_us`` and least use the median of those floors;
     without it every run is judged against ``floor_us``. ``repeat_push_least``, where
-    given, is called before each repeat with the (size, threads) of the gpu_push points of
-    one WQE (at most K.RING_EACH_BYTES) and returns each one's measured least
+    given, is called before each repeat with the (path, size, threads) of the gpu_push and
+    host_staged points of one WQE (at most K.RING_EACH_BYTES) and returns each one's
+    measured least
     (``least_push_stores_us``): those points carry its runs (``least_stores_us``), and their
     least is the larger of the fastest of them and ``least_push_us`` (``least_kind``:
     "stores" or "copy")."""
@@ -797,7 +809,7 @@ def latency_sweep(floor_us: float, ceilings: dict, *, sizes=SWEEP_SIZES, paths=S
     hosts: dict = {pt: [] for pt in points}
     samples: list[dict] = []
     floors: list[float] = []
-    one_wqe = [(n, t) for p, n, t in points if p == "gpu_push" and n <= K.RING_EACH_BYTES]
+    one_wqe = [pt for pt in points if pt[0] in PUSHED_PATHS and pt[1] <= K.RING_EACH_BYTES]
     push_leasts: dict = {pt: [] for pt in one_wqe}
     for k in range(repeats):
         step(f"latency vs size ({k + 1} of {repeats})")
@@ -825,7 +837,7 @@ def latency_sweep(floor_us: float, ceilings: dict, *, sizes=SWEEP_SIZES, paths=S
         target = _sweep_target(path, size)
         p50s = [r.latency_p50_us for r in rs]
         split = splits[(path, size, th)]
-        stores = push_leasts.get((size, th)) if path == "gpu_push" else None
+        stores = push_leasts.get((path, size, th))
         least_stores = min(stores) if stores else None
         judged = []
         for r, sp, host, floor in zip(rs, split, hosts[(path, size, th)], floors):
@@ -962,7 +974,8 @@ def run_suite(quick: bool = False, progress=None, *, sizes=SWEEP_SIZES, paths=SW
                                  reverse_us=out["floor_reverse_64B_us"]["median"],
                                  repeat_ceilings=repeat_ceilings, repeat_floor=repeat_floor,
                                  repeat_push_least=lambda pts: {
-                                     pt: least_push_stores_us(*pt, lat_n) for pt in pts})
+                                     (p, n, t): least_push_stores_us(n, t, lat_n, p)
+                                     for p, n, t in pts})
     out["sweep_floor_runs_us"] = spread(sweep_floors)
     out["sweep_ceilings_gbytes"] = {k: spread([ceilings[k]] + [c[k] for c in by_repeat])
                                     for k in by_repeat[0]}

@@ -182,21 +182,23 @@ def _least_cell(pt: dict) -> str:
     return f"{pt['least_ratio']:.2f}" + (" st" if pt.get("least_kind") == "stores" else "")
 
 
-def _least_stores_line(sweep: list[dict]) -> str:
+def _least_stores_lines(sweep: list[dict]) -> list[str]:
     """The measured push leasts (``least_stores_us``) against each point's bound, min /
-    median / max over the sweep's repeats; "" where the file has none (before session 36).
-    "st" in the table marks the points whose least they are."""
+    median / max over the sweep's repeats, a line per path; none where the file has none
+    (before session 36; host_staged's since session 37). "st" in the table marks the
+    points whose least they are."""
     from gpuwrite.experiments.style import bytes_label
-    pts = [pt for pt in sweep if "least_stores_us" in pt]
-    if not pts:
-        return ""
-    each = "; ".join(
-        f"{bytes_label(pt['size_bytes'])} {pt['threads']} thr "
-        + " / ".join(f"{pt['least_stores_us'][k] / pt['bound_us']:.2f}"
-                     for k in ("min", "median", "max"))
-        for pt in pts)
-    return (f"least st, gpu_push: {LEAST_WORDS['stores']} (its payload from registers), "
-            f"measured before each sweep repeat, x the point's bound: {each}")
+    lines = []
+    for path in dict.fromkeys(pt["path"] for pt in sweep if "least_stores_us" in pt):
+        each = "; ".join(
+            f"{bytes_label(pt['size_bytes'])} {pt['threads']} thr "
+            + " / ".join(f"{pt['least_stores_us'][k] / pt['bound_us']:.2f}"
+                         for k in ("min", "median", "max"))
+            for pt in sweep if pt["path"] == path and "least_stores_us" in pt)
+        lines.append(f"least st, {path}: {LEAST_WORDS['stores']} (its payload from registers"
+                     + ("" if path == "gpu_push" else "; no staging header")
+                     + f"), measured before each sweep repeat, x the point's bound: {each}")
+    return lines
 
 
 def _sweep_why(pt: dict) -> str:
@@ -465,8 +467,7 @@ def _print(out: dict) -> None:
         console.print("  " + line)
     for path in sorted({pt["path"] for pt in out["sweep"]}):
         console.print(f"  {path}: {next(pt['emulation'] for pt in out['sweep'] if pt['path'] == path)}")
-    line = _least_stores_line(out["sweep"])
-    if line:
+    for line in _least_stores_lines(out["sweep"]):
         console.print("  " + line)
     below = out.get("targets_below_least", {})
     from gpuwrite.bench.suite import sweep_key

@@ -459,8 +459,8 @@ def _inline_segments(q, nbytes, raddr, rkey, signaled):
 def _leader_reserve(h, path, src, src_word, n, raddr, rkey, with_sig, sig_raddr, sig_rkey,
                     sig_value, signaled, ring_now, small):
     """The leader's part before the payload copy: the sticky status, SQ space (one more
-    BB for a signal), staging slots or bounce words. A small push or inline write and a
-    signal alone are posted whole here. Returns (status, word)."""
+    BB for a signal), staging slots or bounce words. A small push, host_staged or inline
+    write and a signal alone are posted whole here. Returns (status, word)."""
     Q, q, a, cfg, scope, timeout_ns, chunk_bytes, ring_each_bytes = h
     st = a[A_STATUS]
     if st != OK:
@@ -474,7 +474,9 @@ def _leader_reserve(h, path, src, src_word, n, raddr, rkey, with_sig, sig_raddr,
         if with_sig:
             data_bbs = (dv.inline_bbs(n) if inline else 1) if small else 0
             st = dv.sq_reserve(q, 0, 1 + data_bbs, timeout_ns)
-        if st == OK and small:
+        if st == OK and small and path == HOST_STAGED:
+            st = dv.staged_small(q, 0, src, src_word, n, raddr, rkey, timeout_ns)
+        elif st == OK and small:
             st = dv.post_small(q, 0, inline, src, src_word, n, raddr, rkey, signaled, timeout_ns)
         if st == OK:
             # Only a posted WQE asks for a completion: a put of 0 bytes posts none, and
@@ -491,7 +493,9 @@ def _leader_reserve(h, path, src, src_word, n, raddr, rkey, with_sig, sig_raddr,
         if st == OK:
             word = dv.stage_header(q, 0, first, n, slots, q[dv.Q_STATE][0, dv.S_PI])
     elif st == OK and path == HOST_STAGED:
-        st, word = dv.bounce_reserve(q, 0, (n + 3) >> 2, timeout_ns)
+        # Whole 16-byte vectors, as dv.staged_reserve claims them: every run then starts
+        # on a vector, where a small put's 16-byte stores can go.
+        st, word = dv.bounce_reserve(q, 0, ((n + 15) >> 4) << 2, timeout_ns)
     return st, word
 
 
@@ -546,8 +550,8 @@ def _post(h, path, small, src, src_word, n, raddr, rkey, lkey, last, with_sig, s
         elif path == GPU_PUSH_INLINE:
             _inline_payload(q, src, src_word, n, rank, nranks)
     # The barrier orders the lanes' payload stores before the leader's doorbell (and, at
-    # block scope, ends the broadcast). A small push or inline write is the leader's alone:
-    # a warp skips it.
+    # block scope, ends the broadcast). A small write (any path but nic_pull) is the
+    # leader's alone: a warp skips it.
     if not small or scope == SCOPE_BLOCK:
         _sync(scope)
     if leader and st == OK and n > 0 and not small:
@@ -625,13 +629,13 @@ def _put_by(h, src, src_word, nbytes, raddr, rkey, lkey, path, with_sig, sig_rad
             sig_value):
     """``_put`` by one path (inlined at each call: there ``path`` is a constant)."""
     Q, q, a, cfg, scope, timeout_ns, chunk_bytes, ring_each_bytes = h
-    if (path == GPU_PUSH or path == GPU_PUSH_INLINE) and nbytes > 0 and \
+    if path != NIC_PULL and nbytes > 0 and \
             dv.small_ok(path == GPU_PUSH_INLINE, src, src_word, nbytes):
-        # A small push or inline write is one WQE the leader posts whole: its own copy of
-        # _post, outside the chunk loop. With ``small`` known only at run time inside the
-        # loop, a 64-byte put spent 1.09 to 1.15 us before its doorbell against the verbs'
-        # 0.53 to 0.54 (0.22 us the loop, 0.22 the run-time ``small``); this way 0.64
-        # (H100, BENCHMARKS.md, session 24).
+        # A small push, host_staged write or inline write is one WQE the leader posts
+        # whole (dv.post_small, dv.staged_small): its own copy of _post, outside the chunk
+        # loop. With ``small`` known only at run time inside the loop, a 64-byte put spent
+        # 1.09 to 1.15 us before its doorbell against the verbs' 0.53 to 0.54 (0.22 us the
+        # loop, 0.22 the run-time ``small``); this way 0.64 (H100, BENCHMARKS.md, session 24).
         return _post(h, path, True, src, src_word, nbytes, raddr, rkey, lkey, True, with_sig,
                      sig_raddr, sig_rkey, sig_value)
     chunk = nbytes

@@ -491,6 +491,57 @@ def push_reserve(Q, i, nbytes, raddr, rkey, signaled, timeout_ns):
 
 
 @cuda.jit(device=True)
+def staged_reserve(Q, i, nbytes, raddr, rkey, timeout_ns):
+    """host_staged's bookkeeping on one thread, as ``push_reserve`` is gpu_push's:
+    ``sq_reserve``, ``bounce_reserve`` of whole 16-byte vectors (so that every run starts
+    on a vector) and the WQE, signaled (its completion returns the bounce space). Returns
+    (status, the payload's first bounce word); the caller copies the payload there before
+    the doorbell."""
+    st = sq_reserve(Q, i, 1, timeout_ns)
+    if st != OK:
+        return st, 0
+    st, word = bounce_reserve(Q, i, ((nbytes + 15) >> 4) << 2, timeout_ns)
+    if st != OK:
+        return st, 0
+    info = Q[Q_INFO]
+    wqe_rdma_write(Q, i, info[i, I_BOUNCE_ADDR] + word * 4, info[i, I_BOUNCE_LKEY], nbytes,
+                   raddr, rkey, True, Q[Q_STATE][i, S_BOUNCE_RES])
+    return OK, word
+
+
+@cuda.jit(device=True, inline="always")
+def _reserve_into(Q, i, bounce, nbytes, raddr, rkey, signaled, timeout_ns):
+    """``staged_reserve`` where ``bounce`` (a constant at every call: the other branch is
+    dropped), else ``push_reserve``; returns (status, word, the ring the payload goes to,
+    whether that word is 16-byte aligned). The staging ring's payloads always are; a bounce
+    ring's are where its row is (``bounce_bytes`` need only be a multiple of 4)."""
+    if bounce:
+        st, word = staged_reserve(Q, i, nbytes, raddr, rkey, timeout_ns)
+        ring = Q[Q_BOUNCE][i]
+        return st, word, ring, (address_of(ring, word) & 15) == 0
+    st, word = push_reserve(Q, i, nbytes, raddr, rkey, signaled, timeout_ns)
+    return st, word, Q[Q_STAGE][i], True
+
+
+@cuda.jit(device=True, inline="always")
+def _small_into(Q, i, bounce, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns):
+    """``push_small`` into the staging ring, or with ``bounce`` (a constant) into the
+    bounce ring (``staged_small``)."""
+    fast = _fast16(src, src_word, nbytes)
+    chunks = (nbytes >> 4) if fast else 0
+    first64 = _load64(src, src_word, chunks)
+    st, word, ring, aligned = _reserve_into(Q, i, bounce, nbytes, raddr, rkey, signaled,
+                                            timeout_ns)
+    if st != OK:
+        return st
+    if not (fast and aligned):
+        copy_bytes(ring, word, src, src_word, nbytes, 0, 1)
+        return OK
+    _store64(ring, word, first64, chunks)
+    return OK
+
+
+@cuda.jit(device=True)
 def push_small(Q, i, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns):
     """Posts a pushed RDMA write of a small payload from one thread; returns a status.
 
@@ -501,18 +552,18 @@ def push_small(Q, i, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns):
     thread moves it. The doorbell is the caller's (``ring_doorbell``, or
     ``flush_doorbell`` after a batch).
     """
-    fast = _fast16(src, src_word, nbytes)
-    chunks = (nbytes >> 4) if fast else 0
-    first64 = _load64(src, src_word, chunks)
-    st, word = push_reserve(Q, i, nbytes, raddr, rkey, signaled, timeout_ns)
-    if st != OK:
-        return st
-    stage = Q[Q_STAGE][i]
-    if not fast:
-        copy_bytes(stage, word, src, src_word, nbytes, 0, 1)
-        return OK
-    _store64(stage, word, first64, chunks)
-    return OK
+    return _small_into(Q, i, False, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns)
+
+
+@cuda.jit(device=True)
+def staged_small(Q, i, src, src_word, nbytes, raddr, rkey, timeout_ns):
+    """host_staged's ``push_small``: the payload into the bounce ring from one thread, the
+    WQE signaled (``staged_reserve``); returns a status. host_staged differs from gpu_push
+    in where the payload lies for the NIC, not in how the GPU writes it: the same one
+    thread and no barrier (with the block's copy and its barriers a 64-byte host_staged
+    write took 0.3 to 0.4 us longer than gpu_push's on an H200, BENCHMARKS.md, session
+    37). The doorbell is the caller's."""
+    return _small_into(Q, i, True, src, src_word, nbytes, raddr, rkey, True, timeout_ns)
 
 
 @cuda.jit(device=True)
@@ -520,6 +571,36 @@ def push_mid_ok(src, src_word, nbytes):
     """Whether ``push_mid`` sends this payload: more than ``SMALL_PUSH_BYTES`` and at most
     ``MID_PUSH_BYTES``, whole 16-byte words from a 16-byte aligned source."""
     return SMALL_PUSH_BYTES < nbytes <= MID_PUSH_BYTES and _fast16(src, src_word, nbytes)
+
+
+@cuda.jit(device=True, inline="always")
+def _mid_into(Q, i, bounce, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns, buf):
+    """``push_mid`` into the staging ring, or with ``bounce`` (a constant) into the bounce
+    ring (``staged_mid``)."""
+    chunks = nbytes >> 4
+    x0 = _load64(src, src_word, chunks)
+    x1 = _load64(src, src_word + 16, chunks - 4)
+    late = chunks > MID_REG_VECTORS     # bytes past the first 128: read into buf
+    if late:
+        for k in range(MID_LATE_VECTORS):
+            if MID_REG_VECTORS + k < chunks:
+                cp_async16(buf, 4 * k, src, src_word + 4 * (MID_REG_VECTORS + k))
+    st, word, ring, aligned = _reserve_into(Q, i, bounce, nbytes, raddr, rkey, signaled,
+                                            timeout_ns)
+    if late:
+        cp_async_wait_all()     # no read outlives the call, whatever its status
+    if st != OK:
+        return st
+    if not aligned:
+        copy_bytes(ring, word, src, src_word, nbytes, 0, 1)
+        return OK
+    _store64(ring, word, x0, chunks)
+    _store64(ring, word + 16, x1, chunks - 4)
+    if late:
+        for k in range(MID_LATE_VECTORS):
+            store16_if(ring, word + 4 * (MID_REG_VECTORS + k), ld_v4_u32(buf, 4 * k),
+                       MID_REG_VECTORS + k < chunks)
+    return OK
 
 
 @cuda.jit(device=True)
@@ -531,27 +612,14 @@ def push_mid(Q, i, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns, buf
     the bookkeeping. Holding all 256 bytes in registers spilled the kernel at its register
     cap; reading the last 128 after the bookkeeping put a read from GPU memory on the
     push's path (BENCHMARKS.md, session 34). The doorbell is the caller's."""
-    chunks = nbytes >> 4
-    x0 = _load64(src, src_word, chunks)
-    x1 = _load64(src, src_word + 16, chunks - 4)
-    late = chunks > MID_REG_VECTORS     # bytes past the first 128: read into buf
-    if late:
-        for k in range(MID_LATE_VECTORS):
-            if MID_REG_VECTORS + k < chunks:
-                cp_async16(buf, 4 * k, src, src_word + 4 * (MID_REG_VECTORS + k))
-    st, word = push_reserve(Q, i, nbytes, raddr, rkey, signaled, timeout_ns)
-    if late:
-        cp_async_wait_all()     # no read outlives the call, whatever its status
-    if st != OK:
-        return st
-    stage = Q[Q_STAGE][i]
-    _store64(stage, word, x0, chunks)
-    _store64(stage, word + 16, x1, chunks - 4)
-    if late:
-        for k in range(MID_LATE_VECTORS):
-            store16_if(stage, word + 4 * (MID_REG_VECTORS + k), ld_v4_u32(buf, 4 * k),
-                       MID_REG_VECTORS + k < chunks)
-    return OK
+    return _mid_into(Q, i, False, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns, buf)
+
+
+@cuda.jit(device=True)
+def staged_mid(Q, i, src, src_word, nbytes, raddr, rkey, timeout_ns, buf):
+    """host_staged's ``push_mid`` (see ``staged_small``): a payload ``push_mid_ok``
+    accepts, into the bounce ring from one thread; returns a status."""
+    return _mid_into(Q, i, True, src, src_word, nbytes, raddr, rkey, True, timeout_ns, buf)
 
 
 @cuda.jit(device=True)

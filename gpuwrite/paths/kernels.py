@@ -3,9 +3,10 @@
 One thread block drives one queue pair and sends that QP's messages in order. Thread 0
 does the bookkeeping (slots, WQEs, doorbells, completions) and publishes each step's
 outcome to the block through shared memory; all threads copy payloads
-(``gpuwrite.device.copy.copy_bytes``), except that thread 0 posts small pushes and small
-inline writes alone (``dv.push_small``, ``dv.push_mid``, ``dv.inline_small``) and the
-first warp posts medium pushes without a block barrier.
+(``gpuwrite.device.copy.copy_bytes``), except that thread 0 posts small pushes, small
+host_staged writes and small inline writes alone (``dv.push_small``, ``dv.push_mid``,
+``dv.staged_small``, ``dv.staged_mid``, ``dv.inline_small``) and the first warp posts
+medium pushes and host_staged writes without a block barrier.
 
 Paths (one kernel each, ``send_messages_for(path)``):
   PUSH     gpu_push: payload written by the GPU into the NIC's staging region
@@ -39,8 +40,8 @@ R_STATUS, R_SENT, R_SYND = 0, 1, 2
 # Messages this large are announced to the NIC as soon as they are written rather than
 # at the end of their batch: the NIC's copy of one overlaps the GPU's writing of the next.
 RING_EACH_BYTES = 65536
-# Pushes of at most this many bytes (that neither dv.push_small nor dv.push_mid takes) are
-# posted by the first warp alone, with warp barriers: a block barrier after stores to host
+# Pushes and host_staged writes of at most this many bytes (that no one-thread post takes)
+# are posted by the first warp alone, with warp barriers: a block barrier after stores to host
 # memory costs 0.2 to 0.5 us on an H200 (BENCHMARKS.md, run 13), and one warp's unrolled
 # round moves 2 KiB (32 lanes x 4 vectors x 16 bytes), so up to there the block's other
 # warps have no vector of their own to copy.
@@ -151,17 +152,26 @@ def _send_messages(path: int):
                 signaled = (end_of_batch and last) or not last or path == STAGED
                 src_word = src0 + off // 4
                 raddr = dst_addr + dst0 + off
-                small = (path == PUSH or path == INLINE) and \
-                    dv.small_ok(path == INLINE, src, src_word, n)
-                if small or (path == PUSH and dv.push_mid_ok(src, src_word, n)):
+                # gpu_push and host_staged write their payloads into host-visible memory the
+                # same way (one thread, the first warp, the block, by size); they differ in
+                # the ring it goes to and the NIC's reading of it.
+                pushed = path == PUSH or path == STAGED
+                small = path != PULL and dv.small_ok(path == INLINE, src, src_word, n)
+                if small or (pushed and dv.push_mid_ok(src, src_word, n)):
                     # One thread posts it, with 16-byte stores and no barrier: a block
                     # barrier after stores to host memory costs 0.2 to 0.5 us on an H200
                     # (run 13), and on an H100 one thread is 0.2 us faster than the first
                     # warp at 128 B and 0.03 to 0.06 at 256 B (BENCHMARKS.md, session 26).
                     if tid == 0:
-                        if small:
+                        if small and path == STAGED:
+                            status = dv.staged_small(q, 0, src, src_word, n, raddr, rkey,
+                                                     timeout)
+                        elif small:
                             status = dv.post_small(q, 0, path == INLINE, src, src_word, n, raddr,
                                                    rkey, signaled, timeout)
+                        elif path == STAGED:
+                            status = dv.staged_mid(q, 0, src, src_word, n, raddr, rkey, timeout,
+                                                   mid)
                         else:
                             status = dv.push_mid(q, 0, src, src_word, n, raddr, rkey, signaled,
                                                  timeout, mid)
@@ -169,7 +179,7 @@ def _send_messages(path: int):
                             dv.flush_doorbell(q, 0)
                     off += n
                     continue
-                if path == PUSH and n <= WARP_PUSH_BYTES and \
+                if pushed and n <= WARP_PUSH_BYTES and \
                         (WARP_PATH_ANY_BLOCK or cuda.blockDim.x <= 32):
                     # The first warp posts it: lane 0 reserves and writes the WQE, the lanes
                     # copy, and a warp barrier orders their stores before lane 0's doorbell.
@@ -180,15 +190,20 @@ def _send_messages(path: int):
                         pre = preload_fits(n, lanes)
                         x = preload(src, src_word, n if pre else 0, tid, lanes)
                         if tid == 0:
-                            st, word = dv.push_reserve(q, 0, n, raddr, rkey, signaled, timeout)
+                            if path == STAGED:
+                                st, word = dv.staged_reserve(q, 0, n, raddr, rkey, timeout)
+                            else:
+                                st, word = dv.push_reserve(q, 0, n, raddr, rkey, signaled,
+                                                           timeout)
                             sh[0] = st
                             sh[1] = word
                         warp_sync(lanes)
                         status = sh[0]
+                        ring = q[dv.Q_BOUNCE][0] if path == STAGED else q[dv.Q_STAGE][0]
                         if status == 0 and pre:
-                            store_preloaded(q[dv.Q_STAGE][0], sh[1], x, n, tid, lanes)
+                            store_preloaded(ring, sh[1], x, n, tid, lanes)
                         elif status == 0:
-                            copy_bytes(q[dv.Q_STAGE][0], sh[1], src, src_word, n, tid, lanes)
+                            copy_bytes(ring, sh[1], src, src_word, n, tid, lanes)
                         warp_sync(lanes)
                         if tid == 0 and status == 0 and not last:
                             dv.flush_doorbell(q, 0)

@@ -326,31 +326,35 @@ def test_the_push_least_pingpong_writes_what_a_push_orders_before_its_doorbell()
 
 
 def test_a_push_target_below_its_measured_stores_is_named(monkeypatch):
-    """gpu_push points of one WQE (to 64 KiB) have a measured least too, taken before each
-    repeat: the floor's ping-pong after the stores such a push makes before its doorbell.
-    A point's least is the larger of it and the block's copy (``least_kind`` says which),
-    the fastest of the repeats' (their polls land in one phase or another by launch);
-    points past one WQE, and other paths, are not measured. Here a 1 KiB push whose stores
-    cost 4.2, 4.0 and 4.1 us against a bound of 3.02: at least 1.32x, above the 1.25x
-    target; 64 KiB with 256 threads, where the block's copy (3.0 + 64 KiB / 36 GB/s = 4.82
-    us) exceeds the stores' 4.5."""
+    """gpu_push and host_staged points of one WQE (to 64 KiB) have a measured least too,
+    taken before each repeat: the floor's ping-pong after the stores such a message makes
+    before its doorbell. A point's least is the larger of it and the block's copy
+    (``least_kind`` says which), the fastest of the repeats' (their polls land in one phase
+    or another by launch); points past one WQE, and other paths, are not measured. Here a
+    1 KiB push whose stores cost 4.2, 4.0 and 4.1 us against a bound of 3.02: at least
+    1.32x, above the 1.25x target; 64 KiB with 256 threads, where the block's copy (3.0 +
+    64 KiB / 36 GB/s = 4.82 us) exceeds the stores' 4.5; host_staged's 1 KiB with 32
+    threads its own (3.1), not gpu_push's."""
     monkeypatch.setattr(suite.runner, "run", lambda path, sizes, **kw: _Run(9.0, 0.2))
     asked = []
     leasts = iter([4.2, 4.0, 4.1])
 
     def measure(pts):
         asked.append(list(pts))
-        return {pt: (4.5 if pt[0] == 65536 else next(leasts) if pt == (1024, 32) else 3.1)
-                for pt in pts}
+        return {pt: (4.5 if pt[1] == 65536 else next(leasts) if pt == ("gpu_push", 1024, 32)
+                     else 3.1) for pt in pts}
 
     ceilings = {"bulk_store_gbytes": 50.0, "warp_copy_hbm_gbytes": 8.0,
                 "block256_copy_hbm_gbytes": 36.0}
     pts = suite.latency_sweep(3.0, ceilings, sizes=(1024, 65536, 1 << 20),
-                              paths=("gpu_push", "nic_pull"), threads=(32, 256), repeats=3,
-                              reverse_us=3.2, repeat_push_least=measure)
+                              paths=("gpu_push", "nic_pull", "host_staged"), threads=(32, 256),
+                              repeats=3, reverse_us=3.2, repeat_push_least=measure)
     assert len(asked) == 3
-    assert sorted(asked[0]) == [(1024, 32), (1024, 256), (65536, 32), (65536, 256)]
+    assert sorted(asked[0]) == [(p, n, t) for p in ("gpu_push", "host_staged")
+                                for n in (1024, 65536) for t in (32, 256)]
     by = {(p["path"], p["size_bytes"], p["threads"]): p for p in pts}
+    staged = by[("host_staged", 1024, 32)]
+    assert staged["least_stores_us"]["runs"] == [3.1] * 3 and staged["least_kind"] == "stores"
     kib = by[("gpu_push", 1024, 32)]
     assert kib["least_stores_us"]["runs"] == [4.2, 4.0, 4.1]
     assert kib["least_us"] == 4.0 and kib["least_kind"] == "stores"
@@ -374,17 +378,25 @@ def test_a_push_target_below_its_measured_stores_is_named(monkeypatch):
 def test_the_printout_names_which_least_a_target_lies_below(monkeypatch, capsys):
     """The sweep table marks a least measured from a push's stores ("st") and lists those
     leasts under it; a target below a least names that least's kind."""
-    from gpuwrite.cli.bench import LEAST_WORDS, _least_cell, _least_stores_line
+    from gpuwrite.cli.bench import LEAST_WORDS, _least_cell, _least_stores_lines
     pt = {"path": "gpu_push", "size_bytes": 1024, "threads": 32, "bound_us": 3.0,
           "least_ratio": 1.36, "least_kind": "stores",
           "least_stores_us": suite.spread([4.2, 4.0, 4.1])}
     assert _least_cell(pt) == "1.36 st"
     assert _least_cell({**pt, "least_kind": "copy"}) == "1.36"
     assert _least_cell({"path": "gpu_push"}) == ""
-    line = _least_stores_line([pt, {"path": "nic_pull", "least_ratio": 2.0}])
-    assert line.startswith("least st, gpu_push: " + LEAST_WORDS["stores"])
-    assert line.endswith("x the point's bound: 1 KiB 32 thr 1.33 / 1.37 / 1.40")
-    assert _least_stores_line([{"path": "gpu_push", "least_ratio": 1.1}]) == ""
+    staged = {**pt, "path": "host_staged", "size_bytes": 64,
+              "least_stores_us": suite.spread([3.3, 3.6, 3.3])}
+    lines = _least_stores_lines([pt, {"path": "nic_pull", "least_ratio": 2.0}, staged,
+                                 {**pt, "size_bytes": 4096}])
+    assert len(lines) == 2      # a line per path, each with its points in the sweep's order
+    assert lines[0].startswith("least st, gpu_push: " + LEAST_WORDS["stores"])
+    assert lines[0].endswith("x the point's bound: 1 KiB 32 thr 1.33 / 1.37 / 1.40; "
+                             "4 KiB 32 thr 1.33 / 1.37 / 1.40")
+    assert lines[1].startswith("least st, host_staged: ")
+    assert "no staging header" in lines[1] and "no staging header" not in lines[0]
+    assert lines[1].endswith("x the point's bound: 64 B 32 thr 1.10 / 1.10 / 1.20")
+    assert _least_stores_lines([{"path": "gpu_push", "least_ratio": 1.1}]) == []
     # Session 36's second H200 bench, printed whole: the marks, the line, and a miss in the
     # stores explained under the table once a run is charged to them.
     from gpuwrite.cli.bench import _print
@@ -416,35 +428,47 @@ def test_a_push_least_stores_with_the_threads_the_kernel_uses(monkeypatch, size,
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("nbytes, threads", [(64, 32), (272, 32), (4096, 32)])
-def test_the_push_stores_pingpong_writes_what_a_push_of_that_size_orders(nbytes, threads):
-    """``_pingpong_after_push_stores`` stores, before each ping, a 16-byte staging header,
-    the payload's whole vectors after it (by ``push_lanes`` threads) and a 64-byte WQE,
-    each message in lines of its own; then the doorbell record (the ping) and register,
-    answered by the floor's host responder. Nothing past the payload's vectors is written."""
+@pytest.mark.parametrize("nbytes, threads, path", [(64, 32, "gpu_push"), (272, 32, "gpu_push"),
+                                                   (4096, 32, "gpu_push"),
+                                                   (64, 32, "host_staged"),
+                                                   (272, 32, "host_staged")])
+def test_the_push_stores_pingpong_writes_what_a_push_of_that_size_orders(nbytes, threads, path):
+    """``_pingpong_after_push_stores`` stores, before each ping, a 16-byte staging header
+    (gpu_push; host_staged writes none), the payload's whole vectors after it (by
+    ``push_lanes`` threads) and a 64-byte WQE, each message in lines of its own; then the
+    doorbell record (the ping) and register, answered by the floor's host responder.
+    Nothing past the payload's vectors is written."""
     import numpy as np
 
     from gpuwrite.cudaenv import SIMULATOR
     from gpuwrite.host.memory import mapped
     if not SIMULATOR:
-        assert 0.1 < suite.least_push_stores_us(nbytes, threads, 200) < 100.0
-    slot = (4 + nbytes // 4 + 31) // 32 * 32
+        assert 0.1 < suite.least_push_stores_us(nbytes, threads, 200, path) < 100.0
+    lead = 4 if path == "gpu_push" else 0
+    slot = (lead + nbytes // 4 + 31) // 32 * 32
     stage = mapped((4 * slot,), np.uint32)
     sq = mapped((suite.LEAST_LINES * 16,), np.uint32)
     stage.host[:] = 0xDEADBEEF
     sq.host[:] = 0xDEADBEEF
     _three_pings_answered(lambda ping, pong, uar, out: suite._pingpong_after_push_stores[
         1, threads](ping.kernel, pong.kernel, uar.kernel, stage.kernel, sq.kernel, 3, out,
-                    20_000_000_000, nbytes, suite.push_lanes(nbytes, threads)))
+                    20_000_000_000, nbytes, suite.push_lanes(nbytes, threads), lead // 4))
     for k in range(3):
         line = stage.host[k * slot:(k + 1) * slot]
-        assert list(line[:4]) == [k, nbytes, 1, k]
+        if lead:
+            assert list(line[:4]) == [k, nbytes, 1, k]
+        payload = line[lead:lead + nbytes // 4]
         words = np.arange(nbytes // 4) & ~3
-        assert (line[4:4 + nbytes // 4].reshape(-1, 4)[:, 0] == k).all()
-        assert (line[4:4 + nbytes // 4][1::2] == words[1::2]).all()
-        assert (line[4 + nbytes // 4:] == 0xDEADBEEF).all()
+        assert (payload.reshape(-1, 4)[:, 0] == k).all()
+        assert (payload[1::2] == words[1::2]).all()
+        assert (line[lead + nbytes // 4:] == 0xDEADBEEF).all()
         assert (sq.host[k * 16:(k + 1) * 16] != 0xDEADBEEF).all()
     assert (stage.host[3 * slot:] == 0xDEADBEEF).all() and (sq.host[3 * 16:] == 0xDEADBEEF).all()
+
+
+def test_a_least_of_stores_is_for_the_pushed_paths_only():
+    with pytest.raises(ValueError, match=r"path='nic_pull': a least of stores is measured for"):
+        suite.least_push_stores_us(64, 32, 10, "nic_pull")
 
 
 @pytest.mark.parametrize("cpus, wanted, got", [(16, 14, 12), (16, 12, 12), (64, 14, 14),

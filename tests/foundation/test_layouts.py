@@ -130,7 +130,7 @@ kernels = {
                                     u32[::1], i64, i64[::1], i64)),
     "pingpong_after_push_stores": (S._pingpong_after_push_stores,
                                    (u32[::1], u32[::1], types.uint64[::1], u32[::1], u32[::1],
-                                    i64, i64[::1], i64, i64, i64)),
+                                    i64, i64[::1], i64, i64, i64, i64)),
     "bulk_store": (S._bulk_store, (u32[::1], i64)),
     "gpu_pong": (S._gpu_pong, (u32[::1], u32[::1], i64, i64, i64[::1], u32[::1], u32[::1],
                                i64)),
@@ -150,18 +150,24 @@ for name, (kernel, sig) in kernels.items():
 
 
 def test_ptx_of_a_small_push_is_vector_stores_and_no_barrier():
-    """push_small writes header, payload and WQE with 16-byte stores, and no block barrier."""
-    ptx = compile_sm90(r"""
+    """push_small writes header, payload and WQE with 16-byte stores, and no block barrier;
+    host_staged's staged_small the payload and WQE the same way."""
+    push, staged = compile_sm90(r"""
 from gpuwrite.device import verbs as dv
 def post(Q, src, out):
     out[0] = dv.push_small(Q, 0, src, 0, 64, 4096, 7, True, 1000000)
-ptx, _ = cuda.compile_ptx(post, (Q, u32[::1], types.int64[::1]), cc=(9, 0))
-print(ptx)
-""")
-    assert "bar.sync" not in ptx and "barrier" not in ptx
-    # header 1, payload 4, WQE 4 (16-byte stores); the payload read as 16-byte loads
-    assert ptx.count("st.global.v4.u32") >= 9
-    assert ptx.count("ld.global.v4.u32") >= 4
+def post_staged(Q, src, out):
+    out[0] = dv.staged_small(Q, 0, src, 0, 64, 4096, 7, 1000000)
+for fn in (post, post_staged):
+    ptx, _ = cuda.compile_ptx(fn, (Q, u32[::1], types.int64[::1]), cc=(9, 0))
+    print(ptx)
+    print("=====")
+""").split("=====")[:2]
+    for ptx, header in ((push, 1), (staged, 0)):
+        assert "bar.sync" not in ptx and "barrier" not in ptx
+        # header, payload 4, WQE 4 (16-byte stores); the payload read as 16-byte loads
+        assert ptx.count("st.global.v4.u32") >= header + 8
+        assert ptx.count("ld.global.v4.u32") >= 4
 
 
 def test_ptx_polls_with_acquire_inside_the_loop_and_rings_with_release():

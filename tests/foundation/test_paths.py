@@ -212,14 +212,17 @@ def test_poll_delay_is_checked():
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("path", ["gpu_push", "host_staged"])
 @pytest.mark.parametrize("batch", [1, 3])
-def test_small_pushes_and_block_pushes_interleave_in_order(batch):
+def test_small_pushes_and_block_pushes_interleave_in_order(batch, path):
     """Payloads that one thread pushes alone (multiples of 16 bytes up to 256, 16-byte
-    aligned source) and those the block copies (others), mixed on the same QPs."""
+    aligned source) and those the block copies (others), mixed on the same QPs: into
+    the staging ring (gpu_push) or the bounce ring (host_staged, dv.staged_small and
+    dv.staged_mid)."""
     # After a 20- or 260-byte message the next source word is no longer 16-byte aligned,
     # so a 64-byte message goes either way depending on what came before it.
     sizes = [64, 20, 64, 48, 256, 260, 16, 80, 272, 112, 4, 64] * small(8, 2)
-    r = runner.run("gpu_push", sizes, n_qps=2, batch=batch, block_threads=8, seed=5)
+    r = runner.run(path, sizes, n_qps=2, batch=batch, block_threads=8, seed=5)
     assert r.qp_errors == {}
     assert r.delivered == r.messages == len(sizes)
     assert r.counters["bytes_delivered"] == sum(sizes)
@@ -247,18 +250,34 @@ def test_which_payloads_one_thread_pushes():
     assert got == [(1, 0)] * 6 + [(0, 0)] + [(0, 1)] * 3 + [(0, 0)] * 5
 
 
+@pytest.mark.parametrize("path", ["gpu_push", "host_staged"])
 @pytest.mark.parametrize("threads", [4, 32])
-def test_one_thread_pushes_of_80_to_256_bytes_land_exactly(threads):
-    """Every size dv.push_mid takes (and its neighbours the warp takes: not whole 16-byte
-    words, or from a source word that is not 16-byte aligned), each checked with the
-    canary after it, batched and one at a time."""
+def test_one_thread_pushes_of_80_to_256_bytes_land_exactly(threads, path):
+    """Every size dv.push_mid (dv.staged_mid) takes, and its neighbours the warp takes (not
+    whole 16-byte words, or from a source word that is not 16-byte aligned), each checked
+    with the canary after it, batched and one at a time."""
     sizes = [16 * k for k in range(5, 17)] + [68, 100, 240, 252, 256, 20, 256, 272, 144]
     for wait_each in (False, True):
-        r = runner.run("gpu_push", sizes, n_qps=1, block_threads=threads, wait_each=wait_each,
+        r = runner.run(path, sizes, n_qps=1, block_threads=threads, wait_each=wait_each,
                        batch=3)
         assert r.qp_errors == {} and r.errors == 0
         assert r.delivered == r.messages == len(sizes)
-        assert r.counters["bytes_pushed"] == sum(sizes)
+        assert r.counters[BYTES_BY_PATH[path]] == sum(sizes)
+
+
+@pytest.mark.parametrize("threads", [1, 32])
+def test_host_staged_small_writes_into_a_bounce_row_off_the_vector(threads):
+    """A bounce ring need only be a multiple of 4 bytes, so QP 1's row of a 65,540-byte
+    ring starts 4 bytes past a 16-byte boundary: the one-thread and first-warp writes
+    (dv.staged_small, dv.staged_mid, the warp's store_preloaded) store it word by word
+    there, where 16-byte stores would be misaligned (the simulator checks every vector
+    access), and every byte lands."""
+    sizes = [64, 48, 256, 144, 1024, 2048, 16] * 2
+    r = runner.run("host_staged", sizes, n_qps=2, block_threads=threads, bounce_bytes=65540,
+                   wait_each=True)
+    assert r.qp_errors == {} and r.errors == 0
+    assert r.delivered == r.messages == len(sizes)
+    assert r.counters["bytes_host_read"] == sum(sizes)
 
 
 def test_small_inline_writes_wrap_the_send_queue_exactly():
