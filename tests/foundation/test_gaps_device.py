@@ -177,6 +177,56 @@ def test_a_run_padded_at_the_ring_end_waits_for_the_pad_slots_while_they_are_hel
 
 
 @cuda.jit
+def _bounce(Q, sizes, out):
+    if cuda.threadIdx.x == 0:
+        for k in range(sizes.shape[0]):
+            st, word = dv.bounce_reserve(Q, 0, sizes[k], 50_000_000)
+            out[k, 0] = st
+            out[k, 1] = word
+            out[k, 2] = Q[dv.Q_STATE][0, dv.S_BOUNCE_RES]
+
+
+def _bounce_model(ring: int, sizes):
+    """What bounce_reserve must answer with every word free: runs in order, one that would
+    cross the ring's end at word 0 with the skipped words charged; too large refused."""
+    res, rows = 0, []
+    for n in sizes:
+        if n > ring:
+            rows.append([dv.E_TOO_LARGE, 0, res])
+            continue
+        pos = res % ring
+        pad = ring - pos if pos + n > ring else 0
+        res += pad + n
+        rows.append([dv.OK, (pos + pad) % ring, res])
+    return rows
+
+
+@pytest.mark.timeout(30)
+def test_bounce_runs_wrap_a_ring_of_any_size_in_words(nic):
+    """A 100-word bounce ring (no power of two: its position is kept, not taken modulo
+    the ring): runs that end exactly at the end, that would cross it and start at word
+    0 with the rest charged, one of the whole ring, one too large; with every word free,
+    each answer is the ring model's. Then a run that does not fit what is free waits,
+    and times out with the bounce ring's own code."""
+    qs = nic.alloc_pd().create_queues(1, sq_bbs=16, ncqe=16, bounce_bytes=400)
+    state = qs.state.copy_to_host()
+    state[0, dv.S_BOUNCE_FREE] = 1 << 40
+    qs.state.copy_to_device(state)
+    sizes = [12, 40, 48, 16, 100, 4, 101, 96, 8, 60, 40, 36, 64]
+    out = cuda.to_device(np.zeros((len(sizes), 3), dtype=np.int64))
+    _bounce[1, 1](qs.device_args, cuda.to_device(np.array(sizes, dtype=np.int64)), out)
+    got = out.copy_to_host().tolist()
+    assert got == _bounce_model(100, sizes)
+    assert [w for st, w, _ in got if st == dv.OK][:6] == [0, 12, 52, 0, 0, 0]
+    state = qs.state.copy_to_host()
+    state[0, dv.S_BOUNCE_FREE] = state[0, dv.S_BOUNCE_RES] - 100 + 20    # 20 words free
+    qs.state.copy_to_device(state)
+    out = cuda.to_device(np.zeros((1, 3), dtype=np.int64))
+    _bounce[1, 1](qs.device_args, cuda.to_device(np.array([24], dtype=np.int64)), out)
+    assert out.copy_to_host()[0, 0] == dv.E_TIMEOUT_BOUNCE
+
+
+@cuda.jit
 def _post_bad_rkey_and_wait(Q, src_addr, lkey, dst_addr, rkey, out):
     if cuda.threadIdx.x == 0:
         dv.wqe_rdma_write(Q, 0, src_addr, lkey, 64, dst_addr, rkey ^ 0x3, True, 0)
