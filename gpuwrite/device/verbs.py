@@ -474,39 +474,73 @@ def _store64(dst, word, x, chunks):
 
 
 @cuda.jit(device=True)
-def push_reserve(Q, i, nbytes, raddr, rkey, signaled, timeout_ns):
-    """The bookkeeping of a pushed RDMA write, on one thread: ``sq_reserve``,
-    ``stage_reserve``, ``stage_header`` and the WQE (``wqe_rdma_write``). Returns
-    (status, the payload's first staging word); the caller copies the payload there
-    before the doorbell, which orders it before the NIC can see the WQE."""
+def push_claim(Q, i, nbytes, timeout_ns):
+    """The space a pushed RDMA write needs, claimed on one thread: ``sq_reserve`` and
+    ``stage_reserve``. Returns (status, the payload's first staging word, the slots'
+    first word, slots). Nothing is written to host memory: ``push_describe`` writes the
+    staging header and the WQE, and may come after the payload's stores (a barrier
+    after a store to host memory waits for it, BENCHMARKS.md session 37)."""
     st = sq_reserve(Q, i, 1, timeout_ns)
     if st != OK:
-        return st, 0
+        return st, 0, 0, 0
     st, first, slots = stage_reserve(Q, i, nbytes, timeout_ns)
     if st != OK:
-        return st, 0
+        return st, 0, 0, 0
+    lead = stage_lead(nbytes, Q[Q_INFO][i, I_SLOT_BYTES])
+    return OK, first + (lead >> 2) + _HDR_WORDS, first, slots
+
+
+@cuda.jit(device=True)
+def push_describe(Q, i, first, nbytes, slots, raddr, rkey, signaled):
+    """Writes the staging header and the WQE of the push ``push_claim`` claimed ``slots``
+    slots at ``first`` for (one thread, before the doorbell)."""
     word = stage_header(Q, i, first, nbytes, slots, Q[Q_STATE][i, S_PI])
     wqe_rdma_write(Q, i, stage_address(Q, i, word), Q[Q_INFO][i, I_STAGE_LKEY], nbytes,
                    raddr, rkey, stage_signal(Q, i, signaled), stage_aux(Q, i))
+
+
+@cuda.jit(device=True)
+def push_reserve(Q, i, nbytes, raddr, rkey, signaled, timeout_ns):
+    """The bookkeeping of a pushed RDMA write, on one thread: ``push_claim`` and
+    ``push_describe``. Returns (status, the payload's first staging word); the caller
+    copies the payload there before the doorbell, which orders it before the NIC can see
+    the WQE."""
+    st, word, first, slots = push_claim(Q, i, nbytes, timeout_ns)
+    if st != OK:
+        return st, 0
+    push_describe(Q, i, first, nbytes, slots, raddr, rkey, signaled)
     return OK, word
+
+
+@cuda.jit(device=True)
+def staged_claim(Q, i, nbytes, timeout_ns):
+    """host_staged's ``push_claim``: ``sq_reserve`` and ``bounce_reserve`` of whole 16-byte
+    vectors (so that every run starts on a vector); returns (status, the payload's first
+    bounce word). Nothing is written to host memory."""
+    st = sq_reserve(Q, i, 1, timeout_ns)
+    if st != OK:
+        return st, 0
+    return bounce_reserve(Q, i, ((nbytes + 15) >> 4) << 2, timeout_ns)
+
+
+@cuda.jit(device=True)
+def staged_describe(Q, i, word, nbytes, raddr, rkey):
+    """Writes the WQE of the host_staged write ``staged_claim`` claimed bounce ``word``
+    for, signaled: its completion returns the bounce space (one thread)."""
+    info = Q[Q_INFO]
+    wqe_rdma_write(Q, i, info[i, I_BOUNCE_ADDR] + word * 4, info[i, I_BOUNCE_LKEY], nbytes,
+                   raddr, rkey, True, Q[Q_STATE][i, S_BOUNCE_RES])
 
 
 @cuda.jit(device=True)
 def staged_reserve(Q, i, nbytes, raddr, rkey, timeout_ns):
     """host_staged's bookkeeping on one thread, as ``push_reserve`` is gpu_push's:
-    ``sq_reserve``, ``bounce_reserve`` of whole 16-byte vectors (so that every run starts
-    on a vector) and the WQE, signaled (its completion returns the bounce space). Returns
-    (status, the payload's first bounce word); the caller copies the payload there before
-    the doorbell."""
-    st = sq_reserve(Q, i, 1, timeout_ns)
+    ``staged_claim`` and ``staged_describe``. Returns (status, the payload's first bounce
+    word); the caller copies the payload there before the doorbell."""
+    st, word = staged_claim(Q, i, nbytes, timeout_ns)
     if st != OK:
         return st, 0
-    st, word = bounce_reserve(Q, i, ((nbytes + 15) >> 4) << 2, timeout_ns)
-    if st != OK:
-        return st, 0
-    info = Q[Q_INFO]
-    wqe_rdma_write(Q, i, info[i, I_BOUNCE_ADDR] + word * 4, info[i, I_BOUNCE_LKEY], nbytes,
-                   raddr, rkey, True, Q[Q_STATE][i, S_BOUNCE_RES])
+    staged_describe(Q, i, word, nbytes, raddr, rkey)
     return OK, word
 
 

@@ -122,7 +122,6 @@ def _send_messages(path: int):
         m0 = qp_first[i]
         m1 = qp_first[i + 1]
         state = q[dv.Q_STATE]
-        info = q[dv.Q_INFO]
         cap = pend.shape[1]     # a power of two: pend is indexed with masks, not divisions
         head = 0
         tail = 0
@@ -181,29 +180,39 @@ def _send_messages(path: int):
                     continue
                 if pushed and n <= WARP_PUSH_BYTES and \
                         (WARP_PATH_ANY_BLOCK or cuda.blockDim.x <= 32):
-                    # The first warp posts it: lane 0 reserves and writes the WQE, the lanes
-                    # copy, and a warp barrier orders their stores before lane 0's doorbell.
+                    # The first warp posts it: lane 0 claims the space, the lanes copy, lane 0
+                    # writes the header and WQE, and a warp barrier orders all of it before
+                    # lane 0's doorbell. Nothing goes to host memory before the first
+                    # barrier: a barrier after such a store waits for it, and with the
+                    # header and WQE written before it a 1 KiB write took 0.2 to 0.3 us
+                    # longer (H200, BENCHMARKS.md, session 37).
                     if tid < 32:
                         lanes = min(32, cuda.blockDim.x)
                         # The payload's loads go first: their latency hides behind lane 0's
                         # bookkeeping (a block of fewer lanes than it needs copies later).
                         pre = preload_fits(n, lanes)
                         x = preload(src, src_word, n if pre else 0, tid, lanes)
+                        first = 0
+                        slots = 0
                         if tid == 0:
                             if path == STAGED:
-                                st, word = dv.staged_reserve(q, 0, n, raddr, rkey, timeout)
+                                st, word = dv.staged_claim(q, 0, n, timeout)
                             else:
-                                st, word = dv.push_reserve(q, 0, n, raddr, rkey, signaled,
-                                                           timeout)
+                                st, word, first, slots = dv.push_claim(q, 0, n, timeout)
                             sh[0] = st
                             sh[1] = word
                         warp_sync(lanes)
                         status = sh[0]
+                        word = sh[1]
                         ring = q[dv.Q_BOUNCE][0] if path == STAGED else q[dv.Q_STAGE][0]
                         if status == 0 and pre:
-                            store_preloaded(ring, sh[1], x, n, tid, lanes)
+                            store_preloaded(ring, word, x, n, tid, lanes)
                         elif status == 0:
-                            copy_bytes(ring, sh[1], src, src_word, n, tid, lanes)
+                            copy_bytes(ring, word, src, src_word, n, tid, lanes)
+                        if tid == 0 and status == 0 and path == STAGED:
+                            dv.staged_describe(q, 0, word, n, raddr, rkey)
+                        elif tid == 0 and status == 0:
+                            dv.push_describe(q, 0, first, n, slots, raddr, rkey, signaled)
                         warp_sync(lanes)
                         if tid == 0 and status == 0 and not last:
                             dv.flush_doorbell(q, 0)
@@ -213,17 +222,19 @@ def _send_messages(path: int):
                 # space for them, as push_small does: the loads' latency hides behind it.
                 pre = (path == PUSH or path == STAGED) and preload_fits(n, cuda.blockDim.x)
                 x = preload(src, src_word, n if pre else 0, tid, cuda.blockDim.x)
+                first = 0
+                slots = 0
                 if tid == 0:
-                    nbb = dv.inline_bbs(n) if path == INLINE else 1
-                    st = dv.sq_reserve(q, 0, nbb, timeout)
+                    # Only claims before the barrier, as in the first warp's path: the header
+                    # and WQE are written after the payload.
                     word = 0
-                    if st == 0 and path == PUSH:
-                        st, first, slots = dv.stage_reserve(q, 0, n, timeout)
-                        if st == 0:
-                            word = dv.stage_header(q, 0, first, n, slots, state[0, dv.S_PI])
-                    elif st == 0 and path == STAGED:
-                        # Whole 16-byte vectors: every run starts 16-byte aligned.
-                        st, word = dv.bounce_reserve(q, 0, (n + 15) // 16 * 4, timeout)
+                    if path == PUSH:
+                        st, word, first, slots = dv.push_claim(q, 0, n, timeout)
+                    elif path == STAGED:
+                        st, word = dv.staged_claim(q, 0, n, timeout)
+                    else:
+                        st = dv.sq_reserve(q, 0, dv.inline_bbs(n) if path == INLINE else 1,
+                                           timeout)
                     sh[0] = st
                     sh[1] = word
                 cuda.syncthreads()
@@ -244,13 +255,9 @@ def _send_messages(path: int):
                         copy_bytes(ring, word, src, src_word, n, tid, cuda.blockDim.x)
                     cuda.syncthreads()
                     if tid == 0 and path == PUSH:
-                        dv.wqe_rdma_write(q, 0, dv.stage_address(q, 0, word),
-                                          info[0, dv.I_STAGE_LKEY], n, raddr, rkey,
-                                          dv.stage_signal(q, 0, signaled), dv.stage_aux(q, 0))
+                        dv.push_describe(q, 0, first, n, slots, raddr, rkey, signaled)
                     elif tid == 0:
-                        dv.wqe_rdma_write(q, 0, info[0, dv.I_BOUNCE_ADDR] + word * 4,
-                                          info[0, dv.I_BOUNCE_LKEY], n, raddr, rkey, signaled,
-                                          state[0, dv.S_BOUNCE_RES])
+                        dv.staged_describe(q, 0, word, n, raddr, rkey)
                 elif path == PULL:
                     if tid == 0:
                         dv.wqe_rdma_write(q, 0, src_addr + src_word * 4, src_lkey, n, raddr, rkey,
