@@ -681,3 +681,22 @@ def test_the_sweeps_floor_is_the_median_of_its_ping_pongs(monkeypatch):
     assert suite.FLOOR_SAMPLES == 3
     assert suite.floor_median_us(2000) == pytest.approx(3.04)
     assert next(took) == 9.9          # three ping-pongs taken, no more
+
+
+def test_the_least_of_stores_writes_a_staging_header_for_gpu_push_only(monkeypatch):
+    """gpu_push's least stores a 16-byte staging header before its payload; host_staged
+    writes none into its bounce ring, so its least is measured without one."""
+    from types import SimpleNamespace
+    asked = []
+
+    class Launcher:
+        def __getitem__(self, config):
+            return lambda *args: asked.append(args[-1])
+
+    monkeypatch.setattr(suite, "_pingpong_after_push_stores", Launcher())
+    ends = SimpleNamespace(kernel=None)
+    monkeypatch.setattr(suite, "_answered_pingpong_us",
+                        lambda iters, launch: launch(ends, ends, None) or 3.0)
+    assert suite.least_push_stores_us(64, 32, 10, "gpu_push") == 3.0
+    assert suite.least_push_stores_us(64, 32, 10, "host_staged") == 3.0
+    assert asked == [1, 0]

@@ -227,6 +227,23 @@ def test_bounce_runs_wrap_a_ring_of_any_size_in_words(nic):
 
 
 @cuda.jit
+def _staged_claims(Q, sizes, out):
+    if cuda.threadIdx.x == 0:
+        for k in range(sizes.shape[0]):
+            out[k, 0], out[k, 1] = dv.staged_claim(Q, 0, sizes[k], 50_000_000)
+
+
+def test_host_staged_claims_whole_vectors_of_the_bounce_ring(nic):
+    """staged_claim charges a payload whole 16-byte vectors (a 20-byte one takes 32 bytes),
+    so that every run starts on a vector, where one thread's 16-byte stores can go."""
+    qs = nic.alloc_pd().create_queues(1, sq_bbs=16, ncqe=16, bounce_bytes=1024)
+    sizes = np.array([20, 64, 4, 100, 16], dtype=np.int64)
+    out = cuda.to_device(np.zeros((len(sizes), 2), dtype=np.int64))
+    _staged_claims[1, 1](qs.device_args, cuda.to_device(sizes), out)
+    assert out.copy_to_host().tolist() == [[dv.OK, w] for w in (0, 8, 24, 28, 56)]
+
+
+@cuda.jit
 def _post_bad_rkey_and_wait(Q, src_addr, lkey, dst_addr, rkey, out):
     if cuda.threadIdx.x == 0:
         dv.wqe_rdma_write(Q, 0, src_addr, lkey, 64, dst_addr, rkey ^ 0x3, True, 0)
