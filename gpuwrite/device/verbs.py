@@ -478,8 +478,8 @@ def push_claim(Q, i, nbytes, timeout_ns):
     """The space a pushed RDMA write needs, claimed on one thread: ``sq_reserve`` and
     ``stage_reserve``. Returns (status, the payload's first staging word, the slots'
     first word, slots). Nothing is written to host memory: ``push_describe`` writes the
-    staging header and the WQE, and may come after the payload's stores (a barrier
-    after a store to host memory waits for it, BENCHMARKS.md session 37)."""
+    staging header and the WQE, and may come after the payload's stores, so that no
+    barrier between claim and payload waits for a store to host memory (run 13)."""
     st = sq_reserve(Q, i, 1, timeout_ns)
     if st != OK:
         return st, 0, 0, 0
@@ -1009,9 +1009,8 @@ def bounce_reserve(Q, i, nwords, timeout_ns):
     one that does not fit starts at word 0, the skipped words counted as used. Written
     for latency as ``stage_reserve`` is: the ring position is kept (S_BOUNCE_POS), not
     taken modulo the ring's size, which need not be a power of two (the two 64-bit
-    modulos it replaced cost a 64-byte host_staged write about 0.1 us on an H200,
-    BENCHMARKS.md, session 37), and every value is read before the one branch the
-    common case takes.
+    modulos it replaced cost a host_staged write 0.2 to 0.4 us on an H200, BENCHMARKS.md,
+    session 37), and every value is read before the one branch the common case takes.
     """
     state = Q[Q_STATE]
     ring = Q[Q_INFO][i, I_BOUNCE_WORDS]

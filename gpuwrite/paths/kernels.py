@@ -183,9 +183,9 @@ def _send_messages(path: int):
                     # The first warp posts it: lane 0 claims the space, the lanes copy, lane 0
                     # writes the header and WQE, and a warp barrier orders all of it before
                     # lane 0's doorbell. Nothing goes to host memory before the first
-                    # barrier: a barrier after such a store waits for it, and with the
-                    # header and WQE written before it a 1 KiB write took 0.2 to 0.3 us
-                    # longer (H200, BENCHMARKS.md, session 37).
+                    # barrier (a barrier after such a store waits for it, run 13); against
+                    # the header and WQE written before it, no size moved one way in every
+                    # round (H200, BENCHMARKS.md, session 37).
                     if tid < 32:
                         lanes = min(32, cuda.blockDim.x)
                         # The payload's loads go first: their latency hides behind lane 0's
