@@ -21,33 +21,27 @@ def run_rounds(kernels: dict, plan: dict, out_path: str, rounds: int = 5,
     position r (modulo their number) and keeps their order from there, so that each of
     three or more variants goes first, second, ... alike."""
     with open(out_path, "w") as out:
-        try:
-            for rnd in range(rounds):
-                for th in threads:
-                    for size, names in plan.items():
-                        if rotate:
-                            order = names[rnd % len(names):] + names[:rnd % len(names)]
-                        else:
-                            order = names[::-1] if alternate and rnd % 2 else names
-                        for v in order:
-                            kern, kw = kernels[v] if isinstance(kernels[v], tuple) else (kernels[v], {})
-                            kw = dict(kw)
-                            path = kw.pop("path", "gpu_push")
-                            K._BY_PATH[path] = kern
-                            try:
-                                r = runner.run(path, [size] * messages(size), n_qps=1,
-                                               wait_each=True, block_threads=th,
-                                               stage_slot_bytes=256, **kw)
-                            finally:
-                                K._BY_PATH.pop(path, None)
-                            row = dict(round=rnd, v=v, path=path, size=size, threads=th,
-                                       p50=r.latency_p50_us, delivered=r.delivered,
-                                       messages=r.messages, **(extra(r) if extra else {}))
-                            out.write(json.dumps(row) + "\n")
-                            out.flush()
-                            print(row, flush=True)
-        finally:
-            K._BY_PATH.clear()
+        for rnd in range(rounds):
+            for th in threads:
+                for size, names in plan.items():
+                    if rotate:
+                        order = names[rnd % len(names):] + names[:rnd % len(names)]
+                    else:
+                        order = names[::-1] if alternate and rnd % 2 else names
+                    for v in order:
+                        kern, kw = kernels[v] if isinstance(kernels[v], tuple) else (kernels[v], {})
+                        kw = dict(kw)
+                        path = kw.pop("path", "gpu_push")
+                        K._BY_PATH[path] = kern
+                        try:
+                            r = runner.run(path, [size] * messages(size), n_qps=1,
+                                           wait_each=True, block_threads=th,
+                                           stage_slot_bytes=256, **kw)
+                        finally:
+                            K._BY_PATH.pop(path, None)
+                        emit(out, round=rnd, v=v, path=path, size=size, threads=th,
+                             p50=r.latency_p50_us, delivered=r.delivered, messages=r.messages,
+                             **(extra(r) if extra else {}))
 
 
 def emit(out, **row) -> None:

@@ -10,7 +10,7 @@ push_mid loading every byte before its reservation (ALL, spilling), in turn, 64 
 control: push_small) to 256 B, 32 and 256 threads, sources evicted from L2 as in the
 sweep, five rounds. Its variant edits push_mid as it was before session 35 (``78a4e7b``):
 on later code ``all_first`` stops at its check that the text it replaces is there. Its
-helpers (``gpu_push_kernel``, ``replace_once``) serve the later A/B scripts too.
+helpers (``send_kernel``, ``gpu_push_kernel``, ``replace_once``) serve the later A/B scripts too.
 Usage: python3 benchmarks/scripts/mid_preload_ab.py OUT.jsonl
 """
 import sys
@@ -50,15 +50,20 @@ def replace_once(src: str, old: str, new: str) -> str:
     return src.replace(old, new)
 
 
-def gpu_push_kernel(verbs_src: str, kernels_src: str, tag: str):
-    """send_messages for gpu_push compiled from these sources of verbs.py and kernels.py
-    (not cached on disk), beside the package's own."""
+def send_kernel(verbs_src: str, kernels_src: str, tag: str, path: int):
+    """send_messages for ``path`` (``K.PUSH`` .. ``K.STAGED``) compiled from these sources
+    of verbs.py and kernels.py (not cached on disk), beside the package's own."""
     verbs = _module(verbs_src, f"verbs_{tag}", V.__file__)
     for a, b in (("from gpuwrite.device import verbs as dv\n", "dv = VERBS\n"),
                  ("    @cached\n", "")):
         kernels_src = replace_once(kernels_src, a, b)
     return _module(kernels_src, f"kernels_{tag}", K.__file__,
-                   {"VERBS": verbs})._send_messages(K.PATH_IDS["gpu_push"])
+                   {"VERBS": verbs})._send_messages(path)
+
+
+def gpu_push_kernel(verbs_src: str, kernels_src: str, tag: str):
+    """``send_kernel`` for gpu_push."""
+    return send_kernel(verbs_src, kernels_src, tag, K.PUSH)
 
 
 def all_first():

@@ -18,7 +18,7 @@ Usage: python3 benchmarks/scripts/staged_small_ab.py OUT.jsonl [rounds]
 import sys
 
 from _ab import run_rounds
-from mid_preload_ab import _module, replace_once
+from mid_preload_ab import replace_once, send_kernel
 
 from gpuwrite.device import verbs as V
 from gpuwrite.paths import kernels as K
@@ -67,11 +67,9 @@ def staged_kernel(tag: str, block_path: bool, modulo: bool):
     if modulo:
         vsrc = replace_once(vsrc, _POS, _MODULO)
     ksrc = open(K.__file__).read()
-    for a, b in (_BLOCK if block_path else ()) + (
-            ("from gpuwrite.device import verbs as dv\n", "dv = VERBS\n"), ("    @cached\n", "")):
+    for a, b in _BLOCK if block_path else ():
         ksrc = replace_once(ksrc, a, b)
-    verbs = _module(vsrc, f"verbs_{tag}", V.__file__)
-    return _module(ksrc, f"kernels_{tag}", K.__file__, {"VERBS": verbs})._send_messages(K.STAGED)
+    return send_kernel(vsrc, ksrc, tag, K.STAGED)
 
 
 def main(out_path: str, rounds: int = 4) -> None:

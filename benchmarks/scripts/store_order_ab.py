@@ -21,7 +21,7 @@ Usage: python3 benchmarks/scripts/store_order_ab.py OUT.jsonl [rounds]
 import sys
 
 from _ab import run_rounds
-from mid_preload_ab import _module, replace_once
+from mid_preload_ab import replace_once, send_kernel
 
 from gpuwrite.device import verbs as V
 from gpuwrite.paths import kernels as K
@@ -89,9 +89,9 @@ _WARP_IF = "                if pushed and n <= WARP_PUSH_BYTES and \\\n"
 def variant(path: int, tag: str, edits) -> object:
     """send_messages for ``path`` from the package's kernels.py with ``edits`` (old, new)."""
     src = open(K.__file__).read()
-    for a, b in tuple(edits) + (("    @cached\n", ""),):
+    for a, b in edits:
         src = replace_once(src, a, b)
-    return _module(src, f"kernels_{tag}", K.__file__)._send_messages(path)
+    return send_kernel(open(V.__file__).read(), src, tag, path)
 
 
 def main(out_path: str, rounds: int = 3) -> None:
