@@ -229,7 +229,7 @@ def _pingpong_after_push_stores(ping, pong, uar, stage, sq, iters, out_ns, timeo
                                 nbytes, lanes, header):
     tid = cuda.threadIdx.x
     stop = cuda.shared.array(1, int32)
-    vec_words = ((nbytes + 15) >> 4) << 2
+    vec_words = dv.vector_words(nbytes)
     lead = 4 if header else 0
     slot_words = (lead + vec_words + 31) & ~31     # header and payload, whole 128-byte lines
     slots = stage.shape[0] // slot_words

@@ -495,7 +495,7 @@ def _leader_reserve(h, path, src, src_word, n, raddr, rkey, with_sig, sig_raddr,
     elif st == OK and path == HOST_STAGED:
         # Whole 16-byte vectors, as dv.staged_reserve claims them: every run then starts
         # on a vector, where a small put's 16-byte stores can go.
-        st, word = dv.bounce_reserve(q, 0, ((n + 15) >> 4) << 2, timeout_ns)
+        st, word = dv.bounce_reserve(q, 0, dv.vector_words(n), timeout_ns)
     return st, word
 
 

@@ -297,6 +297,13 @@ def stage_lead(nbytes, slot_bytes):
 
 
 @cuda.jit(device=True)
+def stage_payload_word(Q, i, first_word, nbytes):
+    """The staging word where a payload of ``nbytes`` starts, in the slots claimed at
+    ``first_word``: after its lead (``stage_lead``) and its header."""
+    return first_word + (stage_lead(nbytes, Q[Q_INFO][i, I_SLOT_BYTES]) >> 2) + _HDR_WORDS
+
+
+@cuda.jit(device=True)
 def stage_reserve(Q, i, nbytes, timeout_ns):
     """Claims staging slots for a payload of ``nbytes``; returns (status, first word, slots).
 
@@ -420,15 +427,14 @@ def stage_aux(Q, i):
 def stage_header(Q, i, first_word, nbytes, total_slots, wqe_index):
     """Writes the 16-byte staging header into the slots claimed at ``first_word`` (one
     thread); returns the payload's first word."""
-    stage = Q[Q_STAGE][i]
-    lead = stage_lead(nbytes, Q[Q_INFO][i, I_SLOT_BYTES])
-    h = first_word + (lead >> 2)
+    word = stage_payload_word(Q, i, first_word, nbytes)
+    h = word - _HDR_WORDS
     seq = Q[Q_STATE][i, S_PUSH_SEQ]
     Q[Q_STATE][i, S_PUSH_SEQ] = seq + 1
     # One 16-byte store (words in gw_stage_hdr order, checked at import).
-    st_v4_u32(stage, h, _MAGIC | (seq & 0xFFFF), nbytes, total_slots,
-              (wqe_index & 0xFFFF) | ((_F_ALIGNED if lead else 0) << 16))
-    return h + _HDR_WORDS
+    st_v4_u32(Q[Q_STAGE][i], h, _MAGIC | (seq & 0xFFFF), nbytes, total_slots,
+              (wqe_index & 0xFFFF) | ((_F_ALIGNED if h != first_word else 0) << 16))
+    return word
 
 
 @cuda.jit(device=True)
@@ -486,8 +492,7 @@ def push_claim(Q, i, nbytes, timeout_ns):
     st, first, slots = stage_reserve(Q, i, nbytes, timeout_ns)
     if st != OK:
         return st, 0, 0, 0
-    lead = stage_lead(nbytes, Q[Q_INFO][i, I_SLOT_BYTES])
-    return OK, first + (lead >> 2) + _HDR_WORDS, first, slots
+    return OK, stage_payload_word(Q, i, first, nbytes), first, slots
 
 
 @cuda.jit(device=True)
@@ -513,6 +518,13 @@ def push_reserve(Q, i, nbytes, raddr, rkey, signaled, timeout_ns):
 
 
 @cuda.jit(device=True)
+def vector_words(nbytes):
+    """Words of ``nbytes`` in whole 16-byte vectors: what a payload of ``nbytes`` takes of
+    a ring it is written to with 16-byte stores."""
+    return ((nbytes + 15) >> 4) << 2
+
+
+@cuda.jit(device=True)
 def staged_claim(Q, i, nbytes, timeout_ns):
     """host_staged's ``push_claim``: ``sq_reserve`` and ``bounce_reserve`` of whole 16-byte
     vectors (so that every run starts on a vector); returns (status, the payload's first
@@ -520,7 +532,7 @@ def staged_claim(Q, i, nbytes, timeout_ns):
     st = sq_reserve(Q, i, 1, timeout_ns)
     if st != OK:
         return st, 0
-    return bounce_reserve(Q, i, ((nbytes + 15) >> 4) << 2, timeout_ns)
+    return bounce_reserve(Q, i, vector_words(nbytes), timeout_ns)
 
 
 @cuda.jit(device=True)

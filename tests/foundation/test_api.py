@@ -127,7 +127,8 @@ def _run(kernel, grid, threads, path, sizes, thresholds=None, chunk_bytes=256, l
             # The legacy stream, not the device: a GPU pull agent runs beside the kernel.
             cuda.default_stream().synchronize()
         st = status.copy_to_host()
-        counters = {**s.context.counters(), "agent": s.agent_report()}
+        counters = {**s.context.counters(), "agent": s.agent_report(),
+                    "bounce_res": s.queues.gpu_state()[:, dv.S_BOUNCE_RES].tolist()}
         return layout, dst.host.view(np.uint8).copy(), st, counters, s.qp_errors(st)
 
 
@@ -147,6 +148,18 @@ def test_put_delivers_exact_bytes_in_qp_order(scope, path):
     n = layout.plan[:, :, M_BYTES]
     wqes = int(np.sum(-(-n // 256))) if path in ("gpu_push", "host_staged") else n.size
     assert counters["wqes"] == wqes, counters
+
+
+def test_host_staged_puts_claim_whole_vectors_of_the_bounce_ring():
+    """Every host_staged WQE of a put takes whole 16-byte vectors of the bounce ring, the
+    leader's claims (100 B, 300 B as 256 + 44) as the one-thread puts' (20 B): each run
+    then starts on a vector, where a later small put's 16-byte stores can go."""
+    layout, got, status, counters, errors = _run(_send_block, 1, 8, "host_staged",
+                                                 [100, 300, 20], n_qps=1)
+    assert list(status) == [api.OK], errors
+    assert np.array_equal(got, layout.want())
+    # 100 -> 7 vectors, 256 -> 16, 44 -> 3, and 20 -> 2 for each of four 20-byte puts.
+    assert counters["bounce_res"] == [4 * (7 + 16 + 3 + 4 * 2)]
 
 
 def test_inline_payloads_wrap_the_send_queue():
