@@ -1,0 +1,143 @@
+// How much of the doorbell ping-pong floor is the completion poll's phase, and what reads
+// in flight take off it (session 38). Stand-alone, independent of gpuwrite, in the shape
+// of ../shared/probes/pingpong.cu.
+//
+// The floor's GPU side polls the host's answer with one ld.acquire.sys at a time: each
+// poll is a PCIe read round trip (about 1.15 us on an H200), so an answer written just
+// after a read sampled host memory waits for the next read to get there. `gpuwrite bench`
+// shows the floor flat while the host answers up to about 0.8 us late: that much of each
+// round trip is spent waiting for a read. Here the GPU keeps W relaxed reads in flight, a
+// new one every S ns, so an answer waits at most about S for a read to sample it:
+//   acquire W=1        the floor as gpuwrite measures it (one acquire read at a time)
+//   relaxed W=1        the same with relaxed reads
+//   relaxed W, S, one  W relaxed reads of the one answer word in flight, S ns apart
+//   relaxed W, S, lines  the same, read j of a window on its own 128-byte line (the host
+//                      writes the answer into every line): reads of one address might be
+//                      merged or kept in order by the GPU's memory system; these cannot be
+//   ... + acquire      the windowed detection, then one ld.acquire.sys of the answer word:
+//                      what a poll that must order later reads after the answer would pay
+//   ... + fence        the windowed detection, then fence.acq_rel.sys
+// Each variant runs N round trips, in R rounds in rotating order; p10 / p50 / p90 per
+// round, the first tenth of each run dropped.
+//
+// Build and run on a GPU machine:
+//   nvcc -O2 -arch=sm_90 -std=c++17 -o /tmp/poll_window_probe poll_window_probe.cu -lpthread
+//   /tmp/poll_window_probe [rounds] [iters]    (prints one JSON object per run)
+#include <cstdio>
+#include <cstdint>
+#include <cstdlib>
+#include <thread>
+#include <atomic>
+#include <vector>
+#include <algorithm>
+#include <cuda_runtime.h>
+#define CK(x) do { cudaError_t e = (x); if (e) { printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); return 1; } } while (0)
+
+__device__ __forceinline__ unsigned ld_acq(const unsigned* p) { unsigned v; asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory"); return v; }
+__device__ __forceinline__ unsigned ld_rlx(const unsigned* p) { unsigned v; asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory"); return v; }
+__device__ __forceinline__ void st_rel(unsigned* p, unsigned v) { asm volatile("st.release.sys.global.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory"); }
+__device__ __forceinline__ uint64_t gtime() { uint64_t t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); return t; }
+__device__ __forceinline__ void spin_until(uint64_t t) { while (gtime() < t) {} }
+
+enum { LINE_WORDS = 32, MAX_W = 8 };
+
+// One thread: ping i, then poll for the answer i. W relaxed reads in flight, one issued
+// every `spacing` ns; read j of the window at pong + (LINES ? j * LINE_WORDS : 0). After
+// the detection, AFTER 0: nothing, 1: one ld.acquire.sys of the word, 2: fence.acq_rel.sys.
+template <int W, bool ACQ, bool LINES, int AFTER>
+__global__ void ping(unsigned* ping_w, unsigned* pong, int iters, uint64_t* out, uint64_t spacing) {
+  for (int i = 1; i <= iters; i++) {
+    uint64_t t0 = gtime();
+    st_rel(ping_w, i);
+    if (W == 1) {
+      if (ACQ) { while (ld_acq(pong) != (unsigned)i) {} }
+      else { while (ld_rlx(pong) != (unsigned)i) {} }
+    } else {
+      unsigned v[W];
+      uint64_t next = gtime();
+#pragma unroll
+      for (int j = 0; j < W; j++) {
+        spin_until(next);
+        v[j] = ld_rlx(pong + (LINES ? j * LINE_WORDS : 0));
+        next = gtime() + spacing;
+      }
+      bool done = false;
+      while (!done) {
+#pragma unroll
+        for (int j = 0; j < W; j++) {
+          if (!done) {
+            if (v[j] == (unsigned)i) {
+              done = true;
+            } else {
+              spin_until(next);
+              v[j] = ld_rlx(pong + (LINES ? j * LINE_WORDS : 0));
+              next = gtime() + spacing;
+            }
+          }
+        }
+      }
+      if (AFTER == 1) { while (ld_acq(pong) != (unsigned)i) {} }
+      if (AFTER == 2) { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
+    }
+    out[i - 1] = gtime() - t0;
+  }
+}
+
+typedef void (*kernel_t)(unsigned*, unsigned*, int, uint64_t*, uint64_t);
+struct variant { const char* name; kernel_t k; uint64_t spacing; int lines; };
+
+int main(int argc, char** argv) {
+  int rounds = argc > 1 ? atoi(argv[1]) : 3;
+  int N = argc > 2 ? atoi(argv[2]) : 5000;
+  unsigned* h;
+  CK(cudaHostAlloc(&h, 64 * 1024, cudaHostAllocMapped));
+  unsigned* ping_w = h;
+  unsigned* pong = h + 1024;
+  uint64_t* d_out;
+  CK(cudaMalloc(&d_out, N * 8));
+  std::vector<variant> vs = {
+    {"acquire W=1", ping<1, true, false, 0>, 0, 1},
+    {"relaxed W=1", ping<1, false, false, 0>, 0, 1},
+    {"relaxed W=2 S=500 one", ping<2, false, false, 0>, 500, 1},
+    {"relaxed W=4 S=250 one", ping<4, false, false, 0>, 250, 1},
+    {"relaxed W=4 S=250 lines", ping<4, false, true, 0>, 250, 4},
+    {"relaxed W=8 S=125 one", ping<8, false, false, 0>, 125, 1},
+    {"relaxed W=8 S=125 lines", ping<8, false, true, 0>, 125, 8},
+    {"relaxed W=8 S=60 lines", ping<8, false, true, 0>, 60, 8},
+    {"relaxed W=8 S=125 lines + acquire", ping<8, false, true, 1>, 125, 8},
+    {"relaxed W=8 S=125 lines + fence", ping<8, false, true, 2>, 125, 8},
+  };
+  for (int r = 0; r < rounds; r++) {
+    for (size_t q = 0; q < vs.size(); q++) {
+      const variant& v = vs[(q + r) % vs.size()];
+      for (int k = 0; k < 16 * 1024; k++) h[k] = 0;
+      std::atomic<bool> stop{false};
+      int lines = v.lines;
+      std::thread t([&] {
+        auto* pi = reinterpret_cast<std::atomic<unsigned>*>(ping_w);
+        unsigned last = 0;
+        while (!stop.load(std::memory_order_relaxed)) {
+          unsigned x = pi->load(std::memory_order_acquire);
+          if (x != last) {
+            last = x;
+            for (int j = 0; j < lines; j++)
+              reinterpret_cast<std::atomic<unsigned>*>(pong + j * LINE_WORDS)->store(x, std::memory_order_release);
+          }
+        }
+      });
+      v.k<<<1, 1>>>(ping_w, pong, N, d_out, v.spacing);
+      CK(cudaDeviceSynchronize());
+      stop = true;
+      t.join();
+      std::vector<uint64_t> o(N);
+      CK(cudaMemcpy(o.data(), d_out, N * 8, cudaMemcpyDeviceToHost));
+      std::vector<uint64_t> w(o.begin() + N / 10, o.end());
+      std::sort(w.begin(), w.end());
+      printf("{\"round\": %d, \"variant\": \"%s\", \"p10_us\": %.3f, \"p50_us\": %.3f, \"p90_us\": %.3f, \"p99_us\": %.3f}\n",
+             r, v.name, w[w.size() / 10] / 1e3, w[w.size() / 2] / 1e3, w[w.size() * 9 / 10] / 1e3,
+             w[w.size() * 99 / 100] / 1e3);
+      fflush(stdout);
+    }
+  }
+  return 0;
+}
