@@ -17,12 +17,16 @@
 //   ... + acquire      the windowed detection, then one ld.acquire.sys of the answer word:
 //                      what a poll that must order later reads after the answer would pay
 //   ... + fence        the windowed detection, then fence.acq_rel.sys
+//   warps W, S         W warps each polling with one acquire read at a time, warp w
+//                      starting w * S after the ping (one word, or a line each)
+//   lanes W, S         the same with W lanes of one warp, a line each
 // Each variant runs N round trips, in R rounds in rotating order; p10 / p50 / p90 per
 // round, the first tenth of each run dropped.
 //
 // Build and run on a GPU machine:
 //   nvcc -O2 -arch=sm_90 -std=c++17 -o /tmp/poll_window_probe poll_window_probe.cu -lpthread
-//   /tmp/poll_window_probe [rounds] [iters]    (prints one JSON object per run)
+//   /tmp/poll_window_probe [rounds] [iters] [1: the floor's poll, the warp and lane variants]
+// (prints one JSON object per run)
 #include <cstdio>
 #include <cstdint>
 #include <cstdlib>
@@ -83,8 +87,74 @@ __global__ void ping(unsigned* ping_w, unsigned* pong, int iters, uint64_t* out,
   }
 }
 
+// W warps poll at once, each with one ld.acquire.sys at a time (lane 0 of warp w, its
+// first read `w * spacing` ns after the ping, on pong + (LINES ? w * LINE_WORDS : 0));
+// the first to see the answer stamps the round trip and tells the others through shared
+// memory. Warp 0's lane 0 pings.
+template <int W, bool LINES>
+__global__ void ping_warps(unsigned* ping_w, unsigned* pong, int iters, uint64_t* out, uint64_t spacing) {
+  __shared__ volatile unsigned seen;
+  __shared__ volatile uint64_t t0s;
+  int w = threadIdx.x / 32;
+  bool lead = threadIdx.x % 32 == 0;
+  for (int i = 1; i <= iters; i++) {
+    if (threadIdx.x == 0) {
+      seen = 0;
+      t0s = gtime();
+    }
+    __syncthreads();
+    uint64_t t0 = t0s;
+    if (threadIdx.x == 0)
+      st_rel(ping_w, i);
+    if (lead) {
+      spin_until(t0 + w * spacing);
+      const unsigned* p = pong + (LINES ? w * LINE_WORDS : 0);
+      while (seen != (unsigned)i) {
+        if (ld_acq(p) == (unsigned)i) {
+          if (atomicCAS((unsigned*)&seen, 0u, (unsigned)i) == 0u)
+            out[i - 1] = gtime() - t0;
+          break;
+        }
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// The same with W lanes of one warp (lane l polls its line from `l * spacing` ns after the
+// ping): a 32-thread block has no other warp to poll with, and the lanes of a warp issue
+// together unless they diverge.
+template <int W>
+__global__ void ping_lanes(unsigned* ping_w, unsigned* pong, int iters, uint64_t* out, uint64_t spacing) {
+  __shared__ volatile unsigned seen;
+  __shared__ volatile uint64_t t0s;
+  int l = threadIdx.x;
+  for (int i = 1; i <= iters; i++) {
+    if (l == 0) {
+      seen = 0;
+      t0s = gtime();
+    }
+    __syncwarp();
+    uint64_t t0 = t0s;
+    if (l == 0)
+      st_rel(ping_w, i);
+    if (l < W) {
+      spin_until(t0 + l * spacing);
+      const unsigned* p = pong + l * LINE_WORDS;
+      while (seen != (unsigned)i) {
+        if (ld_acq(p) == (unsigned)i) {
+          if (atomicCAS((unsigned*)&seen, 0u, (unsigned)i) == 0u)
+            out[i - 1] = gtime() - t0;
+          break;
+        }
+      }
+    }
+    __syncwarp();
+  }
+}
+
 typedef void (*kernel_t)(unsigned*, unsigned*, int, uint64_t*, uint64_t);
-struct variant { const char* name; kernel_t k; uint64_t spacing; int lines; };
+struct variant { const char* name; kernel_t k; uint64_t spacing; int lines; int warps = 1; };
 
 int main(int argc, char** argv) {
   int rounds = argc > 1 ? atoi(argv[1]) : 3;
@@ -106,7 +176,20 @@ int main(int argc, char** argv) {
     {"relaxed W=8 S=60 lines", ping<8, false, true, 0>, 60, 8},
     {"relaxed W=8 S=125 lines + acquire", ping<8, false, true, 1>, 125, 8},
     {"relaxed W=8 S=125 lines + fence", ping<8, false, true, 2>, 125, 8},
+    {"warps W=1", ping_warps<1, false>, 0, 1, 1},
+    {"warps W=2 S=575 one", ping_warps<2, false>, 575, 1, 2},
+    {"warps W=2 S=575 lines", ping_warps<2, true>, 575, 2, 2},
+    {"warps W=4 S=290 one", ping_warps<4, false>, 290, 1, 4},
+    {"warps W=4 S=290 lines", ping_warps<4, true>, 290, 4, 4},
+    {"warps W=8 S=145 lines", ping_warps<8, true>, 145, 8, 8},
+    {"lanes W=4 S=290 lines", ping_lanes<4>, 290, 4, 1},
+    {"lanes W=8 S=145 lines", ping_lanes<8>, 145, 8, 1},
   };
+  if (argc > 3 && atoi(argv[3]) == 1) {   // the floor's poll, then the warp and lane variants
+    std::vector<variant> some = {vs[0]};
+    some.insert(some.end(), vs.end() - 8, vs.end());
+    vs = some;
+  }
   for (int r = 0; r < rounds; r++) {
     for (size_t q = 0; q < vs.size(); q++) {
       const variant& v = vs[(q + r) % vs.size()];
@@ -125,7 +208,7 @@ int main(int argc, char** argv) {
           }
         }
       });
-      v.k<<<1, 1>>>(ping_w, pong, N, d_out, v.spacing);
+      v.k<<<1, 32 * v.warps>>>(ping_w, pong, N, d_out, v.spacing);
       CK(cudaDeviceSynchronize());
       stop = true;
       t.join();

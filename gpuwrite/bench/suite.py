@@ -42,6 +42,10 @@ run, and each judged on every run, not only on the median:
     host_staged's without), by the threads and with the barrier its kernel uses, its
     payload from registers; a point's least is the larger of the fastest of those and the
     block's copy (``least_kind``).
+The floor is measured as gpuwrite's waits poll, one read of host memory at a time; beside
+it, ``floor_readers`` (``floor_readers_us``): the same ping-pong answered to FLOOR_READERS
+warps polling lines of their own, staggered, which finds the answer up to a read round
+trip sooner: the part of every emulated round trip that is the completion poll's phase.
 The 64-byte latency target has a least too (``least_push_64B_us``): the floor's
 ping-pong with the stores a 64-byte push must make visible before its doorbell (payload
 read from GPU memory, staging header and payload, WQE) ahead of each ping's release
@@ -74,7 +78,7 @@ the share of their pieces it copied itself, ``copy_split_side``).
 from __future__ import annotations
 
 import numpy as np
-from numba import int32
+from numba import int32, int64
 
 from gpuwrite._gw_cffi import ffi, lib
 from gpuwrite.cudaenv import SIMULATOR, cuda
@@ -168,6 +172,58 @@ def _pingpong(ping, pong, iters, out_ns, timeout_ns, poll_delay_ns):
                 out_ns[k] = -1
                 return
         out_ns[k] = globaltimer_ns() - t0
+
+
+# The floor with several readers (``floor_readers_us``): FLOOR_READERS warps each poll the
+# answer on a line of its own (the host responder stores it into every line), warp w's
+# first read FLOOR_READER_SPACING_NS x w after the ping. One reader's next read leaves only
+# when the last returns, so an answer that lands just after a read sampled host memory
+# waits most of a read round trip (about 1.15 us on an H200) for the next: the floor stays
+# flat while the host answers up to 0.8 us late (``floor_by_answer_delay_us``). On an H200
+# four warps 290 ns apart took the round trip from 2.91 to 2.94 us to 1.89 in five rounds
+# of five; eight warps 145 ns apart 1.86 to 2.02; four lanes of one warp 2.30 to 2.34; one
+# thread with several relaxed reads in flight was slower, 3.3 to 4.0 (reads of one thread
+# do not overlap there), and four warps reading one word 2.59 to 2.66
+# (benchmarks/scripts/poll_window_probe.cu, BENCHMARKS.md, session 38).
+FLOOR_READERS = 4
+FLOOR_READER_SPACING_NS = 290
+_PONG_LINE_WORDS = lib.GW_PONG_LINE_WORDS     # a constant the kernel can hold
+
+
+@cached
+@cuda.jit
+def _pingpong_readers(ping, pong, iters, out_ns, timeout_ns, spacing_ns):
+    tid = cuda.threadIdx.x
+    warp = tid // 32
+    seen = cuda.shared.array(1, int64)      # the last ping answered (k + 1)
+    t0s = cuda.shared.array(1, int64)
+    stop = cuda.shared.array(1, int32)
+    if tid == 0:
+        seen[0] = 0
+        stop[0] = 0
+    for k in range(iters):
+        if tid == 0:
+            t0s[0] = globaltimer_ns()
+        cuda.syncthreads()
+        t0 = t0s[0]
+        if tid == 0:
+            st_release_sys_u32(ping, 0, k + 1)
+        if tid % 32 == 0:
+            while globaltimer_ns() - t0 < warp * spacing_ns:
+                pass
+            # Shared words through atomics: a plain load in a loop is hoisted out of it.
+            while cuda.atomic.add(seen, 0, 0) <= k:
+                if ld_acquire_sys_u32(pong, warp * _PONG_LINE_WORDS) == k + 1:
+                    if cuda.atomic.max(seen, 0, k + 1) <= k:      # the first to see it
+                        out_ns[k] = globaltimer_ns() - t0
+                    break
+                if globaltimer_ns() - t0 > timeout_ns:
+                    out_ns[k] = -1
+                    cuda.atomic.max(stop, 0, 1)
+                    break
+        cuda.syncthreads()
+        if stop[0] != 0:
+            return
 
 
 # The stores a 64-byte push makes visible before its doorbell, in the lines and the order
@@ -466,6 +522,33 @@ def floor_pingpong_us(iters: int, poll_delay_ns: int = 0, answer_delay_ns: int =
     thread answers ``answer_delay_ns`` after it sees the doorbell."""
     return _answered_pingpong_us(iters, lambda ping, pong, out: _pingpong[1, 32](
         ping.kernel, pong.kernel, iters, out, 2_000_000_000, poll_delay_ns), answer_delay_ns)
+
+
+def floor_readers_us(iters: int, readers: int = FLOOR_READERS,
+                     spacing_ns: int = FLOOR_READER_SPACING_NS) -> float:
+    """Median round trip of the floor's ping-pong answered to ``readers`` warps at once, each
+    polling a line of its own, warp w from ``spacing_ns`` x w after the ping
+    (``_pingpong_readers``): how much of the floor is its poll's phase. gpuwrite's own waits
+    poll with one reader, as the floor does; the targets are judged against the floor."""
+    if not 1 <= readers <= lib.GW_PONG_MAX_LINES:
+        raise ValueError(f"readers={readers}: allowed 1 to {lib.GW_PONG_MAX_LINES}")
+    ping = mapped((16,), np.uint32)
+    pong = mapped((readers * _PONG_LINE_WORDS,), np.uint32)
+    out = cuda.to_device(np.zeros(iters, dtype=np.int64))
+    responder = lib.gw_pong_start_lines(ffi.cast("void *", ping.address),
+                                        ffi.cast("void *", pong.address), 0, readers)
+    if responder == ffi.NULL:
+        raise RuntimeError("the ping-pong responder did not start")
+    try:
+        _pingpong_readers[1, 32 * readers](ping.kernel, pong.kernel, iters, out, 2_000_000_000,
+                                           spacing_ns)
+        cuda.synchronize()
+    finally:
+        lib.gw_pong_stop(responder)
+    ns = out.copy_to_host()
+    if (ns < 0).any():
+        raise RuntimeError("the ping-pong responder did not answer within 2 s")
+    return _p50_after_start_us(ns)
 
 
 # Ping-pongs behind each floor the sweep's bounds use (at the start, before each repeat).
@@ -930,6 +1013,9 @@ def run_suite(quick: bool = False, progress=None, *, sizes=SWEEP_SIZES, paths=SW
     out["engine_copy_threads"] = default_copy_threads(1)
     out["engine_cached_dst_max_bytes"] = default_cached_dst_max_bytes()
     out["floor_pingpong_us"] = floor_median_us(lat_n)
+    step("floor with several readers")
+    out["floor_readers"] = {"readers": FLOOR_READERS, "spacing_ns": FLOOR_READER_SPACING_NS,
+                            "us": spread([floor_readers_us(lat_n) for _ in range(3)])}
     step("reverse floor: the host pings a GPU warp")
     out["floor_reverse_us"] = spread([reverse_floor_us(lat_n) for _ in range(3)])
     out["floor_reverse_64B_us"] = spread([reverse_floor_us(lat_n, LEAST_PULL_BYTES)

@@ -258,6 +258,40 @@ def test_the_gpu_warp_of_the_reverse_floor_answers_every_ping(payload):
     assert answered.copy_to_host()[0] == 0
 
 
+@pytest.mark.timeout(60)
+def test_the_floor_with_several_readers_answers_every_ping_on_every_line():
+    """``_pingpong_readers``: two warps poll the answer, each on its own line, and the first
+    to see it stamps the round trip; the responder (``gw_pong_start_lines``) stores every
+    answer into every line. Both the responder and the measurement refuse a number of
+    lines they cannot hold, by name."""
+    import numpy as np
+
+    from gpuwrite._gw_cffi import ffi, lib
+    from gpuwrite.cudaenv import SIMULATOR, cuda
+    from gpuwrite.host.memory import mapped
+    words = np.zeros(16, dtype=np.uint32)
+    for bad in (0, lib.GW_PONG_MAX_LINES + 1):
+        assert lib.gw_pong_start_lines(ffi.cast("void *", words.ctypes.data),
+                                       ffi.cast("void *", words.ctypes.data + 4), 0, bad) == ffi.NULL
+        with pytest.raises(ValueError, match=f"readers={bad}: allowed 1 to "):
+            suite.floor_readers_us(10, readers=bad)
+    if not SIMULATOR:
+        assert 0.1 < suite.floor_readers_us(200) < 100.0
+        return
+    lines = lib.GW_PONG_LINE_WORDS
+    ping, pong = mapped((16,), np.uint32), mapped((2 * lines,), np.uint32)
+    out = cuda.to_device(np.zeros(3, dtype=np.int64))
+    responder = lib.gw_pong_start_lines(ffi.cast("void *", ping.address),
+                                        ffi.cast("void *", pong.address), 0, 2)
+    try:
+        suite._pingpong_readers[1, 64](ping.kernel, pong.kernel, 3, out, 20_000_000_000, 1000)
+    finally:
+        lib.gw_pong_stop(responder)
+    assert (out.copy_to_host() > 0).all()
+    assert ping.host[0] == 3 and pong.host[0] == pong.host[lines] == 3
+    assert (pong.host[1:lines] == 0).all() and (pong.host[lines + 1:] == 0).all()
+
+
 def test_the_64_byte_target_is_named_below_its_least_only_by_every_repeat():
     """Each repeat's least is judged against the floor of the same repeat; the target
     lies below the least when every repeat's ratio exceeds it: one repeat at or under it

@@ -128,6 +128,7 @@ kernels = {
     **{f"send_messages_for_{p}": (K.send_messages_for(p), SEND) for p in K.PATH_IDS},
     "push_steps": (B._push_steps, (Q, u32[::1], i64, i64, i64, i64, i64[:, ::1], i64[::1])),
     "pingpong": (S._pingpong, (u32[::1], u32[::1], i64, i64[::1], i64, i64)),
+    "pingpong_readers": (S._pingpong_readers, (u32[::1], u32[::1], i64, i64[::1], i64, i64)),
     "pingpong_after_push_writes": (S._pingpong_after_push_writes,
                                    (u32[::1], u32[::1], types.uint64[::1], u32[::1], u32[::1],
                                     u32[::1], i64, i64[::1], i64)),
@@ -146,7 +147,7 @@ for name, (kernel, sig) in kernels.items():
                            "send_messages_for_gpu_push_inline", "True",
                            "send_messages_for_nic_pull", "True",
                            "send_messages_for_host_staged", "True",
-                           "push_steps", "True", "pingpong", "True",
+                           "push_steps", "True", "pingpong", "True", "pingpong_readers", "True",
                            "pingpong_after_push_writes", "True",
                            "pingpong_after_push_stores", "True", "bulk_store", "True",
                            "gpu_pong", "True"]
