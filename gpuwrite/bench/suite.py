@@ -181,9 +181,10 @@ def _pingpong(ping, pong, iters, out_ns, timeout_ns, poll_delay_ns):
 # waits most of a read round trip (about 1.15 us on an H200) for the next: the floor stays
 # flat while the host answers up to 0.8 us late (``floor_by_answer_delay_us``). On an H200
 # four warps 290 ns apart took the round trip from 2.91 to 2.94 us to 1.89 in five rounds
-# of five; eight warps 145 ns apart 1.86 to 2.02; four lanes of one warp 2.30 to 2.34; one
-# thread with several relaxed reads in flight was slower, 3.3 to 4.0 (reads of one thread
-# do not overlap there), and four warps reading one word 2.59 to 2.66
+# of five; eight warps 145 ns apart 1.86 to 2.02; four lanes of one warp 2.30 to 2.34; four
+# warps reading one word 2.59 to 2.66. One thread keeping several relaxed reads in flight,
+# each on a line of its own, was slower than one read at a time (3.3 to 4.0 us against 2.7
+# to 3.1 on two hosts; of one word, 5.6 to 10.3: those reads wait for each other)
 # (benchmarks/scripts/poll_window_probe.cu, BENCHMARKS.md, session 38).
 FLOOR_READERS = 4
 FLOOR_READER_SPACING_NS = 290
