@@ -87,16 +87,18 @@ __global__ void ping(unsigned* ping_w, unsigned* pong, int iters, uint64_t* out,
   }
 }
 
-// W warps poll at once, each with one ld.acquire.sys at a time (lane 0 of warp w, its
-// first read `w * spacing` ns after the ping, on pong + (LINES ? w * LINE_WORDS : 0));
-// the first to see the answer stamps the round trip and tells the others through shared
-// memory. Warp 0's lane 0 pings.
-template <int W, bool LINES>
-__global__ void ping_warps(unsigned* ping_w, unsigned* pong, int iters, uint64_t* out, uint64_t spacing) {
+// W readers poll at once, each with one ld.acquire.sys at a time: with LANES lanes 0..W-1 of
+// one warp (a 32-thread block has no other warp to poll with; a warp's lanes issue
+// together unless they diverge), else lane 0 of warps 0..W-1. Reader r reads
+// pong + (LINES ? r * LINE_WORDS : 0), its first read `r * spacing` ns after the ping; the
+// first to see the answer stamps the round trip and tells the others through shared
+// memory. Thread 0 pings.
+template <int W, bool LINES, bool LANES>
+__global__ void ping_readers(unsigned* ping_w, unsigned* pong, int iters, uint64_t* out, uint64_t spacing) {
   __shared__ volatile unsigned seen;
   __shared__ volatile uint64_t t0s;
-  int w = threadIdx.x / 32;
-  bool lead = threadIdx.x % 32 == 0;
+  int r = LANES ? threadIdx.x : threadIdx.x / 32;
+  bool reader = LANES ? r < W : threadIdx.x % 32 == 0;
   for (int i = 1; i <= iters; i++) {
     if (threadIdx.x == 0) {
       seen = 0;
@@ -106,9 +108,9 @@ __global__ void ping_warps(unsigned* ping_w, unsigned* pong, int iters, uint64_t
     uint64_t t0 = t0s;
     if (threadIdx.x == 0)
       st_rel(ping_w, i);
-    if (lead) {
-      spin_until(t0 + w * spacing);
-      const unsigned* p = pong + (LINES ? w * LINE_WORDS : 0);
+    if (reader) {
+      spin_until(t0 + r * spacing);
+      const unsigned* p = pong + (LINES ? r * LINE_WORDS : 0);
       while (seen != (unsigned)i) {
         if (ld_acq(p) == (unsigned)i) {
           if (atomicCAS((unsigned*)&seen, 0u, (unsigned)i) == 0u)
@@ -118,38 +120,6 @@ __global__ void ping_warps(unsigned* ping_w, unsigned* pong, int iters, uint64_t
       }
     }
     __syncthreads();
-  }
-}
-
-// The same with W lanes of one warp (lane l polls its line from `l * spacing` ns after the
-// ping): a 32-thread block has no other warp to poll with, and the lanes of a warp issue
-// together unless they diverge.
-template <int W>
-__global__ void ping_lanes(unsigned* ping_w, unsigned* pong, int iters, uint64_t* out, uint64_t spacing) {
-  __shared__ volatile unsigned seen;
-  __shared__ volatile uint64_t t0s;
-  int l = threadIdx.x;
-  for (int i = 1; i <= iters; i++) {
-    if (l == 0) {
-      seen = 0;
-      t0s = gtime();
-    }
-    __syncwarp();
-    uint64_t t0 = t0s;
-    if (l == 0)
-      st_rel(ping_w, i);
-    if (l < W) {
-      spin_until(t0 + l * spacing);
-      const unsigned* p = pong + l * LINE_WORDS;
-      while (seen != (unsigned)i) {
-        if (ld_acq(p) == (unsigned)i) {
-          if (atomicCAS((unsigned*)&seen, 0u, (unsigned)i) == 0u)
-            out[i - 1] = gtime() - t0;
-          break;
-        }
-      }
-    }
-    __syncwarp();
   }
 }
 
@@ -176,14 +146,14 @@ int main(int argc, char** argv) {
     {"relaxed W=8 S=60 lines", ping<8, false, true, 0>, 60, 8},
     {"relaxed W=8 S=125 lines + acquire", ping<8, false, true, 1>, 125, 8},
     {"relaxed W=8 S=125 lines + fence", ping<8, false, true, 2>, 125, 8},
-    {"warps W=1", ping_warps<1, false>, 0, 1, 1},
-    {"warps W=2 S=575 one", ping_warps<2, false>, 575, 1, 2},
-    {"warps W=2 S=575 lines", ping_warps<2, true>, 575, 2, 2},
-    {"warps W=4 S=290 one", ping_warps<4, false>, 290, 1, 4},
-    {"warps W=4 S=290 lines", ping_warps<4, true>, 290, 4, 4},
-    {"warps W=8 S=145 lines", ping_warps<8, true>, 145, 8, 8},
-    {"lanes W=4 S=290 lines", ping_lanes<4>, 290, 4, 1},
-    {"lanes W=8 S=145 lines", ping_lanes<8>, 145, 8, 1},
+    {"warps W=1", ping_readers<1, false, false>, 0, 1, 1},
+    {"warps W=2 S=575 one", ping_readers<2, false, false>, 575, 1, 2},
+    {"warps W=2 S=575 lines", ping_readers<2, true, false>, 575, 2, 2},
+    {"warps W=4 S=290 one", ping_readers<4, false, false>, 290, 1, 4},
+    {"warps W=4 S=290 lines", ping_readers<4, true, false>, 290, 4, 4},
+    {"warps W=8 S=145 lines", ping_readers<8, true, false>, 145, 8, 8},
+    {"lanes W=4 S=290 lines", ping_readers<4, true, true>, 290, 4, 1},
+    {"lanes W=8 S=145 lines", ping_readers<8, true, true>, 145, 8, 1},
   };
   if (argc > 3 && atoi(argv[3]) == 1) {   // the floor's poll, then the warp and lane variants
     std::vector<variant> some = {vs[0]};

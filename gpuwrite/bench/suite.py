@@ -488,15 +488,20 @@ def _p50_after_start_us(ns) -> float:
     return float(np.median(ns[len(ns) // 10:]) / 1e3)
 
 
-def answered_pingpong_ns(iters: int, launch, answer_delay_ns: int = 0) -> np.ndarray:
+def answered_pingpong_ns(iters: int, launch, answer_delay_ns: int = 0,
+                         lines: int = 1) -> np.ndarray:
     """Runs ``launch(ping, pong, out)`` (a ping-pong kernel writing each round trip's ns
     into ``out``, -1 where no answer came) against the host C thread that answers each
-    ping ``answer_delay_ns`` after it sees it; every round trip, ns."""
+    ping ``answer_delay_ns`` after it sees it, into ``lines`` words of ``pong``
+    _PONG_LINE_WORDS apart; every round trip, ns."""
     ping = mapped((16,), np.uint32)
-    pong = mapped((16,), np.uint32)
+    pong = mapped((max(16, lines * _PONG_LINE_WORDS),), np.uint32)
     out = cuda.to_device(np.zeros(iters, dtype=np.int64))
-    responder = lib.gw_pong_start_delayed(ffi.cast("void *", ping.address),
-                                          ffi.cast("void *", pong.address), answer_delay_ns)
+    responder = lib.gw_pong_start_lines(ffi.cast("void *", ping.address),
+                                        ffi.cast("void *", pong.address), answer_delay_ns, lines)
+    if responder == ffi.NULL:
+        raise RuntimeError(f"the ping-pong responder did not start (lines={lines}: allowed 1 "
+                           f"to {lib.GW_PONG_MAX_LINES})")
     try:
         launch(ping, pong, out)
         cuda.synchronize()
@@ -508,9 +513,9 @@ def answered_pingpong_ns(iters: int, launch, answer_delay_ns: int = 0) -> np.nda
     return ns
 
 
-def _answered_pingpong_us(iters: int, launch, answer_delay_ns: int = 0) -> float:
+def _answered_pingpong_us(iters: int, launch, answer_delay_ns: int = 0, lines: int = 1) -> float:
     """The median round trip of ``answered_pingpong_ns``, in us."""
-    return _p50_after_start_us(answered_pingpong_ns(iters, launch, answer_delay_ns))
+    return _p50_after_start_us(answered_pingpong_ns(iters, launch, answer_delay_ns, lines))
 
 
 # A rise of the floor answered late smaller than this is not a whole poll read.
@@ -533,23 +538,9 @@ def floor_readers_us(iters: int, readers: int = FLOOR_READERS,
     poll with one reader, as the floor does; the targets are judged against the floor."""
     if not 1 <= readers <= lib.GW_PONG_MAX_LINES:
         raise ValueError(f"readers={readers}: allowed 1 to {lib.GW_PONG_MAX_LINES}")
-    ping = mapped((16,), np.uint32)
-    pong = mapped((readers * _PONG_LINE_WORDS,), np.uint32)
-    out = cuda.to_device(np.zeros(iters, dtype=np.int64))
-    responder = lib.gw_pong_start_lines(ffi.cast("void *", ping.address),
-                                        ffi.cast("void *", pong.address), 0, readers)
-    if responder == ffi.NULL:
-        raise RuntimeError("the ping-pong responder did not start")
-    try:
-        _pingpong_readers[1, 32 * readers](ping.kernel, pong.kernel, iters, out, 2_000_000_000,
-                                           spacing_ns)
-        cuda.synchronize()
-    finally:
-        lib.gw_pong_stop(responder)
-    ns = out.copy_to_host()
-    if (ns < 0).any():
-        raise RuntimeError("the ping-pong responder did not answer within 2 s")
-    return _p50_after_start_us(ns)
+    return _answered_pingpong_us(iters, lambda ping, pong, out: _pingpong_readers[
+        1, 32 * readers](ping.kernel, pong.kernel, iters, out, 2_000_000_000, spacing_ns),
+        lines=readers)
 
 
 # Ping-pongs behind each floor the sweep's bounds use (at the start, before each repeat).
