@@ -154,10 +154,13 @@ int main(int argc, char** argv) {
     {"warps W=8 S=145 lines", ping_readers<8, true, false>, 145, 8, 8},
     {"lanes W=4 S=290 lines", ping_readers<4, true, true>, 290, 4, 1},
     {"lanes W=8 S=145 lines", ping_readers<8, true, true>, 145, 8, 1},
+    {"warps W=8 S=145 one", ping_readers<8, false, false>, 145, 1, 8},
+    {"lanes W=4 S=290 one", ping_readers<4, false, true>, 290, 1, 1},
+    {"lanes W=8 S=145 one", ping_readers<8, false, true>, 145, 1, 1},
   };
   if (argc > 3 && atoi(argv[3]) == 1) {   // the floor's poll, then the warp and lane variants
     std::vector<variant> some = {vs[0]};
-    some.insert(some.end(), vs.end() - 8, vs.end());
+    some.insert(some.end(), vs.end() - 11, vs.end());
     vs = some;
   }
   for (int r = 0; r < rounds; r++) {
