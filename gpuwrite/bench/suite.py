@@ -182,7 +182,8 @@ def _pingpong(ping, pong, iters, out_ns, timeout_ns, poll_delay_ns):
 # flat while the host answers up to 0.8 us late (``floor_by_answer_delay_us``). On an H200
 # four warps 290 ns apart took the round trip from 2.91 to 2.94 us to 1.89 in five rounds
 # of five; eight warps 145 ns apart 1.86 to 2.02; four lanes of one warp 2.30 to 2.34; four
-# warps reading one word 2.59 to 2.66. One thread keeping several relaxed reads in flight,
+# warps reading one word 2.59 to 2.66, and four lanes of one warp reading one word 2.24 to
+# 2.27 against 3.01 to 3.07 on another host (what a wait could do with no engine change). One thread keeping several relaxed reads in flight,
 # each on a line of its own, was slower than one read at a time (3.3 to 4.0 us against 2.7
 # to 3.1 on two hosts; of one word, 5.6 to 10.3: those reads wait for each other)
 # (benchmarks/scripts/poll_window_probe.cu, BENCHMARKS.md, session 38).
