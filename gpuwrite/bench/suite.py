@@ -59,8 +59,8 @@ share of the bound more (the engine's share: its least turnaround for that path;
 nic_pull, gpu_push's, and the rest of its turnaround is its read, ``pull``, which the
 bound has no share for; for a gpu_push or host_staged point with a measured least,
 ``stores``, the least less the floor, against what the bound allows for moving its bytes:
-``sweep_steps``; for the 64-byte latency, the floor of the same repeat is the GPU side's share, and the push
-breakdown of that repeat is kept beside it);
+``sweep_steps``; for the 64-byte latency, the floor of the same repeat is the GPU side's
+share, and the push breakdown of that repeat is kept beside it);
 for bandwidth and rate, against the median run. A sweep point's runs slower than its
 fastest by about a whole completion-poll read (``poll_read_us``: the floor's rise when the
 host answers late) are listed as ``runs_a_poll_read_later``: their completions were found a
@@ -183,10 +183,11 @@ def _pingpong(ping, pong, iters, out_ns, timeout_ns, poll_delay_ns):
 # four warps 290 ns apart took the round trip from 2.91 to 2.94 us to 1.89 in five rounds
 # of five; eight warps 145 ns apart 1.86 to 2.02; four lanes of one warp 2.30 to 2.34; four
 # warps reading one word 2.59 to 2.66, and four lanes of one warp reading one word 2.24 to
-# 2.27 against 3.01 to 3.07 on another host (what a wait could do with no engine change). One thread keeping several relaxed reads in flight,
-# each on a line of its own, was slower than one read at a time (3.3 to 4.0 us against 2.7
-# to 3.1 on two hosts; of one word, 5.6 to 10.3: those reads wait for each other)
-# (benchmarks/scripts/poll_window_probe.cu, BENCHMARKS.md, session 38).
+# 2.27 against 3.01 to 3.07 on another host (what a wait could do with no engine change).
+# One thread keeping several relaxed reads in flight, each on a line of its own, was
+# slower than one read at a time (3.3 to 4.0 us against 2.7 to 3.1 on two hosts; of one
+# word, 5.6 to 10.3: those reads wait for each other) (benchmarks/scripts/
+# poll_window_probe.cu, BENCHMARKS.md, session 38).
 FLOOR_READERS = 4
 FLOOR_READER_SPACING_NS = 290
 _PONG_LINE_WORDS = lib.GW_PONG_LINE_WORDS     # a constant the kernel can hold
