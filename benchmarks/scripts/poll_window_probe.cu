@@ -20,12 +20,18 @@
 //   warps W, S         W warps each polling with one acquire read at a time, warp w
 //                      starting w * S after the ping (one word, or a line each)
 //   lanes W, S         the same with W lanes of one warp, a line each
+//   watched W, S       lane 0 waits on shared memory, lanes 1..W poll the answer word and
+//                      the first to see it hands it over (a CQ wait with watcher lanes);
+//                      iteration_p50_us: the whole round, until every watcher's read is back;
+//                      "open after ping": lane 0 opens the round after its ping, as
+//                      gpuwrite's wait opened its watch after the doorbell (session 39)
 // Each variant runs N round trips, in R rounds in rotating order; p10 / p50 / p90 per
 // round, the first tenth of each run dropped.
 //
 // Build and run on a GPU machine:
 //   nvcc -O2 -arch=sm_90 -std=c++17 -o /tmp/poll_window_probe poll_window_probe.cu -lpthread
-//   /tmp/poll_window_probe [rounds] [iters] [1: the floor's poll, the warp and lane variants]
+//   /tmp/poll_window_probe [rounds] [iters] [1: the floor's poll, the warp and lane variants;
+//                                            2: the floor's poll and the watched variants]
 // (prints one JSON object per run)
 #include <cstdio>
 #include <cstdint>
@@ -123,6 +129,62 @@ __global__ void ping_readers(unsigned* ping_w, unsigned* pong, int iters, uint64
   }
 }
 
+// Lane 0 pings and waits on shared memory; lanes 1..W poll the one answer word, lane r
+// from (r - 1) * spacing after the ping, and the first to see the answer hands it to lane 0
+// through shared memory (fence.cta, then the store): the wait a CQ poll with watcher lanes
+// makes (session 39). PAUSE: ns lane 0 sleeps between its looks at shared memory. out holds
+// lane 0's round trips; out2 the whole iteration (until every watcher's read is back).
+// AFTER 1: lane 0 opens the round after its ping (fence.cta, then the round's word), as
+// gpuwrite's wait opens its watch after the doorbell; 2: the same with a relaxed 8-byte
+// store to another host word (the doorbell register) after the ping; 0: before the ping.
+template <int W, int PAUSE, int AFTER = 0>
+__global__ void ping_watched(unsigned* ping_w, unsigned* pong, int iters, uint64_t* out, uint64_t spacing) {
+  __shared__ volatile unsigned seen;
+  __shared__ volatile uint64_t t0s;
+  __shared__ volatile int round;
+  uint64_t* out2 = out + iters;
+  int lane = threadIdx.x;
+  if (lane == 0) { seen = 0; round = 0; }
+  __syncthreads();
+  uint64_t last = gtime();
+  for (int i = 1; i <= iters; i++) {
+    if (lane == 0) {
+      uint64_t t0 = gtime();
+      t0s = t0;
+      if (AFTER == 0) {
+        __threadfence_block();
+        round = i;
+        st_rel(ping_w, i);
+      } else {
+        st_rel(ping_w, i);
+        if (AFTER == 2)
+          asm volatile("st.relaxed.sys.global.u64 [%0], %1;" :: "l"(ping_w + 8), "l"((uint64_t)i) : "memory");
+        __threadfence_block();
+        round = i;
+      }
+      while (seen != (unsigned)i) { if (PAUSE) __nanosleep(PAUSE); }
+      __threadfence_block();
+      out[i - 1] = gtime() - t0;
+    } else if (lane <= W) {
+      while (round != i) {}   // lane 0 has stamped this round's start
+      __threadfence_block();
+      uint64_t t0 = t0s;
+      spin_until(t0 + (lane - 1) * spacing);
+      while (seen != (unsigned)i) {
+        if (ld_acq(pong) == (unsigned)i) {
+          __threadfence_block();
+          seen = i;
+          break;
+        }
+      }
+    }
+    __syncthreads();
+    uint64_t now = gtime();
+    if (lane == 0) out2[i - 1] = now - last;
+    last = now;
+  }
+}
+
 typedef void (*kernel_t)(unsigned*, unsigned*, int, uint64_t*, uint64_t);
 struct variant { const char* name; kernel_t k; uint64_t spacing; int lines; int warps = 1; };
 
@@ -134,7 +196,8 @@ int main(int argc, char** argv) {
   unsigned* ping_w = h;
   unsigned* pong = h + 1024;
   uint64_t* d_out;
-  CK(cudaMalloc(&d_out, N * 8));
+  CK(cudaMalloc(&d_out, 2 * N * 8));
+  CK(cudaMemset(d_out, 0, 2 * N * 8));
   std::vector<variant> vs = {
     {"acquire W=1", ping<1, true, false, 0>, 0, 1},
     {"relaxed W=1", ping<1, false, false, 0>, 0, 1},
@@ -157,16 +220,30 @@ int main(int argc, char** argv) {
     {"warps W=8 S=145 one", ping_readers<8, false, false>, 145, 1, 8},
     {"lanes W=4 S=290 one", ping_readers<4, false, true>, 290, 1, 1},
     {"lanes W=8 S=145 one", ping_readers<8, false, true>, 145, 1, 1},
+    {"watched W=4 S=290", ping_watched<4, 0>, 290, 1, 1},
+    {"watched W=4 S=290 pause 32", ping_watched<4, 32>, 290, 1, 1},
+    {"watched W=3 S=385", ping_watched<3, 0>, 385, 1, 1},
+    {"watched W=2 S=575", ping_watched<2, 0>, 575, 1, 1},
+    {"watched W=3 S=385 open after ping", ping_watched<3, 32, 1>, 385, 1, 1},
+    {"watched W=3 S=385 open after ping and doorbell", ping_watched<3, 32, 2>, 385, 1, 1},
+    {"watched W=3 S=385 pause 32", ping_watched<3, 32>, 385, 1, 1},
   };
+  bool watched = argc > 3 && atoi(argv[3]) == 2;   // the floor's poll and the watched waits
+  if (watched) {
+    std::vector<variant> some = {vs[0], vs[vs.size() - 9]};   // the floor's, lanes W=4 one
+    some.insert(some.end(), vs.end() - 7, vs.end());
+    vs = some;
+  }
   if (argc > 3 && atoi(argv[3]) == 1) {   // the floor's poll, then the warp and lane variants
     std::vector<variant> some = {vs[0]};
-    some.insert(some.end(), vs.end() - 11, vs.end());
+    some.insert(some.end(), vs.end() - 18, vs.end() - 7);
     vs = some;
   }
   for (int r = 0; r < rounds; r++) {
     for (size_t q = 0; q < vs.size(); q++) {
       const variant& v = vs[(q + r) % vs.size()];
       for (int k = 0; k < 16 * 1024; k++) h[k] = 0;
+      CK(cudaMemset(d_out, 0, 2 * N * 8));
       std::atomic<bool> stop{false};
       int lines = v.lines;
       std::thread t([&] {
@@ -185,13 +262,15 @@ int main(int argc, char** argv) {
       CK(cudaDeviceSynchronize());
       stop = true;
       t.join();
-      std::vector<uint64_t> o(N);
-      CK(cudaMemcpy(o.data(), d_out, N * 8, cudaMemcpyDeviceToHost));
-      std::vector<uint64_t> w(o.begin() + N / 10, o.end());
+      std::vector<uint64_t> o(2 * N);
+      CK(cudaMemcpy(o.data(), d_out, 2 * N * 8, cudaMemcpyDeviceToHost));
+      std::vector<uint64_t> w(o.begin() + N / 10, o.begin() + N);
       std::sort(w.begin(), w.end());
-      printf("{\"round\": %d, \"variant\": \"%s\", \"p10_us\": %.3f, \"p50_us\": %.3f, \"p90_us\": %.3f, \"p99_us\": %.3f}\n",
+      std::vector<uint64_t> it(o.begin() + N + N / 10, o.end());
+      std::sort(it.begin(), it.end());
+      printf("{\"round\": %d, \"variant\": \"%s\", \"p10_us\": %.3f, \"p50_us\": %.3f, \"p90_us\": %.3f, \"p99_us\": %.3f, \"iteration_p50_us\": %.3f}\n",
              r, v.name, w[w.size() / 10] / 1e3, w[w.size() / 2] / 1e3, w[w.size() * 9 / 10] / 1e3,
-             w[w.size() * 99 / 100] / 1e3);
+             w[w.size() * 99 / 100] / 1e3, it[it.size() / 2] / 1e3);
       fflush(stdout);
     }
   }
