@@ -53,6 +53,7 @@ WARP_PATH_ANY_BLOCK = not SIMULATOR
 # a module attribute (dv.QP_STATE_SHAPE) inside the kernel is not one.
 QP_STATE_SHAPE = dv.QP_STATE_SHAPE
 QP_INFO_SHAPE = dv.QP_INFO_SHAPE
+WB_COLS = dv.WB_COLS
 
 
 @cuda.jit(device=True)
@@ -100,8 +101,12 @@ def _send_messages(path: int):
         # The block owns QP i: its bookkeeping lives in shared memory while the kernel runs.
         sh_state = cuda.shared.array(QP_STATE_SHAPE, dtype=int64)
         sh_info = cuda.shared.array(QP_INFO_SHAPE, dtype=int64)
+        # With one message in flight (wait_each), lanes 1 .. of the first warp watch the CQ
+        # while thread 0 waits (dv.wait_done_watched), round m for message m.
+        box = cuda.shared.array(WB_COLS, dtype=int64)
         if tid == 0:
             dv.qp_cache_load(Q, i, sh_state, sh_info)
+            dv.watch_reset(box, 0)
         cuda.syncthreads()
         q = dv.qp_cached(Q, i, sh_state, sh_info)
         # The path is a constant: the other paths' code is dropped. With the path a kernel
@@ -119,6 +124,7 @@ def _send_messages(path: int):
         src_addr = params[P_SRC_ADDR]
         src_lkey = params[P_SRC_LKEY]
         wait_each = params[P_WAIT_EACH] != 0
+        watchers = dv.watch_lanes(cuda.blockDim.x) if wait_each else 0
         m0 = qp_first[i]
         m1 = qp_first[i + 1]
         state = q[dv.Q_STATE]
@@ -275,7 +281,8 @@ def _send_messages(path: int):
                 pend[i, slot, 2] = m + 1
                 tail += 1
                 if wait_each or tail - head >= cap:
-                    status = dv.wait_done(q, 0, state[0, dv.S_PI], timeout)
+                    status = dv.wait_done_watched(q, 0, state[0, dv.S_PI], timeout, box, 0, m,
+                                                  watchers)
                 else:
                     # One non-blocking poll per batch (one CQE per batch is produced), so that
                     # completion times are stamped when they happen, not when space runs out.
@@ -283,6 +290,10 @@ def _send_messages(path: int):
                     if polled < 0:
                         status = polled
                 head = _reap(q, pend, i, t_done, head, tail)
+            elif tid == 0 and watchers:
+                dv.watch_close(box, 0, m)      # no wait for message m: its watchers leave
+            elif 0 < tid <= watchers:
+                dv.cq_watch(q, 0, box, 0, m, tid, timeout)
             if status == 0 and end_of_batch:
                 batch_first = m + 1     # every thread: end_of_batch decides which WQEs signal
             if tid == 0:
