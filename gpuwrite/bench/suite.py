@@ -177,13 +177,13 @@ def _pong_wait(pong, box, k, t0, poll_delay_ns, timeout_ns, watchers):
                 return -1
         return globaltimer_ns() - t0
     dv.watch_open(box, 0, k, t0 + poll_delay_ns, k + 1)
-    found, first, word = dv.watch_seen(box, 0, k + 1)
+    found, word = dv.watch_seen(box, 0, k + 1)
     while not found:
         if globaltimer_ns() - t0 > timeout_ns:
             dv.watch_close(box, 0, k)
             return -1
         dv.backoff(dv._WATCH_PAUSE_NS)
-        found, first, word = dv.watch_seen(box, 0, k + 1)
+        found, word = dv.watch_seen(box, 0, k + 1)
     t = globaltimer_ns() - t0
     dv.watch_close(box, 0, k)
     return t
@@ -197,16 +197,13 @@ def _pong_watch(pong, box, k, lane, timeout_ns):
         return
     while globaltimer_ns() < t:
         pass
-    start = globaltimer_ns()
-    first = lane == 1
     while dv.watch_still(box, 0, k, k + 1):
         v = ld_acquire_sys_u32(pong, 0)
         if v == k + 1:
-            dv.watch_report(box, 0, k + 1, first, v)
+            dv.watch_report(box, 0, k + 1, v)
             return
-        if globaltimer_ns() - start > timeout_ns:
+        if globaltimer_ns() - t > timeout_ns:
             return
-        first = False
 
 
 @cached

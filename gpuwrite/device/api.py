@@ -347,8 +347,11 @@ def _announce(h, wait):
         st = a[A_STATUS]
         if st == OK:
             _flush(h)
+            if lanes:
+                st = dv.wait_done_watched(q, 0, row[dv.S_PI], timeout_ns, row, _WB, gen)
+            elif wait:
+                st = dv.wait_done(q, 0, row[dv.S_PI], timeout_ns)
             if wait:
-                st = dv.wait_done_watched(q, 0, row[dv.S_PI], timeout_ns, row, _WB, gen, lanes)
                 a[A_STATUS] = st
         elif lanes:
             dv.watch_close(row, _WB, gen)      # no wait: the watchers leave

@@ -1054,8 +1054,8 @@ _WATCH_PAUSE_NS = 32
 # verb takes the array and b: a kernel's own box, or the put API handle's state row). WB_GEN: 2g + 1 while the consumer waits
 # for round g (a message, a ping), 2g + 2 once it has decided round g needs no more (done,
 # or no wait at all); WB_CI: the key of what the consumer waits for (its CQ counter); WB_SEEN:
-# the last report, (key & _KEY_MASK) << 33 | first << 32 | word, -1 for none (first: found
-# by watcher 1's first read); WB_T0: when watcher 1 reads first (ns, globaltimer).
+# the last report, (key & _KEY_MASK) << 32 | word, -1 for none; WB_T0: when watcher 1
+# reads first (ns, globaltimer).
 WB_GEN, WB_CI, WB_SEEN, WB_T0 = range(4)
 WB_COLS = 4
 _KEY_MASK = 0x7FFFFFFF
@@ -1124,22 +1124,22 @@ def watch_begin(box, b, gen, lane, timeout_ns):
 
 
 @cuda.jit(device=True)
-def watch_report(box, b, key, first, word):
+def watch_report(box, b, key, word):
     """Watcher: hands ``word``, read for ``key``, to the consumer. The fence orders the
     watcher's system-scope acquire before the store, so the consumer's later reads see
     what the host wrote before the word (causality order is transitive)."""
     cuda.threadfence_block()
-    cuda.atomic.exch(box, b + WB_SEEN, ((key & _KEY_MASK) << 33) | (int64(first) << 32) | word)
+    cuda.atomic.exch(box, b + WB_SEEN, ((key & _KEY_MASK) << 32) | word)
 
 
 @cuda.jit(device=True)
 def watch_seen(box, b, key):
-    """Consumer: (found, first, word), what a watcher reported for ``key``."""
+    """Consumer: (found, word), what a watcher reported for ``key``."""
     v = _box(box, b + WB_SEEN)
-    if v < 0 or (v >> 33) != (key & _KEY_MASK):
-        return False, False, uint32(0)
+    if v < 0 or (v >> 32) != (key & _KEY_MASK):
+        return False, uint32(0)
     cuda.threadfence_block()
-    return True, ((v >> 32) & 1) != 0, uint32(v & 0xFFFFFFFF)
+    return True, uint32(v & 0xFFFFFFFF)
 
 
 @cuda.jit(device=True)
@@ -1164,29 +1164,25 @@ def cq_watch(Q, i, box, b, gen, lane, timeout_ns):
     log_ncqe = info[i, I_LOG_NCQE]
     while globaltimer_ns() < t:
         pass
-    start = globaltimer_ns()
-    first = lane == 1
     while _box(box, b + WB_GEN) == 2 * gen + 1:
         c = _box(box, b + WB_CI)
         tail = ld_acquire_sys_u32(cq, (c & mask) * _CQE_WORDS + _CQE_TAIL)
         if cqe_ready(tail, c, log_ncqe):
-            watch_report(box, b, c, first, tail)
+            watch_report(box, b, c, tail)
             while watch_still(box, b, gen, c):
                 backoff(_WATCH_PAUSE_NS)
-        elif globaltimer_ns() - start > timeout_ns:
+        elif globaltimer_ns() - t > timeout_ns:
             return
-        first = False
 
 
 @cuda.jit(device=True)
-def wait_done_watched(Q, i, target_pi, timeout_ns, box, b, gen, lanes):
-    """``wait_done`` for lane 0 of a warp whose lanes 1 .. ``lanes`` watch the CQ (each
-    calls ``cq_watch`` with the same ``gen``); with ``lanes`` 0, ``wait_done``. Opens round
-    ``gen`` and closes it, whatever the outcome. The first-poll pause (I_POLL_DELAY_NS,
-    adapted as ``_poll_cq_until`` adapts it) is watcher 1's, before its first read; the
-    adaptation counts a completion found by that read as found by the first poll."""
-    if lanes == 0:
-        return wait_done(Q, i, target_pi, timeout_ns)
+def wait_done_watched(Q, i, target_pi, timeout_ns, box, b, gen):
+    """``wait_done`` for lane 0 of a warp whose lanes 1 .. ``watch_lanes`` watch the CQ
+    (each calls ``cq_watch`` with the same ``gen``). Opens round ``gen`` and closes it,
+    whatever the outcome. The first-poll pause (I_POLL_DELAY_NS + S_POLL_ADJ) is watcher
+    1's, before its first read; it is not adapted here (I_POLL_ADAPT follows one reader's
+    phase: with every lane's reads in the adaptation it took the pause to its 8 us limit
+    and a 64-byte push to 13 us on an H200, session 39)."""
     state = Q[Q_STATE]
     if state[i, S_DONE] >= target_pi:
         watch_close(box, b, gen)
@@ -1194,20 +1190,17 @@ def wait_done_watched(Q, i, target_pi, timeout_ns, box, b, gen, lanes):
     flush_doorbell(Q, i)
     start = globaltimer_ns()
     info = Q[Q_INFO]
-    whole = target_pi >= state[i, S_PI]
-    delay = info[i, I_POLL_DELAY_NS] + state[i, S_POLL_ADJ] if whole else 0
+    delay = info[i, I_POLL_DELAY_NS] + state[i, S_POLL_ADJ] if target_pi >= state[i, S_PI] else 0
     watch_open(box, b, gen, start + delay, state[i, S_CQ_CI])
     st = OK
-    first_found = False
     while state[i, S_DONE] < target_pi:
         ci = state[i, S_CQ_CI]
-        found, first, tail = watch_seen(box, b, ci)
+        found, tail = watch_seen(box, b, ci)
         got = _cqe_consume(Q, i, tail) if found else 0
         if got < 0:
             st = got
             break
         if got > 0:
-            first_found = first
             watch_next(box, b, ci + 1)
         elif globaltimer_ns() - start > timeout_ns:
             st = E_TIMEOUT_CQE
@@ -1215,9 +1208,6 @@ def wait_done_watched(Q, i, target_pi, timeout_ns, box, b, gen, lanes):
         else:
             backoff(_WATCH_PAUSE_NS)
     watch_close(box, b, gen)
-    if st == OK and whole and info[i, I_POLL_ADAPT] != 0:
-        state[i, S_POLL_ADJ] = next_poll_adj(state[i, S_POLL_ADJ], info[i, I_POLL_DELAY_NS],
-                                             first_found)
     return st
 
 

@@ -280,9 +280,10 @@ def _send_messages(path: int):
                 pend[i, slot, 1] = batch_first
                 pend[i, slot, 2] = m + 1
                 tail += 1
-                if wait_each or tail - head >= cap:
-                    status = dv.wait_done_watched(q, 0, state[0, dv.S_PI], timeout, box, 0, m,
-                                                  watchers)
+                if watchers:
+                    status = dv.wait_done_watched(q, 0, state[0, dv.S_PI], timeout, box, 0, m)
+                elif wait_each or tail - head >= cap:
+                    status = dv.wait_done(q, 0, state[0, dv.S_PI], timeout)
                 else:
                     # One non-blocking poll per batch (one CQE per batch is produced), so that
                     # completion times are stamped when they happen, not when space runs out.

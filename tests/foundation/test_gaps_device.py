@@ -286,8 +286,10 @@ def _post_n_and_wait_watched(Q, src_addr, lkey, dst_addr, rkey, n, bad, timeout_
         for k in range(n):
             key = rkey ^ 0x3 if bad and k == n - 1 else rkey
             dv.wqe_rdma_write(Q, 0, src_addr + 64 * k, lkey, 64, dst_addr + 64 * k, key, True, 0)
-        out[0] = dv.wait_done_watched(Q, 0, Q[dv.Q_STATE][0, dv.S_PI], timeout_ns, box, 0, 5,
-                                      lanes)
+        if lanes:
+            out[0] = dv.wait_done_watched(Q, 0, Q[dv.Q_STATE][0, dv.S_PI], timeout_ns, box, 0, 5)
+        else:
+            out[0] = dv.wait_done(Q, 0, Q[dv.Q_STATE][0, dv.S_PI], timeout_ns)
         out[1] = Q[dv.Q_STATE][0, dv.S_DONE]
         out[2] = Q[dv.Q_STATE][0, dv.S_CQ_CI]
         out[3] = Q[dv.Q_STATE][0, dv.S_LAST_SYND]
