@@ -51,7 +51,7 @@ def register(sub) -> None:
                    help="messages per point (the sweep sends fewer of the largest sizes) and "
                    "per 64-byte latency run")
     p.add_argument("-t", "--threads", default=None,
-                   help="threads per block of the sweep, comma-separated, at most 512 (default 32,256)")
+                   help="threads per block of the sweep, comma-separated, at most 480 (default 32,256)")
     p.add_argument("-r", "--repeats", default=None,
                    help="runs of every repeated figure (default 5; --quick 2)")
     p.add_argument("--sweep-only", action="store_true",
@@ -61,7 +61,7 @@ def register(sub) -> None:
 
 
 def _options(args) -> dict:
-    from gpuwrite.paths.kernels import MAX_BLOCK_THREADS
+    from gpuwrite.paths.kernels import MAX_BLOCK_THREADS_EACH
     from gpuwrite.paths.runner import PATHS
 
     opts: dict = {}
@@ -74,7 +74,7 @@ def _options(args) -> dict:
                 raise BenchInputError("--paths: path", p, ", ".join(PATHS))
         opts["paths"] = tuple(dict.fromkeys(paths))     # each once
     if args.threads is not None:
-        most = MAX_BLOCK_THREADS
+        most = MAX_BLOCK_THREADS_EACH          # the sweep sends one message in flight
         allowed = f"1 to {most} threads per block (the sending kernel's registers)"
         threads = _list(args.threads, "--threads", lambda t: _positive_int("--threads", t, allowed=allowed), allowed)
         for t in threads:

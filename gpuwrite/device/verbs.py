@@ -108,7 +108,8 @@ I_COLS = 16
 # 4.9 us polling at once and 3.4 to 3.7 with 300 ns, on H100 and H200 hosts alike (the
 # constant's comment). The best value depends on the machine and the kernel: measure it
 # (``gpuwrite bench`` reports the sweep of pauses; BENCHMARKS.md, sessions 3 and 23).
-# I_POLL_ADAPT: nonzero where that pause follows the completions (``next_poll_adj``): it
+# I_POLL_ADAPT: nonzero where that pause follows the completions of a wait polled by one
+# reader (``wait_done``; a watched wait, ``wait_done_watched``, keeps it fixed) (``next_poll_adj``): it
 # starts at I_POLL_DELAY_NS, and after each wait for every WQE written it shrinks by
 # _PAUSE_DOWN_NS if the first poll found what the wait needed and grows by _PAUSE_UP_NS if
 # it did not. A completion lands later the larger the message (the NIC's copy), and a first
@@ -161,6 +162,20 @@ _MAX_INLINE = L.MAX_INLINE_BYTES
 # ptxas for sm_90 fits send_messages in 128 with no spills. The simulator has no such option.
 MAX_REGISTERS = 128
 KERNEL_OPTIONS = {} if SIMULATOR else {"max_registers": MAX_REGISTERS}
+# The kernel of one message in flight (``gpuwrite.paths.kernels``, wait_each) also holds
+# the watched completion wait and its watchers (``wait_done_watched``, ``cq_watch``): at 128
+# registers ptxas spilled 32 bytes there (84 with the batching code beside it), where each
+# wait's system-scope acquires leave the spills to L2; at 136 none. Its blocks hold at most
+# 480 threads (15 warps of 136 x 32 registers in 65536).
+WATCHED_MAX_REGISTERS = 136
+WATCHED_KERNEL_OPTIONS = {} if SIMULATOR else {"max_registers": WATCHED_MAX_REGISTERS}
+
+
+def block_threads_limit(registers: int) -> int:
+    """The most threads a block of a kernel of ``registers`` a thread can have: an SM's
+    65536 registers, allocated to each warp in units of 256."""
+    per_warp = -(-registers * 32 // 256) * 256
+    return 65536 // per_warp * 32
 _CQ_UPDATE = L.CTRL_CQ_UPDATE
 _OP_WRITE = L.OPCODE_RDMA_WRITE
 _OP_NOP = L.OPCODE_NOP

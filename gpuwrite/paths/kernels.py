@@ -8,7 +8,8 @@ host_staged writes and small inline writes alone (``dv.push_small``, ``dv.push_m
 ``dv.staged_small``, ``dv.staged_mid``, ``dv.inline_small``) and the first warp posts
 medium pushes and host_staged writes without a block barrier.
 
-Paths (one kernel each, ``send_messages_for(path)``):
+Paths (two kernels each, ``send_messages_for(path, wait_each)``: with one message in flight
+per QP, thread 0's completion waits are watched, ``dv.wait_done_watched``):
   PUSH     gpu_push: payload written by the GPU into the NIC's staging region
   INLINE   gpu_push_inline: payload written inside the WQE
   PULL     nic_pull: payload left in GPU memory for the NIC to read
@@ -70,8 +71,15 @@ def _reap(q, pend, i, t_done, head, tail):
 
 
 MAX_REGISTERS = dv.MAX_REGISTERS
-MAX_BLOCK_THREADS = 65536 // MAX_REGISTERS
+MAX_BLOCK_THREADS = dv.block_threads_limit(MAX_REGISTERS)
+# The kernel of one message in flight (wait_each) holds more registers (its watched waits).
+MAX_BLOCK_THREADS_EACH = dv.block_threads_limit(dv.WATCHED_MAX_REGISTERS)
 _LIMITS = dv.KERNEL_OPTIONS
+
+
+def max_block_threads(wait_each: bool) -> int:
+    """The most threads a block of ``send_messages_for(path, wait_each)`` can have."""
+    return MAX_BLOCK_THREADS_EACH if wait_each else MAX_BLOCK_THREADS
 
 
 # push_mid's shared buffer: the words of a payload past its first 128 bytes, 16-byte
@@ -80,11 +88,12 @@ _LIMITS = dv.KERNEL_OPTIONS
 MID_BUF_WORDS = dv.MID_BUF_WORDS
 
 
-def _send_messages(path: int):
-    """``send_messages`` for one path (``PUSH`` .. ``STAGED``), a compile-time constant."""
+def _send_messages(path: int, one_in_flight: bool):
+    """``send_messages`` for one path (``PUSH`` .. ``STAGED``), a compile-time constant, and
+    for one message in flight per QP (``wait_each``: its watched completion waits) or not."""
 
     @cached
-    @cuda.jit(**_LIMITS)
+    @cuda.jit(**(dv.WATCHED_KERNEL_OPTIONS if one_in_flight else _LIMITS))
     def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
         i = cuda.blockIdx.x
         tid = cuda.threadIdx.x
@@ -123,8 +132,8 @@ def _send_messages(path: int):
         rkey = params[P_RKEY]
         src_addr = params[P_SRC_ADDR]
         src_lkey = params[P_SRC_LKEY]
-        wait_each = params[P_WAIT_EACH] != 0
-        watchers = dv.watch_lanes(cuda.blockDim.x) if wait_each else 0
+        wait_each = one_in_flight
+        watchers = dv.watch_lanes(cuda.blockDim.x) if one_in_flight else 0
         m0 = qp_first[i]
         m1 = qp_first[i + 1]
         state = q[dv.Q_STATE]
@@ -318,9 +327,13 @@ def _send_messages(path: int):
 _BY_PATH: dict = {}
 
 
-def send_messages_for(path: str):
-    """``send_messages`` made for ``path`` (compiled on first use, then cached): the
-    kernel the runners launch."""
-    if path not in _BY_PATH:
-        _BY_PATH[path] = _send_messages(PATH_IDS[path])
-    return _BY_PATH[path]
+def send_messages_for(path: str, wait_each: bool = False):
+    """``send_messages`` made for ``path`` and for ``wait_each`` (one message in flight per
+    QP, each waited for; compiled on first use, then cached): the kernel the runners
+    launch. The two are kernels of their own: the watched waits of one message in flight
+    (``dv.wait_done_watched``) in the batching kernel took it past 128 registers (84 bytes
+    of spills, ptxas for sm_90, session 39)."""
+    key = (path, bool(wait_each))
+    if key not in _BY_PATH:
+        _BY_PATH[key] = _send_messages(PATH_IDS[path], bool(wait_each))
+    return _BY_PATH[key]
