@@ -201,6 +201,13 @@ struct gw_pong *gw_pong_start(void *ping, void *pong);
 /* The same, answering each value answer_delay_ns after it saw it: a NIC that takes that
  * long between doorbell and completion (how the completion poll's phase moves latency). */
 struct gw_pong *gw_pong_start_delayed(void *ping, void *pong, uint64_t answer_delay_ns);
+/* The same, storing each answer into `lines` words GW_PONG_LINE_WORDS apart (each on a
+ * 128-byte line of its own; pong must hold them): several GPU warps can then each poll a
+ * line of their own (the floor with several readers, gpuwrite bench). NULL if lines is
+ * not 1 to GW_PONG_MAX_LINES. */
+enum { GW_PONG_LINE_WORDS = 32, GW_PONG_MAX_LINES = 8 };
+struct gw_pong *gw_pong_start_lines(void *ping, void *pong, uint64_t answer_delay_ns,
+                                    uint32_t lines);
 void gw_pong_stop(struct gw_pong *pong);
 /* The reverse trip: for k = 1..iters, stores k to *ping (release) and waits (acquire
  * loads) for *pong to hold k, rtt_ns[k - 1] the time from store to answer seen. The least

@@ -12,6 +12,7 @@ struct gw_pong {
     uint32_t *ping;
     uint32_t *pong;
     uint64_t answer_delay_ns;
+    uint32_t lines;
 };
 
 static void *pong_main(void *arg)
@@ -27,7 +28,8 @@ static void *pong_main(void *arg)
                 while (gw_now_ns() - seen < p->answer_delay_ns)
                     __builtin_ia32_pause();
             }
-            store_rel32(p->pong, v);
+            for (uint32_t j = 0; j < p->lines; j++)
+                store_rel32(p->pong + j * GW_PONG_LINE_WORDS, v);
             answered = v;
         } else {
             __builtin_ia32_pause();
@@ -43,12 +45,21 @@ struct gw_pong *gw_pong_start(void *ping, void *pong)
 
 struct gw_pong *gw_pong_start_delayed(void *ping, void *pong, uint64_t answer_delay_ns)
 {
+    return gw_pong_start_lines(ping, pong, answer_delay_ns, 1);
+}
+
+struct gw_pong *gw_pong_start_lines(void *ping, void *pong, uint64_t answer_delay_ns,
+                                    uint32_t lines)
+{
+    if (lines < 1 || lines > GW_PONG_MAX_LINES)
+        return NULL;
     struct gw_pong *p = calloc(1, sizeof(*p));
     if (!p)
         return NULL;
     p->ping = ping;
     p->pong = pong;
     p->answer_delay_ns = answer_delay_ns;
+    p->lines = lines;
     atomic_store(&p->running, 1);
     if (pthread_create(&p->thread, NULL, pong_main, p) != 0) {
         free(p);

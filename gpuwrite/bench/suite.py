@@ -42,11 +42,10 @@ run, and each judged on every run, not only on the median:
     host_staged's without), by the threads and with the barrier its kernel uses, its
     payload from registers; a point's least is the larger of the fastest of those and the
     block's copy (``least_kind``).
-The floor is measured as gpuwrite's waits for one message in flight poll: lane 0 waits while
-``dv.WATCH_LANES`` watcher lanes poll the answer, staggered (``floor_watchers``,
-``dv.wait_done_watched``); beside it, ``floor_one_reader_us``: the same ping-pong polled by
-lane 0 alone, one read of host memory at a time (as the waits polled before session 39),
-up to a read round trip slower: what the watchers take off every emulated round trip.
+The floor is measured as gpuwrite's waits poll, one read of host memory at a time; beside
+it, ``floor_readers`` (``floor_readers_us``): the same ping-pong answered to FLOOR_READERS
+warps polling lines of their own, staggered, which finds the answer up to a read round
+trip sooner: the part of every emulated round trip that is the completion poll's phase.
 The 64-byte latency target has a least too (``least_push_64B_us``): the floor's
 ping-pong with the stores a 64-byte push must make visible before its doorbell (payload
 read from GPU memory, staging header and payload, WQE) ahead of each ping's release
@@ -158,78 +157,73 @@ POLL_DELAYS_NS = (100, 200, 300, 400, 600)
 ANSWER_DELAYS_NS = (0, 100, 200, 300, 400, 500, 600, 800, 1000, 1200)
 
 
-# The watch box's shape, bound here as a constant for cuda.shared.array.
-WB_COLS = dv.WB_COLS
-
-
-@cuda.jit(device=True)
-def _pong_wait(pong, box, k, t0, poll_delay_ns, timeout_ns, watchers):
-    """Lane 0's wait for the answer to ping k (k + 1 in ``pong``), as gpuwrite's completion
-    waits poll (``dv.wait_done_watched``): with ``watchers``, lanes 1 .. watchers poll
-    (``_pong_watch``) and lane 0 waits on the watch box, round k; with none, lane 0 polls
-    alone, one read at a time, its first ``poll_delay_ns`` after ``t0``. Returns the round
-    trip from ``t0`` (ns), or -1 after ``timeout_ns``."""
-    if watchers == 0:
+@cached
+@cuda.jit
+def _pingpong(ping, pong, iters, out_ns, timeout_ns, poll_delay_ns):
+    if cuda.threadIdx.x != 0 or cuda.blockIdx.x != 0:
+        return
+    for k in range(iters):
+        t0 = globaltimer_ns()
+        st_release_sys_u32(ping, 0, k + 1)
         while globaltimer_ns() - t0 < poll_delay_ns:
             pass
         while ld_acquire_sys_u32(pong, 0) != k + 1:
             if globaltimer_ns() - t0 > timeout_ns:
-                return -1
-        return globaltimer_ns() - t0
-    dv.watch_open(box, 0, k, t0 + poll_delay_ns, k + 1)
-    found, word = dv.watch_seen(box, 0, k + 1)
-    while not found:
-        if globaltimer_ns() - t0 > timeout_ns:
-            dv.watch_close(box, 0, k)
-            return -1
-        dv.backoff(dv._WATCH_PAUSE_NS)
-        found, word = dv.watch_seen(box, 0, k + 1)
-    t = globaltimer_ns() - t0
-    dv.watch_close(box, 0, k)
-    return t
+                out_ns[k] = -1
+                return
+        out_ns[k] = globaltimer_ns() - t0
 
 
-@cuda.jit(device=True)
-def _pong_watch(pong, box, k, lane, timeout_ns):
-    """Watcher ``lane`` of ping k's round (``_pong_wait``), as ``dv.cq_watch`` watches a CQ."""
-    t = dv.watch_begin(box, 0, k, lane, 2 * timeout_ns)
-    if t < 0:
-        return
-    while globaltimer_ns() < t:
-        pass
-    while dv.watch_still(box, 0, k, k + 1):
-        v = ld_acquire_sys_u32(pong, 0)
-        if v == k + 1:
-            dv.watch_report(box, 0, k + 1, v)
-            return
-        if globaltimer_ns() - t > timeout_ns:
-            return
+# The floor with several readers (``floor_readers_us``): FLOOR_READERS warps each poll the
+# answer on a line of its own (the host responder stores it into every line), warp w's
+# first read FLOOR_READER_SPACING_NS x w after the ping. One reader's next read leaves only
+# when the last returns, so an answer that lands just after a read sampled host memory
+# waits most of a read round trip (about 1.15 us on an H200) for the next: the floor stays
+# flat while the host answers up to 0.8 us late (``floor_by_answer_delay_us``). On an H200
+# four warps 290 ns apart took the round trip from 2.91 to 2.94 us to 1.89 in five rounds
+# of five; eight warps 145 ns apart 1.86 to 2.02; four lanes of one warp 2.30 to 2.34; four
+# warps reading one word 2.59 to 2.66, and four lanes of one warp reading one word 2.24 to
+# 2.27 against 3.01 to 3.07 on another host (what a wait could do with no engine change).
+# One thread keeping several relaxed reads in flight, each on a line of its own, was
+# slower than one read at a time (3.3 to 4.0 us against 2.7 to 3.1 on two hosts; of one
+# word, 5.6 to 10.3: those reads wait for each other) (benchmarks/scripts/
+# poll_window_probe.cu, BENCHMARKS.md, session 38).
+FLOOR_READERS = 4
+FLOOR_READER_SPACING_NS = 290
+_PONG_LINE_WORDS = lib.GW_PONG_LINE_WORDS     # a constant the kernel can hold
 
 
 @cached
 @cuda.jit
-def _pingpong(ping, pong, iters, out_ns, timeout_ns, poll_delay_ns, watchers):
-    """The floor: lane 0 pings (a system-scope release store), the host answers, and the
-    answer is polled as gpuwrite's completion waits poll (``_pong_wait``: ``watchers``
-    lanes, or lane 0 alone with 0), round trip k into ``out_ns[k]`` (-1: none came). A
-    block barrier after each round trip, as the send kernel takes one after each message
-    (the watchers' reads back), and before the next ping's clock starts."""
+def _pingpong_readers(ping, pong, iters, out_ns, timeout_ns, spacing_ns):
     tid = cuda.threadIdx.x
-    box = cuda.shared.array(WB_COLS, int64)
+    warp = tid // 32
+    seen = cuda.shared.array(1, int64)      # the last ping answered (k + 1)
+    t0s = cuda.shared.array(1, int64)
     stop = cuda.shared.array(1, int32)
     if tid == 0:
-        dv.watch_reset(box, 0)
+        seen[0] = 0
         stop[0] = 0
-    cuda.syncthreads()
     for k in range(iters):
         if tid == 0:
-            t0 = globaltimer_ns()
+            t0s[0] = globaltimer_ns()
+        cuda.syncthreads()
+        t0 = t0s[0]
+        if tid == 0:
             st_release_sys_u32(ping, 0, k + 1)
-            out_ns[k] = _pong_wait(pong, box, k, t0, poll_delay_ns, timeout_ns, watchers)
-            if out_ns[k] < 0:
-                stop[0] = 1
-        elif tid <= watchers:
-            _pong_watch(pong, box, k, tid, timeout_ns)
+        if tid % 32 == 0:
+            while globaltimer_ns() - t0 < warp * spacing_ns:
+                pass
+            # Shared words through atomics: a plain load in a loop is hoisted out of it.
+            while cuda.atomic.add(seen, 0, 0) <= k:
+                if ld_acquire_sys_u32(pong, warp * _PONG_LINE_WORDS) == k + 1:
+                    if cuda.atomic.max(seen, 0, k + 1) <= k:      # the first to see it
+                        out_ns[k] = globaltimer_ns() - t0
+                    break
+                if globaltimer_ns() - t0 > timeout_ns:
+                    out_ns[k] = -1
+                    cuda.atomic.max(stop, 0, 1)
+                    break
         cuda.syncthreads()
         if stop[0] != 0:
             return
@@ -256,34 +250,24 @@ def _least_wqe(sq, w, k, nbytes, stage_word):
 
 @cached
 @cuda.jit
-def _pingpong_after_push_writes(ping, pong, uar, stage, sq, src, iters, out_ns, timeout_ns,
-                                watchers):
-    tid = cuda.threadIdx.x
-    box = cuda.shared.array(WB_COLS, int64)
-    stop = cuda.shared.array(1, int32)
-    if tid == 0:
-        dv.watch_reset(box, 0)
-        stop[0] = 0
-    cuda.syncthreads()
+def _pingpong_after_push_writes(ping, pong, uar, stage, sq, src, iters, out_ns, timeout_ns):
+    if cuda.threadIdx.x != 0 or cuda.blockIdx.x != 0:
+        return
     for k in range(iters):
-        if tid == 0:
-            t0 = globaltimer_ns()
-            line = k % LEAST_LINES
-            payload = dv._load64(src, line * 16, 4)
-            h = line * 32
-            st_v4_u32(stage, h, k, 64, 1, k & 0xFFFF)
-            dv._store64(stage, h + 4, payload, 4)
-            _least_wqe(sq, line * 16, k, 64, h)
-            st_release_sys_u32(ping, 0, k + 1)
-            st_relaxed_sys_u64(uar, 0, k)
-            out_ns[k] = _pong_wait(pong, box, k, t0, 0, timeout_ns, watchers)
-            if out_ns[k] < 0:
-                stop[0] = 1
-        elif tid <= watchers:
-            _pong_watch(pong, box, k, tid, timeout_ns)
-        cuda.syncthreads()
-        if stop[0] != 0:
-            return
+        t0 = globaltimer_ns()
+        line = k % LEAST_LINES
+        payload = dv._load64(src, line * 16, 4)
+        h = line * 32
+        st_v4_u32(stage, h, k, 64, 1, k & 0xFFFF)
+        dv._store64(stage, h + 4, payload, 4)
+        _least_wqe(sq, line * 16, k, 64, h)
+        st_release_sys_u32(ping, 0, k + 1)
+        st_relaxed_sys_u64(uar, 0, k)
+        while ld_acquire_sys_u32(pong, 0) != k + 1:
+            if globaltimer_ns() - t0 > timeout_ns:
+                out_ns[k] = -1
+                return
+        out_ns[k] = globaltimer_ns() - t0
 
 
 # The sweep's gpu_push and host_staged points of one WQE (at most K.RING_EACH_BYTES) have
@@ -301,16 +285,14 @@ LEAST_STAGE_BYTES = 1 << 20
 @cached
 @cuda.jit
 def _pingpong_after_push_stores(ping, pong, uar, stage, sq, iters, out_ns, timeout_ns,
-                                nbytes, lanes, header, watchers):
+                                nbytes, lanes, header):
     tid = cuda.threadIdx.x
-    box = cuda.shared.array(WB_COLS, int64)
     stop = cuda.shared.array(1, int32)
     vec_words = dv.vector_words(nbytes)
     lead = 4 if header else 0
     slot_words = (lead + vec_words + 31) & ~31     # header and payload, whole 128-byte lines
     slots = stage.shape[0] // slot_words
     if tid == 0:
-        dv.watch_reset(box, 0)
         stop[0] = 0
     for k in range(iters):
         cuda.syncthreads()      # the last round trip is over; nothing of it is in this one
@@ -334,11 +316,13 @@ def _pingpong_after_push_stores(ping, pong, uar, stage, sq, iters, out_ns, timeo
         if tid == 0:
             st_release_sys_u32(ping, 0, k + 1)
             st_relaxed_sys_u64(uar, 0, k)
-            out_ns[k] = _pong_wait(pong, box, k, t0, 0, timeout_ns, watchers)
-            if out_ns[k] < 0:
-                stop[0] = 1
-        elif tid <= watchers:
-            _pong_watch(pong, box, k, tid, timeout_ns)
+            while ld_acquire_sys_u32(pong, 0) != k + 1:
+                if globaltimer_ns() - t0 > timeout_ns:
+                    out_ns[k] = -1
+                    stop[0] = 1
+                    break
+            if stop[0] == 0:
+                out_ns[k] = globaltimer_ns() - t0
 
 
 @cached
@@ -506,17 +490,20 @@ def _p50_after_start_us(ns) -> float:
     return float(np.median(ns[len(ns) // 10:]) / 1e3)
 
 
-def answered_pingpong_ns(iters: int, launch, answer_delay_ns: int = 0) -> np.ndarray:
+def answered_pingpong_ns(iters: int, launch, answer_delay_ns: int = 0,
+                         lines: int = 1) -> np.ndarray:
     """Runs ``launch(ping, pong, out)`` (a ping-pong kernel writing each round trip's ns
     into ``out``, -1 where no answer came) against the host C thread that answers each
-    ping ``answer_delay_ns`` after it sees it; every round trip, ns."""
+    ping ``answer_delay_ns`` after it sees it, into ``lines`` words of ``pong``
+    _PONG_LINE_WORDS apart; every round trip, ns."""
     ping = mapped((16,), np.uint32)
-    pong = mapped((16,), np.uint32)
+    pong = mapped((max(16, lines * _PONG_LINE_WORDS),), np.uint32)
     out = cuda.to_device(np.zeros(iters, dtype=np.int64))
-    responder = lib.gw_pong_start_delayed(ffi.cast("void *", ping.address),
-                                          ffi.cast("void *", pong.address), answer_delay_ns)
+    responder = lib.gw_pong_start_lines(ffi.cast("void *", ping.address),
+                                        ffi.cast("void *", pong.address), answer_delay_ns, lines)
     if responder == ffi.NULL:
-        raise RuntimeError("the ping-pong responder did not start")
+        raise RuntimeError(f"the ping-pong responder did not start (lines={lines}: allowed 1 "
+                           f"to {lib.GW_PONG_MAX_LINES})")
     try:
         launch(ping, pong, out)
         cuda.synchronize()
@@ -528,40 +515,34 @@ def answered_pingpong_ns(iters: int, launch, answer_delay_ns: int = 0) -> np.nda
     return ns
 
 
-def _answered_pingpong_us(iters: int, launch, answer_delay_ns: int = 0) -> float:
+def _answered_pingpong_us(iters: int, launch, answer_delay_ns: int = 0, lines: int = 1) -> float:
     """The median round trip of ``answered_pingpong_ns``, in us."""
-    return _p50_after_start_us(answered_pingpong_ns(iters, launch, answer_delay_ns))
+    return _p50_after_start_us(answered_pingpong_ns(iters, launch, answer_delay_ns, lines))
 
 
 # A rise of the floor answered late smaller than this is not a whole poll read.
 POLL_READ_MIN_US = 0.5
 
 
-def watchers_of(threads: int) -> int:
-    """The watcher lanes a block of ``threads`` polls a completion with (``dv.watch_lanes``)."""
-    return dv.watch_lanes.py_func(threads)
-
-
-def floor_pingpong_us(iters: int, poll_delay_ns: int = 0, answer_delay_ns: int = 0,
-                      watchers: int = dv.WATCH_LANES) -> float:
+def floor_pingpong_us(iters: int, poll_delay_ns: int = 0, answer_delay_ns: int = 0) -> float:
     """Median round trip of a bare doorbell ping-pong between GPU and a host C thread;
     ``poll_delay_ns`` after its store, the GPU starts polling for the answer; the host
-    thread answers ``answer_delay_ns`` after it sees the doorbell. The answer is polled as
-    gpuwrite's completion waits poll one message in flight: ``watchers`` lanes beside lane
-    0 (``_pong_wait``); with 0, lane 0 alone, one read at a time (``floor_one_reader_us``)."""
-    if not 0 <= watchers <= dv.WATCH_LANES:
-        raise ValueError(f"watchers={watchers}: allowed 0 to {dv.WATCH_LANES}")
+    thread answers ``answer_delay_ns`` after it sees the doorbell."""
     return _answered_pingpong_us(iters, lambda ping, pong, out: _pingpong[1, 32](
-        ping.kernel, pong.kernel, iters, out, 2_000_000_000, poll_delay_ns, watchers),
-        answer_delay_ns)
+        ping.kernel, pong.kernel, iters, out, 2_000_000_000, poll_delay_ns), answer_delay_ns)
 
 
-def floor_one_reader_us(iters: int) -> float:
-    """The floor with its answer polled by lane 0 alone, one read of host memory at a time,
-    as gpuwrite's waits polled until session 39 (and still poll for ring space and with
-    several messages in flight): what the watcher lanes take off every emulated round trip
-    is this less ``floor_pingpong_us``."""
-    return floor_pingpong_us(iters, watchers=0)
+def floor_readers_us(iters: int, readers: int = FLOOR_READERS,
+                     spacing_ns: int = FLOOR_READER_SPACING_NS) -> float:
+    """Median round trip of the floor's ping-pong answered to ``readers`` warps at once, each
+    polling a line of its own, warp w from ``spacing_ns`` x w after the ping
+    (``_pingpong_readers``): how much of the floor is its poll's phase. gpuwrite's own waits
+    poll with one reader, as the floor does; the targets are judged against the floor."""
+    if not 1 <= readers <= lib.GW_PONG_MAX_LINES:
+        raise ValueError(f"readers={readers}: allowed 1 to {lib.GW_PONG_MAX_LINES}")
+    return _answered_pingpong_us(iters, lambda ping, pong, out: _pingpong_readers[
+        1, 32 * readers](ping.kernel, pong.kernel, iters, out, 2_000_000_000, spacing_ns),
+        lines=readers)
 
 
 # Ping-pongs behind each floor the sweep's bounds use (at the start, before each repeat).
@@ -588,7 +569,7 @@ def least_push_64B_us(iters: int) -> float:
     src = cuda.to_device(np.arange(LEAST_LINES * 16, dtype=np.uint32))
     return _answered_pingpong_us(iters, lambda ping, pong, out: _pingpong_after_push_writes[1, 32](
         ping.kernel, pong.kernel, uar.kernel, stage.kernel, sq.kernel, src, iters, out,
-        2_000_000_000, watchers_of(32)))
+        2_000_000_000))
 
 
 def push_lanes(size: int, threads: int) -> int:
@@ -618,7 +599,7 @@ def least_push_stores_us(size: int, threads: int, iters: int, path: str = "gpu_p
     lanes = push_lanes(size, threads)
     return _answered_pingpong_us(iters, lambda ping, pong, out: _pingpong_after_push_stores[
         1, threads](ping.kernel, pong.kernel, uar.kernel, stage.kernel, sq.kernel, iters, out,
-                    2_000_000_000, size, lanes, int(path == "gpu_push"), watchers_of(threads)))
+                    2_000_000_000, size, lanes, int(path == "gpu_push")))
 
 
 def reverse_floor_us(iters: int, payload_bytes: int = 0,
@@ -1026,9 +1007,9 @@ def run_suite(quick: bool = False, progress=None, *, sizes=SWEEP_SIZES, paths=SW
     out["engine_copy_threads"] = default_copy_threads(1)
     out["engine_cached_dst_max_bytes"] = default_cached_dst_max_bytes()
     out["floor_pingpong_us"] = floor_median_us(lat_n)
-    step("floor with its answer polled by one reader")
-    out["floor_watchers"] = {"lanes": dv.WATCH_LANES, "spacing_ns": dv.WATCH_SPACING_NS}
-    out["floor_one_reader_us"] = spread([floor_one_reader_us(lat_n) for _ in range(3)])
+    step("floor with several readers")
+    out["floor_readers"] = {"readers": FLOOR_READERS, "spacing_ns": FLOOR_READER_SPACING_NS,
+                            "us": spread([floor_readers_us(lat_n) for _ in range(3)])}
     step("reverse floor: the host pings a GPU warp")
     out["floor_reverse_us"] = spread([reverse_floor_us(lat_n) for _ in range(3)])
     out["floor_reverse_64B_us"] = spread([reverse_floor_us(lat_n, LEAST_PULL_BYTES)

@@ -51,7 +51,7 @@ def register(sub) -> None:
                    help="messages per point (the sweep sends fewer of the largest sizes) and "
                    "per 64-byte latency run")
     p.add_argument("-t", "--threads", default=None,
-                   help="threads per block of the sweep, comma-separated, at most 480 (default 32,256)")
+                   help="threads per block of the sweep, comma-separated, at most 512 (default 32,256)")
     p.add_argument("-r", "--repeats", default=None,
                    help="runs of every repeated figure (default 5; --quick 2)")
     p.add_argument("--sweep-only", action="store_true",
@@ -61,7 +61,7 @@ def register(sub) -> None:
 
 
 def _options(args) -> dict:
-    from gpuwrite.paths.kernels import MAX_BLOCK_THREADS_EACH
+    from gpuwrite.paths.kernels import MAX_BLOCK_THREADS
     from gpuwrite.paths.runner import PATHS
 
     opts: dict = {}
@@ -74,7 +74,7 @@ def _options(args) -> dict:
                 raise BenchInputError("--paths: path", p, ", ".join(PATHS))
         opts["paths"] = tuple(dict.fromkeys(paths))     # each once
     if args.threads is not None:
-        most = MAX_BLOCK_THREADS_EACH          # the sweep sends one message in flight
+        most = MAX_BLOCK_THREADS
         allowed = f"1 to {most} threads per block (the sending kernel's registers)"
         threads = _list(args.threads, "--threads", lambda t: _positive_int("--threads", t, allowed=allowed), allowed)
         for t in threads:
@@ -329,16 +329,14 @@ def _print(out: dict) -> None:
     console.print(f"floor (doorbell ping-pong): {out['floor_pingpong_us']:.2f} us;  bulk GPU "
                   f"stores to host: {out['bulk_store_gbytes']:.1f} GB/s;  vector copy to "
                   f"host{_copies(out)}")
-    one = out.get("floor_one_reader_us")
-    if one:
-        fw = out["floor_watchers"]
-        gain = one["median"] - out["floor_pingpong_us"]
-        console.print(f"the floor's answer is polled as gpuwrite's waits for one message in "
-                      f"flight poll their CQ: {fw['lanes']} watcher lanes, {fw['spacing_ns']} ns "
-                      f"apart, lane 0 waiting on shared memory; polled by lane 0 alone, one "
-                      f"read at a time: {_mmm(one)} us, {gain:.2f} us more (the emulated CQ "
-                      "lies in host memory, read over PCIe; a testbed NIC writes its CQ into "
-                      "GPU memory)")
+    fr = out.get("floor_readers")
+    if fr:
+        gain = out["floor_pingpong_us"] - fr["us"]["median"]
+        console.print(f"floor with {fr['readers']} readers (warps polling the answer on lines of "
+                      f"their own, {fr['spacing_ns']} ns apart): {_mmm(fr['us'])} us; the floor "
+                      f"and gpuwrite's waits poll with one read at a time, so {gain:.2f} us of "
+                      "each emulated round trip is the poll's phase (a CQ in GPU memory, as a "
+                      "testbed NIC writes it, is polled without a PCIe read)")
     if "floor_reverse_us" in out:
         console.print(f"reverse floor (the host pings a GPU warp, as the engine asks the pull "
                       f"agent): {_mmm(out['floor_reverse_us'])} us; answering with 64 bytes "

@@ -128,12 +128,7 @@ A_TIMEOUT_NS = 5    # cfg[C_TIMEOUT_NS], C_CHUNK_BYTES and C_RING_EACH_BYTES, co
 A_CHUNK_BYTES = 6   # by the leader, for every thread of the scope to read once into the
 A_RING_EACH_BYTES = 7   # handle (the scope travels there too: no column)
 A_COLS = 8
-# The state row holds, after the QP state, the watch box of the handle's quiet (``_WB``,
-# dv.WB_COLS words: lanes 1 .. of a warp or block scope watch the CQ while the leader
-# waits, dv.wait_done_watched) and the number of quiets so far (``_WGEN``, the box's round).
-_WB = dv.S_COLS
-_WGEN = _WB + dv.WB_COLS
-ROW_COLS = max(_WGEN + 1, _A0 + A_COLS)
+ROW_COLS = max(dv.S_COLS, _A0 + A_COLS)
 
 
 def slots_shape(n_handles: int) -> tuple[int, int, int]:
@@ -240,8 +235,6 @@ def _open(Q, cfg, qp, sh, slot, scope, leader):
     a = sh[slot, 1, _A0:]
     if leader:
         dv.qp_cache_load(Q, qp, state_row, info_row)
-        dv.watch_reset(state_row[0], _WB)
-        state_row[0, _WGEN] = 0
         a[A_QP] = qp
         a[A_STATUS] = OK
         a[A_TIMEOUT_NS] = cfg[C_TIMEOUT_NS]
@@ -336,30 +329,15 @@ def _announce(h, wait):
     """Rings for every put not yet announced and, if ``wait``, waits for all of them."""
     Q, q, a, cfg, scope, timeout_ns, chunk_bytes, ring_each_bytes = h
     rank, nranks = _rank(scope)
-    row = q[dv.Q_STATE][0]
-    # A wait of a warp or block scope has lanes to watch the CQ with (rank r is lane r
-    # of the first warp); round gen is this quiet, read by every rank before the leader
-    # counts it (after the broadcast, which every rank reaches after reading it).
-    lanes = dv.watch_lanes(nranks) if wait and scope != SCOPE_THREAD else 0
-    gen = row[_WGEN]
     st = OK
     if rank == 0:
         st = a[A_STATUS]
         if st == OK:
             _flush(h)
-            if lanes:
-                st = dv.wait_done_watched(q, 0, row[dv.S_PI], timeout_ns, row, _WB, gen)
-            elif wait:
-                st = dv.wait_done(q, 0, row[dv.S_PI], timeout_ns)
             if wait:
+                st = dv.wait_done(q, 0, q[dv.Q_STATE][0, dv.S_PI], timeout_ns)
                 a[A_STATUS] = st
-        elif lanes:
-            dv.watch_close(row, _WB, gen)      # no wait: the watchers leave
-    elif rank <= lanes:
-        dv.cq_watch(q, 0, row, _WB, gen, rank, timeout_ns)
     st, w = _broadcast(a, scope, rank == 0, st, 0)
-    if rank == 0 and lanes:
-        row[_WGEN] = gen + 1
     _sync(scope)
     return st
 

@@ -19,7 +19,6 @@ one function here:
 * ``ring_doorbell``   publish the doorbell record, then write the doorbell register
   (``flush_doorbell`` rings only if WQEs are pending; every wait does so first)
 * ``poll_cq`` / ``wait_done``  consume completions, wait for a WQE to complete
-  (``wait_done_watched``: with watcher lanes polling the CQ, ``cq_watch``)
 * ``cq_publish``      hand consumed completions back to the NIC (the CQ doorbell record)
 
 ``Q`` is the tuple of arrays a :class:`gpuwrite.host.QueueSet` hands to kernels (see
@@ -28,7 +27,7 @@ nanoseconds and return a negative error code naming what they waited for.
 """
 from __future__ import annotations
 
-from numba import int64, uint32
+from numba import uint32
 
 from gpuwrite import layouts as L
 from gpuwrite.cudaenv import SIMULATOR, cuda
@@ -108,8 +107,7 @@ I_COLS = 16
 # 4.9 us polling at once and 3.4 to 3.7 with 300 ns, on H100 and H200 hosts alike (the
 # constant's comment). The best value depends on the machine and the kernel: measure it
 # (``gpuwrite bench`` reports the sweep of pauses; BENCHMARKS.md, sessions 3 and 23).
-# I_POLL_ADAPT: nonzero where that pause follows the completions of a wait polled by one
-# reader (``wait_done``; a watched wait, ``wait_done_watched``, keeps it fixed) (``next_poll_adj``): it
+# I_POLL_ADAPT: nonzero where that pause follows the completions (``next_poll_adj``): it
 # starts at I_POLL_DELAY_NS, and after each wait for every WQE written it shrinks by
 # _PAUSE_DOWN_NS if the first poll found what the wait needed and grows by _PAUSE_UP_NS if
 # it did not. A completion lands later the larger the message (the NIC's copy), and a first
@@ -162,20 +160,6 @@ _MAX_INLINE = L.MAX_INLINE_BYTES
 # ptxas for sm_90 fits send_messages in 128 with no spills. The simulator has no such option.
 MAX_REGISTERS = 128
 KERNEL_OPTIONS = {} if SIMULATOR else {"max_registers": MAX_REGISTERS}
-# The kernel of one message in flight (``gpuwrite.paths.kernels``, wait_each) also holds
-# the watched completion wait and its watchers (``wait_done_watched``, ``cq_watch``): at 128
-# registers ptxas spilled 32 bytes there (84 with the batching code beside it), where each
-# wait's system-scope acquires leave the spills to L2; at 136 none. Its blocks hold at most
-# 480 threads (15 warps of 136 x 32 registers in 65536).
-WATCHED_MAX_REGISTERS = 136
-WATCHED_KERNEL_OPTIONS = {} if SIMULATOR else {"max_registers": WATCHED_MAX_REGISTERS}
-
-
-def block_threads_limit(registers: int) -> int:
-    """The most threads a block of a kernel of ``registers`` a thread can have: an SM's
-    65536 registers, allocated to each warp in units of 256."""
-    per_warp = -(-registers * 32 // 256) * 256
-    return 65536 // per_warp * 32
 _CQ_UPDATE = L.CTRL_CQ_UPDATE
 _OP_WRITE = L.OPCODE_RDMA_WRITE
 _OP_NOP = L.OPCODE_NOP
@@ -932,31 +916,16 @@ def poll_cq(Q, i):
     QP state's ``S_LAST_SYND``). Completions retire every WQE up to the one they name.
     A consumed CQE is handed back to the NIC later (``cq_publish``).
     """
-    ci = Q[Q_STATE][i, S_CQ_CI]
-    base = (ci & (Q[Q_INFO][i, I_NCQE] - 1)) * _CQE_WORDS
-    return _cqe_consume(Q, i, ld_acquire_sys_u32(Q[Q_CQ][i], base + _CQE_TAIL))
-
-
-@cuda.jit(device=True)
-def cqe_ready(tail, ci, log_ncqe):
-    """Whether ``tail`` (a CQE's last word, as read) is the completion the consumer at
-    counter ``ci`` waits for: a valid opcode and the owner bit of ``ci``'s pass of the ring."""
-    op_own = tail >> 24
-    return (op_own >> 4) != _CQE_INVALID and (op_own & 1) == ((ci >> log_ncqe) & 1)
-
-
-@cuda.jit(device=True)
-def _cqe_consume(Q, i, tail):
-    """``poll_cq`` given the last word of the CQE at the consumer index, as read (by the
-    caller, or by a watcher lane: ``wait_done_watched``)."""
     state = Q[Q_STATE]
     info = Q[Q_INFO]
     cq = Q[Q_CQ][i]
     ci = state[i, S_CQ_CI]
-    base = (ci & (info[i, I_NCQE] - 1)) * _CQE_WORDS
-    if not cqe_ready(tail, ci, info[i, I_LOG_NCQE]):
-        return 0
+    ncqe = info[i, I_NCQE]
+    base = (ci & (ncqe - 1)) * _CQE_WORDS
+    tail = ld_acquire_sys_u32(cq, base + _CQE_TAIL)
     op_own = tail >> 24
+    if (op_own >> 4) == _CQE_INVALID or (op_own & 1) != ((ci >> info[i, I_LOG_NCQE]) & 1):
+        return 0
     counter = ((tail & 0xFF) << 8) | ((tail >> 8) & 0xFF)
     # The completion of the last WQE written (every completion of a one-at-a-time
     # sender) finds its bookkeeping in the QP state, not in Q_WQE_AUX: a posting block
@@ -1042,188 +1011,6 @@ def next_poll_adj(adj, delay_ns, first_poll_found):
 def wait_done(Q, i, target_pi, timeout_ns):
     """Waits until every WQE before producer index ``target_pi`` has completed."""
     return _poll_cq_until(Q, i, S_DONE, target_pi, timeout_ns, E_TIMEOUT_CQE, _POLL_NS)
-
-
-# -- Completion waits with watcher lanes --------------------------------------------------
-# An emulated CQ lies in host memory, polled over PCIe: one poll is a read round trip
-# (about 1.15 us on an H200), and a completion written just after a read sampled host
-# memory waits most of a read for the next. A wait whose warp has lanes to spare lets
-# WATCH_LANES of them (lanes 1 ..) poll the CQE word, lane r from (r - 1) x
-# WATCH_SPACING_NS after the first, while lane 0 (the consumer, which keeps the QP's state)
-# waits on shared memory; the first watcher to read a ready CQE hands its word to lane 0
-# through the block's watch box (``WB_*``), so nothing is read twice. On an H200, the
-# floor's ping-pong found its answer in 2.27 to 2.34 us this way (iteration, watchers'
-# reads back included, 2.40 to 2.43) against 3.01 to 3.14 with one reader polling; four
-# watchers 290 ns apart 2.40 (reads of one word from several lanes wait for each other),
-# two 575 ns apart 2.14 to 2.18 but 3.49 in one round of eight
-# (benchmarks/scripts/poll_window_probe.cu, BENCHMARKS.md, session 39). The bench's floor
-# polls the same way (``gpuwrite.bench.suite._pingpong``), so the targets' ratios compare
-# like with like. A testbed NIC writes its CQ into GPU memory, polled without a PCIe read.
-WATCH_LANES = 3
-WATCH_SPACING_NS = 385
-# Lane 0, and a watcher between its duties, pauses this long between looks at the box: a
-# lane spinning on shared memory takes issue slots from the warp's other path (lane 0's
-# post, the watchers' reads); 32 ns took the probe's round trip from 2.40 to 2.34 us.
-_WATCH_PAUSE_NS = 32
-# The watch box: WB_COLS words of a block's shared int64 array, from word b (each watch
-# verb takes the array and b: a kernel's own box, or the put API handle's state row). WB_GEN: 2g + 1 while the consumer waits
-# for round g (a message, a ping), 2g + 2 once it has decided round g needs no more (done,
-# or no wait at all); WB_CI: the key of what the consumer waits for (its CQ counter); WB_SEEN:
-# the last report, (key & _KEY_MASK) << 32 | word, -1 for none; WB_T0: when watcher 1
-# reads first (ns, globaltimer).
-WB_GEN, WB_CI, WB_SEEN, WB_T0 = range(4)
-WB_COLS = 4
-_KEY_MASK = 0x7FFFFFFF
-
-
-@cuda.jit(device=True)
-def watch_lanes(threads):
-    """The watcher lanes a block of ``threads`` has beside its lane 0 (0: it waits alone)."""
-    return max(0, min(WATCH_LANES, threads - 1))
-
-
-@cuda.jit(device=True)
-def watch_reset(box, b):
-    """Clears a watch box (one thread, before the block's first barrier)."""
-    box[b + WB_GEN] = 0
-    box[b + WB_CI] = 0
-    box[b + WB_SEEN] = -1
-    box[b + WB_T0] = 0
-
-
-@cuda.jit(device=True)
-def _box(box, k):
-    """Word ``k`` of a box as it is now. An atomic: a plain load in a spin loop is hoisted
-    out of the loop."""
-    return cuda.atomic.add(box, k, 0)
-
-
-@cuda.jit(device=True)
-def watch_open(box, b, gen, t0, key):
-    """Consumer: round ``gen`` waits for ``key``; watcher 1 reads first at ``t0``."""
-    cuda.atomic.exch(box, b + WB_T0, t0)
-    cuda.atomic.exch(box, b + WB_CI, key)
-    cuda.threadfence_block()
-    cuda.atomic.exch(box, b + WB_GEN, 2 * gen + 1)
-
-
-@cuda.jit(device=True)
-def watch_next(box, b, key):
-    """Consumer: the round goes on, waiting for ``key`` now."""
-    cuda.atomic.exch(box, b + WB_CI, key)
-
-
-@cuda.jit(device=True)
-def watch_close(box, b, gen):
-    """Consumer: round ``gen`` needs no more watching (every round is opened or closed,
-    else its watchers wait for it until their timeout)."""
-    cuda.atomic.exch(box, b + WB_GEN, 2 * gen + 2)
-
-
-@cuda.jit(device=True)
-def watch_begin(box, b, gen, lane, timeout_ns):
-    """Watcher ``lane`` (1 ..): waits for the consumer's decision on round ``gen``; returns
-    when this lane reads first (ns), or -1 where the round was closed unopened or no
-    decision came within ``timeout_ns``."""
-    start = globaltimer_ns()
-    g = _box(box, b + WB_GEN)
-    while g < 2 * gen + 1:
-        if globaltimer_ns() - start > timeout_ns:
-            return -1
-        backoff(_WATCH_PAUSE_NS)
-        g = _box(box, b + WB_GEN)
-    if g != 2 * gen + 1:
-        return -1
-    cuda.threadfence_block()
-    return _box(box, b + WB_T0) + (lane - 1) * WATCH_SPACING_NS
-
-
-@cuda.jit(device=True)
-def watch_report(box, b, key, word):
-    """Watcher: hands ``word``, read for ``key``, to the consumer. The fence orders the
-    watcher's system-scope acquire before the store, so the consumer's later reads see
-    what the host wrote before the word (causality order is transitive)."""
-    cuda.threadfence_block()
-    cuda.atomic.exch(box, b + WB_SEEN, ((key & _KEY_MASK) << 32) | word)
-
-
-@cuda.jit(device=True)
-def watch_seen(box, b, key):
-    """Consumer: (found, word), what a watcher reported for ``key``."""
-    v = _box(box, b + WB_SEEN)
-    if v < 0 or (v >> 32) != (key & _KEY_MASK):
-        return False, uint32(0)
-    cuda.threadfence_block()
-    return True, uint32(v & 0xFFFFFFFF)
-
-
-@cuda.jit(device=True)
-def watch_still(box, b, gen, key):
-    """Watcher: whether round ``gen`` still waits for ``key`` (after a report: the watcher
-    pauses until the consumer moves on rather than read the same CQE again)."""
-    return _box(box, b + WB_GEN) == 2 * gen + 1 and _box(box, b + WB_CI) == key
-
-
-@cuda.jit(device=True)
-def cq_watch(Q, i, box, b, gen, lane, timeout_ns):
-    """Watcher ``lane`` (1 .. ``watch_lanes``) of QP ``i``'s completion wait in round
-    ``gen`` (``wait_done_watched``): polls the CQE the consumer waits for and reports the
-    ready ones, until the round closes. Gives up after ``timeout_ns`` without a decision
-    and ``timeout_ns`` of polling (the consumer's own timeout ends the round first)."""
-    t = watch_begin(box, b, gen, lane, 2 * timeout_ns)
-    if t < 0:
-        return
-    info = Q[Q_INFO]
-    cq = Q[Q_CQ][i]
-    mask = info[i, I_NCQE] - 1
-    log_ncqe = info[i, I_LOG_NCQE]
-    while globaltimer_ns() < t:
-        pass
-    while _box(box, b + WB_GEN) == 2 * gen + 1:
-        c = _box(box, b + WB_CI)
-        tail = ld_acquire_sys_u32(cq, (c & mask) * _CQE_WORDS + _CQE_TAIL)
-        if cqe_ready(tail, c, log_ncqe):
-            watch_report(box, b, c, tail)
-            while watch_still(box, b, gen, c):
-                backoff(_WATCH_PAUSE_NS)
-        elif globaltimer_ns() - t > timeout_ns:
-            return
-
-
-@cuda.jit(device=True)
-def wait_done_watched(Q, i, target_pi, timeout_ns, box, b, gen):
-    """``wait_done`` for lane 0 of a warp whose lanes 1 .. ``watch_lanes`` watch the CQ
-    (each calls ``cq_watch`` with the same ``gen``). Opens round ``gen`` and closes it,
-    whatever the outcome. The first-poll pause (I_POLL_DELAY_NS + S_POLL_ADJ) is watcher
-    1's, before its first read; it is not adapted here (I_POLL_ADAPT follows one reader's
-    phase: with every lane's reads in the adaptation it took the pause to its 8 us limit
-    and a 64-byte push to 13 us on an H200, session 39)."""
-    state = Q[Q_STATE]
-    if state[i, S_DONE] >= target_pi:
-        watch_close(box, b, gen)
-        return OK
-    flush_doorbell(Q, i)
-    start = globaltimer_ns()
-    info = Q[Q_INFO]
-    delay = info[i, I_POLL_DELAY_NS] + state[i, S_POLL_ADJ] if target_pi >= state[i, S_PI] else 0
-    watch_open(box, b, gen, start + delay, state[i, S_CQ_CI])
-    st = OK
-    while state[i, S_DONE] < target_pi:
-        ci = state[i, S_CQ_CI]
-        found, tail = watch_seen(box, b, ci)
-        got = _cqe_consume(Q, i, tail) if found else 0
-        if got < 0:
-            st = got
-            break
-        if got > 0:
-            watch_next(box, b, ci + 1)
-        elif globaltimer_ns() - start > timeout_ns:
-            st = E_TIMEOUT_CQE
-            break
-        else:
-            backoff(_WATCH_PAUSE_NS)
-    watch_close(box, b, gen)
-    return st
 
 
 @cuda.jit(device=True)

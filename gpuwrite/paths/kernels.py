@@ -8,8 +8,7 @@ host_staged writes and small inline writes alone (``dv.push_small``, ``dv.push_m
 ``dv.staged_small``, ``dv.staged_mid``, ``dv.inline_small``) and the first warp posts
 medium pushes and host_staged writes without a block barrier.
 
-Paths (two kernels each, ``send_messages_for(path, wait_each)``: with one message in flight
-per QP, thread 0's completion waits are watched, ``dv.wait_done_watched``):
+Paths (one kernel each, ``send_messages_for(path)``):
   PUSH     gpu_push: payload written by the GPU into the NIC's staging region
   INLINE   gpu_push_inline: payload written inside the WQE
   PULL     nic_pull: payload left in GPU memory for the NIC to read
@@ -54,7 +53,6 @@ WARP_PATH_ANY_BLOCK = not SIMULATOR
 # a module attribute (dv.QP_STATE_SHAPE) inside the kernel is not one.
 QP_STATE_SHAPE = dv.QP_STATE_SHAPE
 QP_INFO_SHAPE = dv.QP_INFO_SHAPE
-WB_COLS = dv.WB_COLS
 
 
 @cuda.jit(device=True)
@@ -71,15 +69,8 @@ def _reap(q, pend, i, t_done, head, tail):
 
 
 MAX_REGISTERS = dv.MAX_REGISTERS
-MAX_BLOCK_THREADS = dv.block_threads_limit(MAX_REGISTERS)
-# The kernel of one message in flight (wait_each) holds more registers (its watched waits).
-MAX_BLOCK_THREADS_EACH = dv.block_threads_limit(dv.WATCHED_MAX_REGISTERS)
+MAX_BLOCK_THREADS = 65536 // MAX_REGISTERS
 _LIMITS = dv.KERNEL_OPTIONS
-
-
-def max_block_threads(wait_each: bool) -> int:
-    """The most threads a block of ``send_messages_for(path, wait_each)`` can have."""
-    return MAX_BLOCK_THREADS_EACH if wait_each else MAX_BLOCK_THREADS
 
 
 # push_mid's shared buffer: the words of a payload past its first 128 bytes, 16-byte
@@ -88,12 +79,11 @@ def max_block_threads(wait_each: bool) -> int:
 MID_BUF_WORDS = dv.MID_BUF_WORDS
 
 
-def _send_messages(path: int, one_in_flight: bool):
-    """``send_messages`` for one path (``PUSH`` .. ``STAGED``), a compile-time constant, and
-    for one message in flight per QP (``wait_each``: its watched completion waits) or not."""
+def _send_messages(path: int):
+    """``send_messages`` for one path (``PUSH`` .. ``STAGED``), a compile-time constant."""
 
     @cached
-    @cuda.jit(**(dv.WATCHED_KERNEL_OPTIONS if one_in_flight else _LIMITS))
+    @cuda.jit(**_LIMITS)
     def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
         i = cuda.blockIdx.x
         tid = cuda.threadIdx.x
@@ -110,12 +100,8 @@ def _send_messages(path: int, one_in_flight: bool):
         # The block owns QP i: its bookkeeping lives in shared memory while the kernel runs.
         sh_state = cuda.shared.array(QP_STATE_SHAPE, dtype=int64)
         sh_info = cuda.shared.array(QP_INFO_SHAPE, dtype=int64)
-        # With one message in flight (wait_each), lanes 1 .. of the first warp watch the CQ
-        # while thread 0 waits (dv.wait_done_watched), round m for message m.
-        box = cuda.shared.array(WB_COLS, dtype=int64)
         if tid == 0:
             dv.qp_cache_load(Q, i, sh_state, sh_info)
-            dv.watch_reset(box, 0)
         cuda.syncthreads()
         q = dv.qp_cached(Q, i, sh_state, sh_info)
         # The path is a constant: the other paths' code is dropped. With the path a kernel
@@ -132,8 +118,7 @@ def _send_messages(path: int, one_in_flight: bool):
         rkey = params[P_RKEY]
         src_addr = params[P_SRC_ADDR]
         src_lkey = params[P_SRC_LKEY]
-        wait_each = one_in_flight
-        watchers = dv.watch_lanes(cuda.blockDim.x) if one_in_flight else 0
+        wait_each = params[P_WAIT_EACH] != 0
         m0 = qp_first[i]
         m1 = qp_first[i + 1]
         state = q[dv.Q_STATE]
@@ -289,9 +274,7 @@ def _send_messages(path: int, one_in_flight: bool):
                 pend[i, slot, 1] = batch_first
                 pend[i, slot, 2] = m + 1
                 tail += 1
-                if watchers:
-                    status = dv.wait_done_watched(q, 0, state[0, dv.S_PI], timeout, box, 0, m)
-                elif wait_each or tail - head >= cap:
+                if wait_each or tail - head >= cap:
                     status = dv.wait_done(q, 0, state[0, dv.S_PI], timeout)
                 else:
                     # One non-blocking poll per batch (one CQE per batch is produced), so that
@@ -300,10 +283,6 @@ def _send_messages(path: int, one_in_flight: bool):
                     if polled < 0:
                         status = polled
                 head = _reap(q, pend, i, t_done, head, tail)
-            elif tid == 0 and watchers:
-                dv.watch_close(box, 0, m)      # no wait for message m: its watchers leave
-            elif 0 < tid <= watchers:
-                dv.cq_watch(q, 0, box, 0, m, tid, timeout)
             if status == 0 and end_of_batch:
                 batch_first = m + 1     # every thread: end_of_batch decides which WQEs signal
             if tid == 0:
@@ -327,13 +306,9 @@ def _send_messages(path: int, one_in_flight: bool):
 _BY_PATH: dict = {}
 
 
-def send_messages_for(path: str, wait_each: bool = False):
-    """``send_messages`` made for ``path`` and for ``wait_each`` (one message in flight per
-    QP, each waited for; compiled on first use, then cached): the kernel the runners
-    launch. The two are kernels of their own: the watched waits of one message in flight
-    (``dv.wait_done_watched``) in the batching kernel took it past 128 registers (84 bytes
-    of spills, ptxas for sm_90, session 39)."""
-    key = (path, bool(wait_each))
-    if key not in _BY_PATH:
-        _BY_PATH[key] = _send_messages(PATH_IDS[path], bool(wait_each))
-    return _BY_PATH[key]
+def send_messages_for(path: str):
+    """``send_messages`` made for ``path`` (compiled on first use, then cached): the
+    kernel the runners launch."""
+    if path not in _BY_PATH:
+        _BY_PATH[path] = _send_messages(PATH_IDS[path])
+    return _BY_PATH[path]

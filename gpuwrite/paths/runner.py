@@ -120,11 +120,10 @@ def decode_qp_errors(result: np.ndarray, qpns, vendor: bool = False) -> dict:
     return errors
 
 
-def _validate_run(batch, chunk_bytes, sq_bbs, block_threads=None, wait_each=False):
-    most = K.max_block_threads(wait_each)
-    if block_threads is not None and not 1 <= block_threads <= most:
-        raise ValueError(f"block_threads={block_threads}: allowed 1 to {most} "
-                         f"(the sending kernel's registers{', with wait_each' if wait_each else ''})")
+def _validate_run(batch, chunk_bytes, sq_bbs, block_threads=None):
+    if block_threads is not None and not 1 <= block_threads <= K.MAX_BLOCK_THREADS:
+        raise ValueError(f"block_threads={block_threads}: allowed 1 to {K.MAX_BLOCK_THREADS} "
+                         "(the sending kernel's registers)")
     if not 1 <= batch <= sq_bbs // (2 * L.MAX_WQE_BBS):
         raise ValueError(f"batch={batch}: allowed 1 to {sq_bbs // (2 * L.MAX_WQE_BBS)} "
                          f"(sq_bbs={sq_bbs} / 16, so a signaled WQE is always in flight)")
@@ -163,10 +162,7 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
     before a completion wait's first poll (where it starts, with ``poll_adapt``, the
     default; ``QueueSet``)
     (``gpuwrite.device.verbs.I_POLL_DELAY_NS``; default
-    ``gpuwrite.host.verbs.DEFAULT_POLL_DELAY_NS``); with ``wait_each`` the waits are
-    watched (``gpuwrite.device.verbs.wait_done_watched``: lanes 1 to 3 of the first warp
-    poll the CQ, the pause is before the first watcher's first read) and the pause stays
-    fixed, ``poll_adapt`` or not. host_staged's bounce ring holds
+    ``gpuwrite.host.verbs.DEFAULT_POLL_DELAY_NS``). host_staged's bounce ring holds
     ``bounce_bytes`` per QP (default: four of the largest WQE's payload, at least 64 KiB).
     nic_pull's reads of GPU memory are answered by ``pull_agent``: ``"gpu"`` (persistent
     GPU blocks, :mod:`gpuwrite.paths.pull_agent`; a pull it leaves unanswered for
@@ -183,7 +179,7 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
     if source_l2 not in SOURCE_L2:
         raise ValueError(f"source_l2={source_l2!r}: allowed {', '.join(SOURCE_L2)}")
     wl = workload.build(path, sizes_bytes, n_qps, seed)
-    _validate_run(batch, chunk_bytes, sq_bbs, block_threads, wait_each)
+    _validate_run(batch, chunk_bytes, sq_bbs, block_threads)
     sizes, msgs, src_host = wl.sizes, wl.msgs, wl.payload
     n = len(sizes)
     qp_first = wl.qp_first(n_qps)
@@ -230,7 +226,7 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
                      pend)
         if source_l2 == "evicted":
             evict_l2()            # before the agent's persistent kernel starts
-        kernel = K.send_messages_for(path, wait_each)
+        kernel = K.send_messages_for(path)
         if path == "nic_pull" and pull_agent == "gpu":
             preload(kernel, *send_args)
             agent = PullAgent(ctx, pull_timeout_s=pull_timeout_s)

@@ -188,14 +188,15 @@ def test_the_printed_tables_carry_the_hosts_columns(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert ("the floor measured again before each sweep repeat (each the median of three): "
             "2.85 / 3.07 / 3.14 us; each sweep run is judged against its own repeat's") in text
-    assert "watcher lanes" not in text                   # before session 39
-    out["floor_pingpong_us"] = 2.3
-    out["floor_watchers"] = {"lanes": 3, "spacing_ns": 385}
-    out["floor_one_reader_us"] = {"min": 3.0, "median": 3.1, "max": 3.2}
+    assert "readers (warps polling" not in text                   # before session 38
+    out["floor_pingpong_us"] = 2.9
+    out["floor_readers"] = {"readers": 4, "spacing_ns": 290,
+                            "us": {"min": 1.85, "median": 1.9, "max": 2.0}}
     _print(out)
     text = " ".join(capsys.readouterr().out.split())
-    assert ("3 watcher lanes, 385 ns apart, lane 0 waiting on shared memory; polled by lane 0 "
-            "alone, one read at a time: 3.00 / 3.10 / 3.20 us, 0.80 us more") in text
+    assert ("floor with 4 readers (warps polling the answer on lines of their own, 290 ns "
+            "apart): 1.85 / 1.90 / 2.00 us; the floor and gpuwrite's waits poll with one read "
+            "at a time, so 1.00 us of each emulated round trip is the poll's phase") in text
 
 
 def test_the_sweeps_copy_ceilings_are_the_highest_of_every_measurement(monkeypatch):

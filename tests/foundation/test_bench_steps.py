@@ -259,47 +259,37 @@ def test_the_gpu_warp_of_the_reverse_floor_answers_every_ping(payload):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("watchers", [0, 1, 3])
-def test_the_floor_finds_every_answer_with_its_watchers_or_alone(watchers):
-    """``_pingpong``: lane 0 pings and waits while ``watchers`` lanes poll the answer and
-    hand it over through the watch box (``_pong_wait``, ``_pong_watch``), or lane 0 polls
-    alone (0); every ping is answered and timed, and a poll delay is let pass first. A
-    number of watchers the waits do not use is refused by name."""
+def test_the_floor_with_several_readers_answers_every_ping_on_every_line():
+    """``_pingpong_readers``: two warps poll the answer, each on its own line, and the first
+    to see it stamps the round trip; the responder (``gw_pong_start_lines``) stores every
+    answer into every line. Both the responder and the measurement refuse a number of
+    lines they cannot hold, by name."""
     import numpy as np
 
     from gpuwrite._gw_cffi import ffi, lib
     from gpuwrite.cudaenv import SIMULATOR, cuda
     from gpuwrite.host.memory import mapped
-    with pytest.raises(ValueError, match=r"watchers=4: allowed 0 to 3"):
-        suite.floor_pingpong_us(10, watchers=4)
+    words = np.zeros(16, dtype=np.uint32)
+    for bad in (0, lib.GW_PONG_MAX_LINES + 1):
+        assert lib.gw_pong_start_lines(ffi.cast("void *", words.ctypes.data),
+                                       ffi.cast("void *", words.ctypes.data + 4), 0, bad) == ffi.NULL
+        with pytest.raises(ValueError, match=f"readers={bad}: allowed 1 to "):
+            suite.floor_readers_us(10, readers=bad)
     if not SIMULATOR:
-        assert 0.1 < suite.floor_pingpong_us(200, watchers=watchers) < 100.0
+        assert 0.1 < suite.floor_readers_us(200) < 100.0
         return
-    ping, pong = mapped((16,), np.uint32), mapped((16,), np.uint32)
+    lines = lib.GW_PONG_LINE_WORDS
+    ping, pong = mapped((16,), np.uint32), mapped((2 * lines,), np.uint32)
     out = cuda.to_device(np.zeros(3, dtype=np.int64))
-    responder = lib.gw_pong_start(ffi.cast("void *", ping.address), ffi.cast("void *", pong.address))
+    responder = lib.gw_pong_start_lines(ffi.cast("void *", ping.address),
+                                        ffi.cast("void *", pong.address), 0, 2)
     try:
-        suite._pingpong[1, 32](ping.kernel, pong.kernel, 3, out, 20_000_000_000, 50_000,
-                               watchers)
+        suite._pingpong_readers[1, 64](ping.kernel, pong.kernel, 3, out, 20_000_000_000, 1000)
     finally:
         lib.gw_pong_stop(responder)
-    assert (out.copy_to_host() >= 50_000).all()
-    assert ping.host[0] == pong.host[0] == 3
-
-
-@pytest.mark.timeout(60)
-def test_the_floor_with_no_answer_ends_at_its_timeout_and_its_watchers_leave():
-    """No host answers: lane 0 gives up at the timeout (-1, and the kernel stops), its
-    watchers leave with it, and the launch returns rather than hang."""
-    import numpy as np
-
-    from gpuwrite.cudaenv import cuda
-    from gpuwrite.host.memory import mapped
-    ping, pong = mapped((16,), np.uint32), mapped((16,), np.uint32)
-    out = cuda.to_device(np.zeros(3, dtype=np.int64))
-    suite._pingpong[1, 32](ping.kernel, pong.kernel, 3, out, 5_000_000, 0, 3)
-    cuda.synchronize()
-    assert list(out.copy_to_host()) == [-1, 0, 0]
+    assert (out.copy_to_host() > 0).all()
+    assert ping.host[0] == 3 and pong.host[0] == pong.host[lines] == 3
+    assert (pong.host[1:lines] == 0).all() and (pong.host[lines + 1:] == 0).all()
 
 
 def test_the_64_byte_target_is_named_below_its_least_only_by_every_repeat():
@@ -359,7 +349,7 @@ def test_the_push_least_pingpong_writes_what_a_push_orders_before_its_doorbell()
     src = np.arange(7, 7 + lines * 16, dtype=np.uint32)
     _three_pings_answered(lambda ping, pong, uar, out: suite._pingpong_after_push_writes[1, 32](
         ping.kernel, pong.kernel, uar.kernel, stage.kernel, sq.kernel, cuda.to_device(src), 3,
-        out, 20_000_000_000, 3))
+        out, 20_000_000_000))
     for k in range(3):
         line = stage.host[k * 32:(k + 1) * 32]
         assert list(line[:4]) == [k, 64, 1, k]
@@ -496,8 +486,7 @@ def test_the_push_stores_pingpong_writes_what_a_push_of_that_size_orders(nbytes,
     sq.host[:] = 0xDEADBEEF
     _three_pings_answered(lambda ping, pong, uar, out: suite._pingpong_after_push_stores[
         1, threads](ping.kernel, pong.kernel, uar.kernel, stage.kernel, sq.kernel, 3, out,
-                    20_000_000_000, nbytes, suite.push_lanes(nbytes, threads), lead // 4,
-                    suite.watchers_of(threads)))
+                    20_000_000_000, nbytes, suite.push_lanes(nbytes, threads), lead // 4))
     for k in range(3):
         line = stage.host[k * slot:(k + 1) * slot]
         if lead:
@@ -736,7 +725,7 @@ def test_the_least_of_stores_writes_a_staging_header_for_gpu_push_only(monkeypat
 
     class Launcher:
         def __getitem__(self, config):
-            return lambda *args: asked.append(args[-2])
+            return lambda *args: asked.append(args[-1])
 
     monkeypatch.setattr(suite, "_pingpong_after_push_stores", Launcher())
     ends = SimpleNamespace(kernel=None)

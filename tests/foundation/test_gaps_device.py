@@ -2,7 +2,6 @@
 under ``poll_cq``, and a staging run that needs padding at the ring's end while earlier
 slots are still held."""
 import numpy as np
-from numba import int64
 import pytest
 
 from gwtest import ACCESS_RW
@@ -268,75 +267,6 @@ def test_a_device_wait_reports_the_error_completion_s_syndrome_and_reason():
     assert synd >> 8 == L.SYNDROME["remote_access_err"]
     assert synd & 0xFF == L.REASON["bad_rkey"]
     assert in_error == 1
-
-
-@cuda.jit
-def _post_n_and_wait_watched(Q, src_addr, lkey, dst_addr, rkey, n, bad, timeout_ns, out):
-    """Thread 0 posts ``n`` signaled 64-byte writes (the last with a wrong rkey if ``bad``)
-    and waits for all of them while lanes 1 .. watch the CQ (dv.wait_done_watched, round
-    5); out: status, QP state's S_DONE and S_CQ_CI, the syndrome, and how many watcher
-    lanes returned."""
-    box = cuda.shared.array(4, int64)
-    tid = cuda.threadIdx.x
-    lanes = dv.watch_lanes(cuda.blockDim.x)
-    if tid == 0:
-        dv.watch_reset(box, 0)
-    cuda.syncthreads()
-    if tid == 0:
-        for k in range(n):
-            key = rkey ^ 0x3 if bad and k == n - 1 else rkey
-            dv.wqe_rdma_write(Q, 0, src_addr + 64 * k, lkey, 64, dst_addr + 64 * k, key, True, 0)
-        if lanes:
-            out[0] = dv.wait_done_watched(Q, 0, Q[dv.Q_STATE][0, dv.S_PI], timeout_ns, box, 0, 5)
-        else:
-            out[0] = dv.wait_done(Q, 0, Q[dv.Q_STATE][0, dv.S_PI], timeout_ns)
-        out[1] = Q[dv.Q_STATE][0, dv.S_DONE]
-        out[2] = Q[dv.Q_STATE][0, dv.S_CQ_CI]
-        out[3] = Q[dv.Q_STATE][0, dv.S_LAST_SYND]
-    elif tid <= lanes:
-        dv.cq_watch(Q, 0, box, 0, 5, tid, timeout_ns)
-        cuda.atomic.add(out, 4, 1)
-
-
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize("threads", [1, 2, 32])
-def test_a_watched_wait_consumes_every_completion_its_watchers_hand_over(threads):
-    """Three completions of one doorbell, found by the watcher lanes (one, or the three
-    of a warp) and consumed by thread 0 in order; every watcher leaves once the wait is
-    over. A block of one thread has no watcher and waits alone, with the same outcome."""
-    with Context() as ctx:
-        src, dst, smr, dmr, qs = _one_qp(ctx, 64)
-        out = cuda.to_device(np.zeros(5, dtype=np.int64))
-        ctx.start()
-        _post_n_and_wait_watched[1, threads](qs.device_args, smr.address, smr.lkey,
-                                             dmr.address, dmr.rkey, 3, 0, WAIT_NS, out)
-        cuda.synchronize()
-        got = out.copy_to_host().tolist()
-    assert got == [dv.OK, 3, 3, 0, min(dv.WATCH_LANES, threads - 1)]
-
-
-@pytest.mark.timeout(60)
-def test_a_watched_wait_reports_the_error_completion_and_a_timeout_by_name(nic):
-    """An error completion handed over by a watcher ends the wait with E_CQE_ERROR and the
-    syndrome, as a wait polling alone does. With the NIC stopped (the ``nic`` fixture),
-    nothing completes: the wait ends in E_TIMEOUT_CQE, not a hang, and its watchers leave."""
-    with Context() as ctx:
-        src, dst, smr, dmr, qs = _one_qp(ctx, 64)
-        out = cuda.to_device(np.zeros(5, dtype=np.int64))
-        ctx.start()
-        _post_n_and_wait_watched[1, 32](qs.device_args, smr.address, smr.lkey, dmr.address,
-                                        dmr.rkey, 2, 1, WAIT_NS, out)
-        cuda.synchronize()
-        status, done, ci, synd, left = out.copy_to_host().tolist()
-    assert status == dv.E_CQE_ERROR and ci == 2 and left == dv.WATCH_LANES
-    assert synd >> 8 == L.SYNDROME["remote_access_err"]
-    assert synd & 0xFF == L.REASON["bad_rkey"]
-    qs2 = nic.alloc_pd().create_queues(1, sq_bbs=16, ncqe=16)
-    out = cuda.to_device(np.zeros(5, dtype=np.int64))
-    _post_n_and_wait_watched[1, 32](qs2.device_args, 0, 0, 0, 0, 1, 0, 20_000_000, out)
-    cuda.synchronize()
-    status, done, ci, synd, left = out.copy_to_host().tolist()
-    assert status == dv.E_TIMEOUT_CQE and done == 0 and left == dv.WATCH_LANES
 
 
 # -- completions read while the kernel runs ahead of the NIC, made deterministic ----------
