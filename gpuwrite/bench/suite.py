@@ -183,7 +183,11 @@ def _pingpong(ping, pong, iters, out_ns, timeout_ns, poll_delay_ns):
 # four warps 290 ns apart took the round trip from 2.91 to 2.94 us to 1.89 in five rounds
 # of five; eight warps 145 ns apart 1.86 to 2.02; four lanes of one warp 2.30 to 2.34; four
 # warps reading one word 2.59 to 2.66, and four lanes of one warp reading one word 2.24 to
-# 2.27 against 3.01 to 3.07 on another host (what a wait could do with no engine change).
+# 2.27 against 3.01 to 3.07 on another host. That is no gain a wait can have: with the
+# engine answering, three lanes of the waiting warp polling the CQE word (handing it to
+# lane 0) found a 64-byte completion no sooner than one reader polling at once, and 0.8 us
+# later than one reader after the first-poll pause the waits take (I_POLL_DELAY_NS):
+# watched waits were built and reverted (BENCHMARKS.md, session 39).
 # One thread keeping several relaxed reads in flight, each on a line of its own, was
 # slower than one read at a time (3.3 to 4.0 us against 2.7 to 3.1 on two hosts; of one
 # word, 5.6 to 10.3: those reads wait for each other) (benchmarks/scripts/
