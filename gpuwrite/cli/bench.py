@@ -333,8 +333,9 @@ def _print(out: dict) -> None:
     if fr:
         gain = out["floor_pingpong_us"] - fr["us"]["median"]
         console.print(f"floor with {fr['readers']} readers (warps polling the answer on lines of "
-                      f"their own, {fr['spacing_ns']} ns apart): {_mmm(fr['us'])} us, {gain:.2f} us "
-                      "less than the floor's one reader polling at once; gpuwrite's waits poll "
+                      f"their own, {fr['spacing_ns']} ns apart): {_mmm(fr['us'])} us, "
+                      f"{gain:.2f} us less than the floor's one reader polling at once; "
+                      "gpuwrite's waits poll "
                       "one CQE word with one reader after a first-poll pause, and lanes polling "
                       "that word found a completion no sooner (BENCHMARKS.md, session 39); a CQ "
                       "in GPU memory, as a testbed NIC writes it, is polled without a PCIe read")
