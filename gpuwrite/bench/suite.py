@@ -42,10 +42,12 @@ run, and each judged on every run, not only on the median:
     host_staged's without), by the threads and with the barrier its kernel uses, its
     payload from registers; a point's least is the larger of the fastest of those and the
     block's copy (``least_kind``).
-The floor is measured as gpuwrite's waits poll, one read of host memory at a time; beside
-it, ``floor_readers`` (``floor_readers_us``): the same ping-pong answered to FLOOR_READERS
-warps polling lines of their own, staggered, which finds the answer up to a read round
-trip sooner: the part of every emulated round trip that is the completion poll's phase.
+The floor polls its answer with one read of host memory at a time, as gpuwrite's waits do
+(they after a first-poll pause, the floor at once); beside it, ``floor_readers``
+(``floor_readers_us``): the same ping-pong answered to FLOOR_READERS warps polling lines of
+their own, staggered, which finds the answer up to a read round trip sooner than the floor.
+That is no share of a wait: lanes polling the one CQE word found a completion no sooner
+than a wait's one paused reader (BENCHMARKS.md, session 39).
 The 64-byte latency target has a least too (``least_push_64B_us``): the floor's
 ping-pong with the stores a 64-byte push must make visible before its doorbell (payload
 read from GPU memory, staging header and payload, WQE) ahead of each ping's release
@@ -540,8 +542,9 @@ def floor_readers_us(iters: int, readers: int = FLOOR_READERS,
                      spacing_ns: int = FLOOR_READER_SPACING_NS) -> float:
     """Median round trip of the floor's ping-pong answered to ``readers`` warps at once, each
     polling a line of its own, warp w from ``spacing_ns`` x w after the ping
-    (``_pingpong_readers``): how much of the floor is its poll's phase. gpuwrite's own waits
-    poll with one reader, as the floor does; the targets are judged against the floor."""
+    (``_pingpong_readers``): how much sooner than the floor's one reader, polling at once,
+    readers on lines of their own find the answer. gpuwrite's waits poll with one reader
+    after a first-poll pause; the targets are judged against the floor."""
     if not 1 <= readers <= lib.GW_PONG_MAX_LINES:
         raise ValueError(f"readers={readers}: allowed 1 to {lib.GW_PONG_MAX_LINES}")
     return _answered_pingpong_us(iters, lambda ping, pong, out: _pingpong_readers[

@@ -335,10 +335,10 @@ def _print(out: dict) -> None:
         console.print(f"floor with {fr['readers']} readers (warps polling the answer on lines of "
                       f"their own, {fr['spacing_ns']} ns apart): {_mmm(fr['us'])} us, "
                       f"{gain:.2f} us less than the floor's one reader polling at once; "
-                      "gpuwrite's waits poll "
-                      "one CQE word with one reader after a first-poll pause, and lanes polling "
-                      "that word found a completion no sooner (BENCHMARKS.md, session 39); a CQ "
-                      "in GPU memory, as a testbed NIC writes it, is polled without a PCIe read")
+                      "gpuwrite's waits poll one CQE word with one reader after a first-poll "
+                      "pause, and lanes polling that word found a completion no sooner "
+                      "(BENCHMARKS.md, session 39); a CQ in GPU memory, as a testbed NIC "
+                      "writes it, is polled without a PCIe read")
     if "floor_reverse_us" in out:
         console.print(f"reverse floor (the host pings a GPU warp, as the engine asks the pull "
                       f"agent): {_mmm(out['floor_reverse_us'])} us; answering with 64 bytes "
