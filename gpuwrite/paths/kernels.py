@@ -1,12 +1,13 @@
 """The kernel that sends a workload of messages through one data path.
 
 One thread block drives one queue pair and sends that QP's messages in order. Thread 0
-does the bookkeeping (slots, WQEs, doorbells, completions) and publishes each step's
-outcome to the block through shared memory; all threads copy payloads
-(``gpuwrite.device.copy.copy_bytes``), except that thread 0 posts small pushes, small
-host_staged writes and small inline writes alone (``dv.push_small``, ``dv.push_mid``,
-``dv.staged_small``, ``dv.staged_mid``, ``dv.inline_small``) and the first warp posts
-medium pushes and host_staged writes without a block barrier.
+does the bookkeeping (slots, WQEs, doorbells, completions) and publishes its outcome to the
+block through shared memory before each message the block takes part in; all threads copy
+payloads (``gpuwrite.device.copy.copy_bytes``), except that thread 0 posts pulls, small
+pushes, small host_staged writes and small inline writes alone (``dv.push_small``,
+``dv.push_mid``, ``dv.staged_small``, ``dv.staged_mid``, ``dv.inline_small``), with no
+barrier before or after, and the first warp posts medium pushes and host_staged writes
+without a block barrier of their own.
 
 Paths (one kernel each, ``send_messages_for(path)``):
   PUSH     gpu_push: payload written by the GPU into the NIC's staging region
@@ -88,9 +89,9 @@ def _send_messages(path: int):
         i = cuda.blockIdx.x
         tid = cuda.threadIdx.x
         # sh[0], sh[1]: thread 0's reservation outcome (status, word), read by the block between
-        # two barriers. sh[2 + (m & 1)]: message m's status, published at the end of its
-        # iteration; alternating slots let thread 0 publish message m + 1's before every thread
-        # has read message m's (small pushes take no barrier in between).
+        # two barriers. sh[2 + (syncs & 1)]: thread 0's status, published before the block's
+        # barrier ahead of a message the block takes part in (``alone`` below); alternating
+        # slots let thread 0 publish the next before every thread has read this one.
         sh = cuda.shared.array(4, dtype=int64)
         # The last bytes of a push_mid payload, read by cp.async before its bookkeeping.
         if SIMULATOR:
@@ -127,11 +128,41 @@ def _send_messages(path: int):
         tail = 0
         batch_first = m0
         status = 0
+        syncs = 0
+        sent = 0
+        # gpu_push and host_staged write their payloads into host-visible memory the same
+        # way (one thread, the first warp, the block, by size); they differ in the ring it
+        # goes to and the NIC's reading of it.
+        pushed = path == PUSH or path == STAGED
         m = m0
-        while m < m1 and status == 0:
+        while m < m1:
             size = msgs[m, M_SIZE]
             src0 = msgs[m, M_SRC_WORD]
             dst0 = msgs[m, M_DST_OFF]
+            # Whether thread 0 posts the whole message alone: a pull (a WQE and no payload to
+            # copy), or one WQE whose payload one thread stores (the tests below, on the
+            # message's one chunk). The block meets at a barrier only before a message it
+            # takes part in, where thread 0's status reaches every thread: a barrier after
+            # each message put 0.1 to 0.3 us on every 64-byte push with a block of 32 (H200,
+            # benchmarks/scripts/send_gap_diag.py, BENCHMARKS.md, session 40). Until such a
+            # barrier (or the table's end) the other threads walk the table and do nothing,
+            # and thread 0, once failed, walks it too so as to meet them there.
+            alone = path == PULL or ((path == INLINE or size <= chunk) and (
+                (path != PULL and dv.small_ok(path == INLINE, src, src0, size)) or
+                (pushed and dv.push_mid_ok(src, src0, size))))
+            if not alone:
+                if tid == 0:
+                    sh[2 + (syncs & 1)] = status
+                cuda.syncthreads()
+                status = sh[2 + (syncs & 1)]
+                syncs += 1
+                if status != 0:
+                    break
+            if status != 0:
+                m += 1
+                continue
+            if tid == 0:
+                sent = m + 1 - m0
             # A message's clock starts once its row of the table is in registers: loading the
             # row (a miss to GPU memory, about 0.6 us on an H100) is the runner's bookkeeping,
             # not the path's; an application has its message's size and addresses at hand.
@@ -151,11 +182,18 @@ def _send_messages(path: int):
                 signaled = (end_of_batch and last) or not last or path == STAGED
                 src_word = src0 + off // 4
                 raddr = dst_addr + dst0 + off
-                # gpu_push and host_staged write their payloads into host-visible memory the
-                # same way (one thread, the first warp, the block, by size); they differ in
-                # the ring it goes to and the NIC's reading of it.
-                pushed = path == PUSH or path == STAGED
-                small = path != PULL and dv.small_ok(path == INLINE, src, src_word, n)
+                if path == PULL:
+                    # Thread 0 posts a pull alone: the NIC reads its bytes.
+                    if tid == 0:
+                        status = dv.sq_reserve(q, 0, 1, timeout)
+                        if status == 0:
+                            dv.wqe_rdma_write(q, 0, src_addr + src_word * 4, src_lkey, n, raddr,
+                                              rkey, signaled, 0)
+                            if not last or n >= RING_EACH_BYTES:
+                                dv.flush_doorbell(q, 0)
+                    off += n
+                    continue
+                small = dv.small_ok(path == INLINE, src, src_word, n)
                 if small or (pushed and dv.push_mid_ok(src, src_word, n)):
                     # One thread posts it, with 16-byte stores and no barrier: a block
                     # barrier after stores to host memory costs 0.2 to 0.5 us on an H200
@@ -233,8 +271,7 @@ def _send_messages(path: int):
                     elif path == STAGED:
                         st, word = dv.staged_claim(q, 0, n, timeout)
                     else:
-                        st = dv.sq_reserve(q, 0, dv.inline_bbs(n) if path == INLINE else 1,
-                                           timeout)
+                        st = dv.sq_reserve(q, 0, dv.inline_bbs(n), timeout)
                     sh[0] = st
                     sh[1] = word
                 cuda.syncthreads()
@@ -258,10 +295,6 @@ def _send_messages(path: int):
                         dv.push_describe(q, 0, first, n, slots, raddr, rkey, signaled)
                     elif tid == 0:
                         dv.staged_describe(q, 0, word, n, raddr, rkey)
-                elif path == PULL:
-                    if tid == 0:
-                        dv.wqe_rdma_write(q, 0, src_addr + src_word * 4, src_lkey, n, raddr, rkey,
-                                          signaled, 0)
                 else:
                     dv.wqe_rdma_write_inline(q, 0, src, src_word, n, raddr, rkey, signaled)
                 if tid == 0 and (not last or n >= RING_EACH_BYTES):
@@ -285,10 +318,6 @@ def _send_messages(path: int):
                 head = _reap(q, pend, i, t_done, head, tail)
             if status == 0 and end_of_batch:
                 batch_first = m + 1     # every thread: end_of_batch decides which WQEs signal
-            if tid == 0:
-                sh[2 + (m & 1)] = status
-            cuda.syncthreads()
-            status = sh[2 + (m & 1)]
             m += 1
         if tid == 0:
             if status == 0:
@@ -296,7 +325,7 @@ def _send_messages(path: int):
                 status = dv.wait_done(q, 0, state[0, dv.S_PI], timeout)
             head = _reap(q, pend, i, t_done, head, tail)
             result[i, R_STATUS] = status
-            result[i, R_SENT] = m - m0
+            result[i, R_SENT] = sent
             result[i, R_SYND] = state[0, dv.S_LAST_SYND]
             dv.qp_cache_store(Q, i, sh_state)
 

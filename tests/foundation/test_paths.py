@@ -8,7 +8,7 @@ from gpuwrite.cudaenv import cuda
 from gpuwrite.device import verbs as dv
 from gpuwrite.host.verbs import Context, ProtectionDomain
 from gpuwrite.host.wqe import HostPoster, rdma_write, rdma_write_inline
-from gpuwrite.paths import runner
+from gpuwrite.paths import kernels as K, runner
 
 
 @pytest.mark.timeout(60)
@@ -312,3 +312,43 @@ def test_a_run_with_its_source_evicted_from_l2_delivers_every_byte(path):
     assert r.delivered == r.messages == 3 and not r.qp_errors
     with pytest.raises(ValueError, match=r"source_l2='hot': allowed as_uploaded, evicted"):
         runner.run(path, [64], n_qps=1, source_l2="hot")
+
+
+def _with_bad_rkey(kernel_for):
+    """``K.send_messages_for`` whose kernels get a remote key the engine never handed out:
+    every write ends in an error completion (a remote access error)."""
+    def made(path):
+        kernel = kernel_for(path)
+
+        class Launcher:
+            def __getitem__(self, config):
+                def launch(Q, msgs, qp_first, src, params, *rest):
+                    p = params.copy_to_host()
+                    p[K.P_RKEY] ^= 0x5A5A00
+                    params.copy_to_device(p)
+                    return kernel[config](Q, msgs, qp_first, src, params, *rest)
+                return launch
+        return Launcher()
+    return made
+
+
+@pytest.mark.timeout(RUNNER_TIMEOUT_S)
+@pytest.mark.parametrize("path,sizes", [
+    ("gpu_push", [64, 4096, 64]),           # alone, then the block
+    ("host_staged", [256, 1024, 64]),       # alone (push_mid), then the first warp
+    ("gpu_push", [64, 48, 128, 256]),       # alone to the table's end
+    ("nic_pull", [64, 4096, 65536]),        # every pull alone
+    ("gpu_push", [4096, 64, 64]),           # the block fails, then alone ones
+])
+def test_a_failure_ends_every_thread_of_the_block(path, sizes, monkeypatch):
+    """Thread 0 posts a small write alone with no barrier, so the block learns a failure
+    only at the barrier before the next message it takes part in, or not at all: the run
+    still ends (no thread waits at a barrier thread 0 never reaches), with the error named
+    and the messages counted up to the one that failed."""
+    monkeypatch.setattr(K, "send_messages_for", _with_bad_rkey(K.send_messages_for))
+    r = runner.run(path, sizes, n_qps=1, wait_each=True, block_threads=32, timeout_s=5)
+    (err,) = r.qp_errors.values()
+    assert err["status"] == dv.ERROR_NAMES[dv.E_CQE_ERROR], err
+    assert (err["syndrome"], err["reason"]) == ("remote_access_err", "bad_rkey"), err
+    assert err["messages_sent"] == 1, err
+    assert r.delivered == 0
