@@ -1,13 +1,12 @@
 """The kernel that sends a workload of messages through one data path.
 
 One thread block drives one queue pair and sends that QP's messages in order. Thread 0
-does the bookkeeping (slots, WQEs, doorbells, completions); a failure of its reaches the
-block at the barrier before the next message the block takes part in. All threads copy
-payloads (``gpuwrite.device.copy.copy_bytes``), except that thread 0 posts pulls, small
-pushes, small host_staged writes and small inline writes alone (``dv.push_small``,
-``dv.push_mid``, ``dv.staged_small``, ``dv.staged_mid``, ``dv.inline_small``), with no
-barrier before or after, and the first warp posts medium pushes and host_staged writes
-without a block barrier of their own.
+does the bookkeeping (slots, WQEs, doorbells, completions) and publishes each step's
+outcome to the block through shared memory; all threads copy payloads
+(``gpuwrite.device.copy.copy_bytes``), except that thread 0 posts small pushes, small
+host_staged writes and small inline writes alone (``dv.push_small``, ``dv.push_mid``,
+``dv.staged_small``, ``dv.staged_mid``, ``dv.inline_small``) and the first warp posts
+medium pushes and host_staged writes without a block barrier.
 
 Paths (one kernel each, ``send_messages_for(path)``):
   PUSH     gpu_push: payload written by the GPU into the NIC's staging region
@@ -17,7 +16,7 @@ Paths (one kernel each, ``send_messages_for(path)``):
 """
 from __future__ import annotations
 
-from numba import int32, int64, uint32
+from numba import int64, uint32
 
 from gpuwrite.cudaenv import SIMULATOR, cuda
 from gpuwrite.device import verbs as dv
@@ -83,24 +82,16 @@ MID_BUF_WORDS = dv.MID_BUF_WORDS
 def _send_messages(path: int):
     """``send_messages`` for one path (``PUSH`` .. ``STAGED``), a compile-time constant."""
 
-    @cuda.jit(device=True, inline="always")
-    def alone(size, src, src0, chunk):
-        """Whether thread 0 posts a message of ``size`` bytes from source word ``src0`` alone
-        (the same answer on every thread): a pull (a WQE and no payload to copy), or one
-        WQE whose payload one thread stores (the tests the chunk loop makes, on the
-        message's one chunk)."""
-        return path == PULL or ((path == INLINE or size <= chunk) and (
-            dv.small_ok(path == INLINE, src, src0, size) or
-            ((path == PUSH or path == STAGED) and dv.push_mid_ok(src, src0, size))))
-
     @cached
     @cuda.jit(**_LIMITS)
     def send_messages(Q, msgs, qp_first, src, params, t_post, t_done, result, pend):
         i = cuda.blockIdx.x
         tid = cuda.threadIdx.x
         # sh[0], sh[1]: thread 0's reservation outcome (status, word), read by the block between
-        # two barriers.
-        sh = cuda.shared.array(2, dtype=int64)
+        # two barriers. sh[2 + (m & 1)]: message m's status, published at the end of its
+        # iteration; alternating slots let thread 0 publish message m + 1's before every thread
+        # has read message m's (small pushes take no barrier in between).
+        sh = cuda.shared.array(4, dtype=int64)
         # The last bytes of a push_mid payload, read by cp.async before its bookkeeping.
         if SIMULATOR:
             mid = cuda.shared.array(MID_BUF_WORDS, dtype=uint32)
@@ -136,24 +127,11 @@ def _send_messages(path: int):
         tail = 0
         batch_first = m0
         status = 0
-        # gpu_push and host_staged write their payloads into host-visible memory the same
-        # way (one thread, the first warp, the block, by size); they differ in the ring it
-        # goes to and the NIC's reading of it.
-        pushed = path == PUSH or path == STAGED
         m = m0
         while m < m1 and status == 0:
             size = msgs[m, M_SIZE]
             src0 = msgs[m, M_SRC_WORD]
             dst0 = msgs[m, M_DST_OFF]
-            # The block meets at a barrier only before a message it takes part in (not
-            # ``alone``), where a failure of thread 0 stops every thread: a barrier after
-            # each message put 0.1 to 0.3 us on every 64-byte push with a block of 32 (H200,
-            # benchmarks/scripts/send_gap_diag.py, BENCHMARKS.md, session 40). A thread that
-            # failed where the others could not see it leaves this loop and meets them at
-            # that barrier (below).
-            if not alone(size, src, src0, chunk):
-                if cuda.syncthreads_or(int32(status != 0)):
-                    break
             # A message's clock starts once its row of the table is in registers: loading the
             # row (a miss to GPU memory, about 0.6 us on an H100) is the runner's bookkeeping,
             # not the path's; an application has its message's size and addresses at hand.
@@ -173,18 +151,11 @@ def _send_messages(path: int):
                 signaled = (end_of_batch and last) or not last or path == STAGED
                 src_word = src0 + off // 4
                 raddr = dst_addr + dst0 + off
-                if path == PULL:
-                    # Thread 0 posts a pull alone: the NIC reads its bytes.
-                    if tid == 0:
-                        status = dv.sq_reserve(q, 0, 1, timeout)
-                        if status == 0:
-                            dv.wqe_rdma_write(q, 0, src_addr + src_word * 4, src_lkey, n, raddr,
-                                              rkey, signaled, 0)
-                            if not last or n >= RING_EACH_BYTES:
-                                dv.flush_doorbell(q, 0)
-                    off += n
-                    continue
-                small = dv.small_ok(path == INLINE, src, src_word, n)
+                # gpu_push and host_staged write their payloads into host-visible memory the
+                # same way (one thread, the first warp, the block, by size); they differ in
+                # the ring it goes to and the NIC's reading of it.
+                pushed = path == PUSH or path == STAGED
+                small = path != PULL and dv.small_ok(path == INLINE, src, src_word, n)
                 if small or (pushed and dv.push_mid_ok(src, src_word, n)):
                     # One thread posts it, with 16-byte stores and no barrier: a block
                     # barrier after stores to host memory costs 0.2 to 0.5 us on an H200
@@ -262,7 +233,8 @@ def _send_messages(path: int):
                     elif path == STAGED:
                         st, word = dv.staged_claim(q, 0, n, timeout)
                     else:
-                        st = dv.sq_reserve(q, 0, dv.inline_bbs(n), timeout)
+                        st = dv.sq_reserve(q, 0, dv.inline_bbs(n) if path == INLINE else 1,
+                                           timeout)
                     sh[0] = st
                     sh[1] = word
                 cuda.syncthreads()
@@ -286,6 +258,10 @@ def _send_messages(path: int):
                         dv.push_describe(q, 0, first, n, slots, raddr, rkey, signaled)
                     elif tid == 0:
                         dv.staged_describe(q, 0, word, n, raddr, rkey)
+                elif path == PULL:
+                    if tid == 0:
+                        dv.wqe_rdma_write(q, 0, src_addr + src_word * 4, src_lkey, n, raddr, rkey,
+                                          signaled, 0)
                 else:
                     dv.wqe_rdma_write_inline(q, 0, src, src_word, n, raddr, rkey, signaled)
                 if tid == 0 and (not last or n >= RING_EACH_BYTES):
@@ -309,25 +285,18 @@ def _send_messages(path: int):
                 head = _reap(q, pend, i, t_done, head, tail)
             if status == 0 and end_of_batch:
                 batch_first = m + 1     # every thread: end_of_batch decides which WQEs signal
+            if tid == 0:
+                sh[2 + (m & 1)] = status
+            cuda.syncthreads()
+            status = sh[2 + (m & 1)]
             m += 1
-        if status != 0:
-            # This thread failed (thread 0), or learned of it within the first warp: the
-            # threads that have not walk the table on and stop at the barrier before the
-            # next message the block takes part in, where this thread tells them.
-            m2 = m
-            while m2 < m1 and alone(msgs[m2, M_SIZE], src, msgs[m2, M_SRC_WORD], chunk):
-                m2 += 1
-            if m2 < m1:
-                cuda.syncthreads_or(int32(1))
         if tid == 0:
             if status == 0:
                 dv.flush_doorbell(q, 0)
                 status = dv.wait_done(q, 0, state[0, dv.S_PI], timeout)
             head = _reap(q, pend, i, t_done, head, tail)
             result[i, R_STATUS] = status
-            # qp_first read again rather than kept: a register held across the loop for
-            # this store made the kernel spill at its cap (session 40).
-            result[i, R_SENT] = m - qp_first[i]
+            result[i, R_SENT] = m - m0
             result[i, R_SYND] = state[0, dv.S_LAST_SYND]
             dv.qp_cache_store(Q, i, sh_state)
 

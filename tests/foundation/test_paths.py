@@ -344,10 +344,10 @@ def _with_bad_rkey(kernel_for):
     ("gpu_push", [4096, 64, 64]),           # the block fails, then alone ones
 ])
 def test_a_failure_ends_every_thread_of_the_block(path, sizes, monkeypatch):
-    """Thread 0 posts a small write alone with no barrier, so the block learns a failure
-    only at the barrier before the next message it takes part in, or not at all: the run
-    still ends (no thread waits at a barrier thread 0 never reaches), with the error named
-    and the messages counted up to the one that failed."""
+    """Thread 0 posts small writes and pulls alone and the block copies larger payloads:
+    a failure on either side ends every thread of the block (none waits at a barrier that
+    another never reaches), with the error named and the messages counted up to the one
+    that failed."""
     monkeypatch.setattr(K, "send_messages_for", _with_bad_rkey(K.send_messages_for))
     r = runner.run(path, sizes, n_qps=1, wait_each=True, block_threads=32, timeout_s=5)
     (err,) = r.qp_errors.values()
