@@ -16,6 +16,7 @@ Paths (one kernel each, ``send_messages_for(path)``):
 """
 from __future__ import annotations
 
+import numpy as np
 from numba import int64, uint32
 
 from gpuwrite.cudaenv import SIMULATOR, cuda
@@ -79,8 +80,10 @@ _LIMITS = dv.KERNEL_OPTIONS
 MID_BUF_WORDS = dv.MID_BUF_WORDS
 
 
-def _send_messages(path: int):
-    """``send_messages`` for one path (``PUSH`` .. ``STAGED``), a compile-time constant."""
+def _send_messages(path: int, alone: bool = False):
+    """``send_messages`` for one path (``PUSH`` .. ``STAGED``), a compile-time constant;
+    with ``alone``, for a table whose every message thread 0 posts alone
+    (``one_thread_messages``): the other threads leave at once and no barrier is taken."""
 
     @cached
     @cuda.jit(**_LIMITS)
@@ -103,6 +106,8 @@ def _send_messages(path: int):
         if tid == 0:
             dv.qp_cache_load(Q, i, sh_state, sh_info)
         cuda.syncthreads()
+        if alone and tid != 0:
+            return
         q = dv.qp_cached(Q, i, sh_state, sh_info)
         # The path is a constant: the other paths' code is dropped. With the path a kernel
         # argument, one kernel for all, it spilled 88 bytes at 128 registers (ptxas of
@@ -178,6 +183,12 @@ def _send_messages(path: int):
                             dv.flush_doorbell(q, 0)
                     off += n
                     continue
+                if alone:
+                    # The table was checked on the host (one_thread_messages); a message
+                    # thread 0 cannot post alone fails here rather than waiting for threads
+                    # that have left.
+                    status = dv.E_NOT_ALONE
+                    break
                 if pushed and n <= WARP_PUSH_BYTES and \
                         (WARP_PATH_ANY_BLOCK or cuda.blockDim.x <= 32):
                     # The first warp posts it: lane 0 claims the space, the lanes copy, lane 0
@@ -285,10 +296,11 @@ def _send_messages(path: int):
                 head = _reap(q, pend, i, t_done, head, tail)
             if status == 0 and end_of_batch:
                 batch_first = m + 1     # every thread: end_of_batch decides which WQEs signal
-            if tid == 0:
-                sh[2 + (m & 1)] = status
-            cuda.syncthreads()
-            status = sh[2 + (m & 1)]
+            if not alone:
+                if tid == 0:
+                    sh[2 + (m & 1)] = status
+                cuda.syncthreads()
+                status = sh[2 + (m & 1)]
             m += 1
         if tid == 0:
             if status == 0:
@@ -306,9 +318,29 @@ def _send_messages(path: int):
 _BY_PATH: dict = {}
 
 
-def send_messages_for(path: str):
+def send_messages_for(path: str, alone: bool = False):
     """``send_messages`` made for ``path`` (compiled on first use, then cached): the
-    kernel the runners launch."""
-    if path not in _BY_PATH:
-        _BY_PATH[path] = _send_messages(PATH_IDS[path])
-    return _BY_PATH[path]
+    kernel the runners launch; ``alone`` for a table of one-thread messages only
+    (``one_thread_messages``)."""
+    key = (path, True) if alone else path
+    if key not in _BY_PATH:
+        _BY_PATH[key] = _send_messages(PATH_IDS[path], alone)
+    return _BY_PATH[key]
+
+
+def one_thread_messages(path: str, msgs, src_address: int, chunk_bytes: int) -> bool:
+    """Whether thread 0 posts every message of the table ``msgs`` alone on ``path`` (the
+    host's reading of ``dv.small_ok`` and ``dv.push_mid_ok`` for a message of one WQE):
+    gpu_push and host_staged payloads of at most ``dv.SMALL_PUSH_BYTES``, or of whole
+    16-byte words up to ``dv.MID_PUSH_BYTES`` from a 16-byte aligned source; inline ones
+    of whole 16-byte words up to ``dv.SMALL_PUSH_BYTES`` from such a source. nic_pull
+    never (its kernel takes the block's barriers)."""
+    if path == "nic_pull" or len(msgs) == 0:
+        return False
+    size = np.asarray(msgs)[:, M_SIZE]
+    aligned = (src_address + 4 * np.asarray(msgs)[:, M_SRC_WORD]) % 16 == 0
+    whole = (size % 16 == 0) & aligned
+    if path == "gpu_push_inline":
+        return bool(np.all((size > 0) & (size <= dv.SMALL_PUSH_BYTES) & whole))
+    one = (size > 0) & ((size <= dv.SMALL_PUSH_BYTES) | (whole & (size <= dv.MID_PUSH_BYTES)))
+    return bool(np.all(one & (size <= chunk_bytes)))

@@ -226,7 +226,10 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
                      pend)
         if source_l2 == "evicted":
             evict_l2()            # before the agent's persistent kernel starts
-        kernel = K.send_messages_for(path)
+        # A table of one-thread messages only goes to the kernel made for them, whose other
+        # threads leave at once (kernels.one_thread_messages).
+        alone = K.one_thread_messages(path, msgs, src_mr.address, chunk_bytes)
+        kernel = K.send_messages_for(path, alone)
         if path == "nic_pull" and pull_agent == "gpu":
             preload(kernel, *send_args)
             agent = PullAgent(ctx, pull_timeout_s=pull_timeout_s)

@@ -250,6 +250,55 @@ def test_which_payloads_one_thread_pushes():
     assert got == [(1, 0)] * 6 + [(0, 0)] + [(0, 1)] * 3 + [(0, 0)] * 5
 
 
+@cuda.jit
+def _alone_on_device(src, cases, out):
+    if cuda.threadIdx.x == 0:
+        for k in range(cases.shape[0]):
+            out[k, 0] = dv.small_ok(False, src, cases[k, 0], cases[k, 1]) or \
+                dv.push_mid_ok(src, cases[k, 0], cases[k, 1])
+            out[k, 1] = dv.small_ok(True, src, cases[k, 0], cases[k, 1])
+
+
+def test_the_hosts_one_thread_test_reads_the_device_verbs_alike():
+    """``kernels.one_thread_messages`` (the runner's choice of the kernel whose other threads
+    leave at once) says of each one-message table what the kernel's own tests say of its
+    message (dv.small_ok, dv.push_mid_ok): every size 1 to 300 bytes from source words 0 to
+    3 of a 256-byte aligned buffer, for the pushed paths and the inline one; a chunk smaller
+    than the message, and nic_pull, never."""
+    cases = np.array([[w, n] for w in range(4) for n in range(1, 301)], dtype=np.int64)
+    src = cuda.to_device(np.zeros(1024, dtype=np.uint32))
+    out = cuda.to_device(np.zeros((len(cases), 2), dtype=np.int64))
+    _alone_on_device[1, 1](src, cuda.to_device(cases), out)
+    dev = out.copy_to_host()
+    with Context() as ctx:
+        address = ctx.alloc_pd().reg_mr(src).address
+
+    def host(path, w, n, chunk=65536):
+        msgs = np.array([[n, w, 0]], dtype=np.int64)
+        return K.one_thread_messages(path, msgs, address, chunk)
+
+    for (w, n), (pushed, inline) in zip(cases.tolist(), dev.tolist()):
+        assert host("gpu_push", w, n) == host("host_staged", w, n) == bool(pushed), (w, n)
+        assert host("gpu_push_inline", w, n) == bool(inline), (w, n)
+        assert not host("nic_pull", w, n)
+    assert not host("gpu_push", 0, 64, chunk=60)
+    tables = np.array([[64, 0, 0], [48, 16, 64], [4096, 28, 112]], dtype=np.int64)
+    assert K.one_thread_messages("gpu_push", tables[:2], address, 65536)
+    assert not K.one_thread_messages("gpu_push", tables, address, 65536)
+
+
+@pytest.mark.timeout(RUNNER_TIMEOUT_S)
+def test_the_one_thread_kernel_refuses_a_message_it_cannot_post_alone(monkeypatch):
+    """The kernel made for one-thread tables, given a table the host's test would not have
+    passed, fails that message with its own status (the threads that would copy it have
+    left), sends nothing after it and delivers what came before it."""
+    monkeypatch.setattr(K, "one_thread_messages", lambda *args: True)
+    r = runner.run("gpu_push", [64, 4096, 64], n_qps=1, wait_each=True, block_threads=8)
+    (err,) = r.qp_errors.values()
+    assert err["status"] == dv.ERROR_NAMES[dv.E_NOT_ALONE] and err["messages_sent"] == 2, err
+    assert r.delivered == 1
+
+
 @pytest.mark.parametrize("path", ["gpu_push", "host_staged"])
 @pytest.mark.parametrize("threads", [4, 32])
 def test_one_thread_pushes_of_80_to_256_bytes_land_exactly(threads, path):
@@ -317,8 +366,8 @@ def test_a_run_with_its_source_evicted_from_l2_delivers_every_byte(path):
 def _with_bad_rkey(kernel_for):
     """``K.send_messages_for`` whose kernels get a remote key the engine never handed out:
     every write ends in an error completion (a remote access error)."""
-    def made(path):
-        kernel = kernel_for(path)
+    def made(path, alone=False):
+        kernel = kernel_for(path, alone)
 
         class Launcher:
             def __getattr__(self, name):       # compile(), as the runner's preload asks
@@ -342,6 +391,7 @@ def _with_bad_rkey(kernel_for):
     ("gpu_push", [64, 48, 128, 256]),       # alone to the table's end
     ("nic_pull", [64, 4096, 65536]),        # every pull alone
     ("gpu_push", [4096, 64, 64]),           # the block fails, then alone ones
+    ("host_staged", [64, 64, 48]),          # a one-thread table: the kernel made for it
 ])
 def test_a_failure_ends_every_thread_of_the_block(path, sizes, monkeypatch):
     """Thread 0 posts small writes and pulls alone and the block copies larger payloads:
