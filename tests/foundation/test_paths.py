@@ -263,7 +263,7 @@ def test_the_hosts_one_thread_test_reads_the_device_verbs_alike():
     """``kernels.one_thread_messages`` (the runner's choice of the kernel whose other threads
     leave at once) says of each one-message table what the kernel's own tests say of its
     message (dv.small_ok, dv.push_mid_ok): every size 1 to 300 bytes from source words 0 to
-    3 of a 256-byte aligned buffer, for the pushed paths and the inline one; a chunk smaller
+    3 of one buffer, for the pushed paths and the inline one; a chunk smaller
     than the message, and nic_pull, never."""
     cases = np.array([[w, n] for w in range(4) for n in range(1, 301)], dtype=np.int64)
     src = cuda.to_device(np.zeros(1024, dtype=np.uint32))
@@ -405,3 +405,21 @@ def test_a_failure_ends_every_thread_of_the_block(path, sizes, monkeypatch):
     assert (err["syndrome"], err["reason"]) == ("remote_access_err", "bad_rkey"), err
     assert err["messages_sent"] == 1, err
     assert r.delivered == 0
+
+
+@pytest.mark.timeout(RUNNER_TIMEOUT_S)
+def test_the_runner_sends_one_thread_tables_on_the_kernel_made_for_them(monkeypatch):
+    """A table of messages thread 0 posts alone goes to ``send_messages_for(path,
+    alone=True)`` (its other threads leave at once: 0.3 us off each 64-byte push on an H200,
+    BENCHMARKS.md, session 40); a table with one message the block copies, and every
+    nic_pull table, to the general kernel; each delivers every byte."""
+    asked = []
+    real = K.send_messages_for
+    monkeypatch.setattr(K, "send_messages_for",
+                        lambda path, alone=False: asked.append((path, alone)) or real(path, alone))
+    for path, sizes, alone in [("gpu_push", [64, 48, 16], True), ("host_staged", [256, 128, 64], True),
+                               ("gpu_push_inline", [64, 32], True), ("gpu_push", [64, 4096], False),
+                               ("nic_pull", [64] * 4, False)]:
+        r = runner.run(path, sizes, n_qps=1, wait_each=True, block_threads=8)
+        assert r.delivered == r.messages and not r.qp_errors, (path, r.qp_errors)
+        assert asked[-1] == (path, alone)
