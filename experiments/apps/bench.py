@@ -76,10 +76,18 @@ def _params(prm):
 
 
 @cuda.jit(device=True)
-def _latency_loop(Q, cfg, src, prm, path, t_ns, status):
-    """One warp, QP 0: each message is put, then quieted; t_ns[m] = post to completion."""
+def _latency_loop(Q, cfg, src, prm, path, thread_scope, t_ns, status):
+    """One warp, QP 0: each message is put, then quieted; t_ns[m] = post to completion.
+    With ``thread_scope`` (a compile-time constant) lane 0 alone opens the QP
+    (``api.open_thread``) and the other lanes leave, as send_messages' kernel for tables
+    of one-thread messages has them do (session 40)."""
     sh = cuda.shared.array(SLOT1, int64)
-    h = api.open_warp(Q, cfg, 0, sh)
+    if thread_scope:
+        if cuda.threadIdx.x != 0:
+            return
+        h = api.open_thread(Q, cfg, 0, sh, 0)
+    else:
+        h = api.open_warp(Q, cfg, 0, sh)
     # The parameters are in registers before the clock starts, as send_messages starts a
     # message's clock once its row of the table is loaded: every completion wait's
     # system-scope acquire loads empty the L1 cache, so a load of prm inside the clock is
@@ -106,26 +114,27 @@ def _latency_loop(Q, cfg, src, prm, path, t_ns, status):
 def put_latency(Q, cfg, src, prm, path, t_ns, status):
     """The latency loop with ``path`` a kernel argument: every path's code is compiled in
     (``put`` holds one copy of its post per path)."""
-    _latency_loop(Q, cfg, src, prm, path, t_ns, status)
+    _latency_loop(Q, cfg, src, prm, path, False, t_ns, status)
 
 
 _LATENCY_KERNELS: dict = {}
 
 
-def put_latency_kernel(path_id: int):
+def put_latency_kernel(path_id: int, thread_scope: bool = False):
     """The latency loop with ``path`` a compile-time constant, as a kernel of one's own
     names its path (``api.GPU_PUSH``): the compiler drops the other paths' code. Since
     ``put`` holds one copy of its post per path, a path that is a kernel argument costs
     one branch more (BENCHMARKS.md, session 21; 1.06 to 1.12x the time this way before,
-    session 14)."""
-    if path_id not in _LATENCY_KERNELS:
+    session 14). ``thread_scope``: lane 0 alone puts (``_latency_loop``)."""
+    key = (path_id, bool(thread_scope))
+    if key not in _LATENCY_KERNELS:
         @cached
         @cuda.jit(**api.KERNEL_OPTIONS)
         def put_latency_constant(Q, cfg, src, prm, t_ns, status):
-            _latency_loop(Q, cfg, src, prm, path_id, t_ns, status)
+            _latency_loop(Q, cfg, src, prm, path_id, thread_scope, t_ns, status)
 
-        _LATENCY_KERNELS[path_id] = put_latency_constant
-    return _LATENCY_KERNELS[path_id]
+        _LATENCY_KERNELS[key] = put_latency_constant
+    return _LATENCY_KERNELS[key]
 
 
 @cuda.jit(device=True, inline=True)
@@ -205,9 +214,11 @@ def _prm(dmr, smr, size_bytes, per_qp, batch):
 
 
 def put_latency_run(n_msgs: int, size_bytes: int = 64, path: str = "gpu_push",
-                    path_constant: bool = True, around_kernel=None) -> dict:
+                    path_constant: bool = True, around_kernel=None,
+                    thread_scope: bool = False) -> dict:
     """The put kernel's post-to-completion latency, one message in flight; the kernel
-    names its path as a constant (``path_constant``) or takes it as an argument.
+    names its path as a constant (``path_constant``) or takes it as an argument, and puts
+    from a warp or (``thread_scope``, with the path a constant) from lane 0 alone.
     ``around_kernel``: a context entered around the launch and its end, as
     ``runner.run`` takes it (the bench samples the host's load over it)."""
     with api.Session(1, thresholds=api.Thresholds.fixed(path), **SMALL_RINGS) as s:
@@ -218,8 +229,8 @@ def put_latency_run(n_msgs: int, size_bytes: int = 64, path: str = "gpu_push",
         prm = _prm(dmr, smr, size_bytes, n_msgs, 1)
         with _span(around_kernel):
             if path_constant:
-                put_latency_kernel(api.PATH_IDS[path])[1, 32](s.Q, s.cfg, src, prm, t_ns,
-                                                              status)
+                put_latency_kernel(api.PATH_IDS[path], thread_scope)[1, 32](
+                    s.Q, s.cfg, src, prm, t_ns, status)
             else:
                 put_latency[1, 32](s.Q, s.cfg, src, prm, api.PATH_IDS[path], t_ns, status)
             common.sync()
@@ -479,6 +490,7 @@ def _latency(out: dict, quick: bool, toy: bool, step, pairs: int | None = None) 
         step("warm-up")
         put_latency_run(50)
         put_latency_run(50, path_constant=False)
+        put_latency_run(50, thread_scope=True)
         runner.run("gpu_push", [64] * 50, **lat_kw)
 
     def sm_latency(**kw):
@@ -494,6 +506,13 @@ def _latency(out: dict, quick: bool, toy: bool, step, pairs: int | None = None) 
     out["latency_64B_path_argument"] = _beside(
         sm_runs, "64-byte latency, path an argument", step,
         lambda: put_latency_run(lat_n, path_constant=False), "p50_us", True,
+        TARGET_LATENCY_RATIO_MAX)
+    # Lane 0 alone (api.open_thread), the other lanes gone: since session 40 send_messages
+    # sends a table of one-thread messages (these 64-byte ones) from a kernel whose other
+    # threads leave at once, where the warp's lanes all call put and quiet above.
+    out["latency_64B_thread_scope"] = _beside(
+        sm_runs, "64-byte latency, thread scope", step,
+        lambda: put_latency_run(lat_n, thread_scope=True), "p50_us", True,
         TARGET_LATENCY_RATIO_MAX)
 
 
@@ -567,6 +586,7 @@ _MEASURE_RUNS = {"latency": _latency, "bandwidth": _bandwidth, "rate": _rate,
 
 # The measures a put bench file holds, in the order printed, with their unit.
 MEASURES = (("latency_64B", "p50_us", "us"), ("latency_64B_path_argument", "p50_us", "us"),
+            ("latency_64B_thread_scope", "p50_us", "us"),
             ("bandwidth_1MiB", "gbytes", "GB/s"), ("rate_64B", "mpps", "M msg/s"),
             ("rate_64B_path_argument", "mpps", "M msg/s"))
 

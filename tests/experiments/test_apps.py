@@ -165,6 +165,11 @@ def test_bench_runs_end_to_end_at_toy_sizes(tmp_path):
     arg = out["rate_64B_path_argument"]
     assert arg["put"]["delivered"] == arg["put"]["messages"] > 0
     assert arg["send_messages"]["runs_mpps"] == out["rate_64B"]["send_messages"]["runs_mpps"]
+    # The latency with lane 0 alone putting, beside the same send_messages runs.
+    alone = out["latency_64B_thread_scope"]
+    assert alone["put"]["delivered"] == alone["put"]["messages"] > 0
+    assert alone["send_messages"]["runs_p50_us"] == \
+        out["latency_64B"]["send_messages"]["runs_p50_us"]
     assert out["git_commit"] is None or isinstance(out["git_commit"], str)
     # What each stream run asked of the emulated NIC, per kernel.
     for kernel in ("put", "send_messages"):
