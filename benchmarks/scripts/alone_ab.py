@@ -1,4 +1,6 @@
-"""Session 40: send_messages with a block barrier after every message (before) against one
+"""(Session 40: ran at `4f7b39e` and `a56e53b`, whose kernels.py it calls "after"; that change
+was reverted in `5354ea0`, so at a later commit "after" is the kernel as committed.)
+Session 40: send_messages with a block barrier after every message (before) against one
 only before a message the block takes part in (after: thread 0 posts pulls and one-thread
 pushes alone, ``alone`` in gpuwrite/paths/kernels.py). The kernels of both, in turn, one
 message in flight, sources evicted from L2 as in the sweep, the order alternating by round;
