@@ -386,16 +386,17 @@ def _with_bad_rkey(kernel_for):
 
 @pytest.mark.timeout(RUNNER_TIMEOUT_S)
 @pytest.mark.parametrize("path,sizes", [
-    ("gpu_push", [64, 4096, 64]),           # alone, then the block
-    ("host_staged", [256, 1024, 64]),       # alone (push_mid), then the first warp
-    ("gpu_push", [64, 48, 128, 256]),       # alone to the table's end
-    ("nic_pull", [64, 4096, 65536]),        # every pull alone
-    ("gpu_push", [4096, 64, 64]),           # the block fails, then alone ones
+    ("gpu_push", [64, 4096, 64]),           # one thread's, then the block's
+    ("host_staged", [256, 1024, 64]),       # one thread's (staged_mid), then the first warp's
+    ("gpu_push", [64, 48, 128, 256]),       # one thread's and the first warp's to the end
+    ("nic_pull", [64, 4096, 65536]),        # pulls
+    ("gpu_push", [4096, 64, 64]),           # the block's first
     ("host_staged", [64, 64, 48]),          # a one-thread table: the kernel made for it
 ])
 def test_a_failure_ends_every_thread_of_the_block(path, sizes, monkeypatch):
-    """Thread 0 posts small writes and pulls alone and the block copies larger payloads:
-    a failure on either side ends every thread of the block (none waits at a barrier that
+    """Thread 0 posts small writes alone, the first warp or the block copies larger
+    payloads, and a one-thread table runs on the kernel whose other threads have left: a
+    failure in any of them ends every thread of the block (none waits at a barrier that
     another never reaches), with the error named and the messages counted up to the one
     that failed."""
     monkeypatch.setattr(K, "send_messages_for", _with_bad_rkey(K.send_messages_for))
@@ -417,9 +418,10 @@ def test_the_runner_sends_one_thread_tables_on_the_kernel_made_for_them(monkeypa
     real = K.send_messages_for
     monkeypatch.setattr(K, "send_messages_for",
                         lambda path, alone=False: asked.append((path, alone)) or real(path, alone))
-    for path, sizes, alone in [("gpu_push", [64, 48, 16], True), ("host_staged", [256, 128, 64], True),
-                               ("gpu_push_inline", [64, 32], True), ("gpu_push", [64, 4096], False),
-                               ("nic_pull", [64] * 4, False)]:
+    cases = [("gpu_push", [64, 48, 16], True), ("host_staged", [256, 128, 64], True),
+             ("gpu_push_inline", [64, 32], True), ("gpu_push", [64, 4096], False),
+             ("nic_pull", [64] * 4, False)]
+    for path, sizes, alone in cases:
         r = runner.run(path, sizes, n_qps=1, wait_each=True, block_threads=8)
         assert r.delivered == r.messages and not r.qp_errors, (path, r.qp_errors)
         assert asked[-1] == (path, alone)
