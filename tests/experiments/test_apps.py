@@ -388,14 +388,16 @@ kernels = [(alltoall.dispatch, (Q, I, U, I2, i64, I)),
            (bench.put_stream, (Q, I, U, I, i64, types.boolean, I, I, I)),
            (bench.put_latency, (Q, I, U, I, i64, I, I)),
            (bench.put_latency_kernel(0), (Q, I, U, I, I, I)),
+           (bench.put_latency_kernel(0, True), (Q, I, U, I, I, I), "put_latency_thread"),
            (bench.put_stream_kernel(0, True), (Q, I, U, I, I, I, I))]
 # A load or store whose instruction names no state space (ld.u64, st.v4.u32, ...) is
 # generic: the address is translated at run time.
 generic = re.compile(r"^\s*(?:@!?%p\d+\s+)?(?:ld|st)(?![\w.]*\.(?:shared|global|param|local|const)\b)"
                      r"\.[\w.]+\s", re.M)
-for kernel, sig in kernels:
+for kernel, sig, *label in kernels:
     ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=(9, 0))
-    print(kernel.py_func.__name__, ptx.count("bar.warp.sync"), ptx.count("bar.sync"),
+    print(label[0] if label else kernel.py_func.__name__, ptx.count("bar.warp.sync"),
+          ptx.count("bar.sync"),
           len(generic.findall(ptx)))
 """
 
@@ -410,7 +412,10 @@ def test_app_kernels_compile_for_a_gpu():
     assert counts["dispatch"][0] > 0          # warp scope: warp barriers
     assert counts["produce"][1] > 0           # block scope: block barriers
     assert set(counts) == {"dispatch", "produce", "consume", "put_stream", "put_latency",
-                           "put_latency_constant", "put_stream_constant"}
+                           "put_latency_constant", "put_latency_thread", "put_stream_constant"}
+    # The put bench's thread-scope latency kernel picks its open by a compile-time constant:
+    # lane 0 alone, no warp barrier left in it.
+    assert counts["put_latency_thread"][0] == 0
     # Every handle's shared rows keep the shared state space: a generic access is a
     # run-time address translation, and it is reloaded around each memory-clobbering
     # intrinsic (put_latency had 441 of them before the rows kept Numba's C layout).
