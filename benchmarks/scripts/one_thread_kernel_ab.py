@@ -1,5 +1,5 @@
 """Session 40: send_messages made for tables of one-thread messages (``alone``: every thread
-but 0 leaves at once, no barrier per message; ``kernels.one_thread_messages``) against the
+but 0 leaves at once, no barrier per message; ``kernels.kernel_scope`` "thread") against the
 general kernel on the same tables. In turn, one message in flight, the order alternating by
 round: gpu_push and host_staged at 64, 128 and 256 bytes, gpu_push_inline at 64, with 32
 and 256 threads (2000 messages each, sources as uploaded, as the bench's 64-byte latency);
@@ -19,7 +19,7 @@ REAL = K.send_messages_for
 
 
 def run(path, sizes, forced, **kw):
-    K.send_messages_for = lambda p, alone=False: REAL(p, forced)
+    K.send_messages_for = lambda p, scope="block": REAL(p, "thread" if forced else "block")
     try:
         return runner.run(path, sizes, **kw)
     finally:

@@ -57,7 +57,8 @@ E_QP_ERROR = -4            # the NIC moved the QP to the error state
 E_TOO_LARGE = -5           # the message does not fit the staging ring or an inline WQE
 E_CQE_ERROR = -6           # a completion came back with an error syndrome
 E_TIMEOUT_BOUNCE = -7      # waited for host bounce-buffer space (completions)
-E_NOT_ALONE = -8           # a one-thread sending kernel was given a message it cannot post alone
+E_NOT_ALONE = -8           # a one-thread or first-warp sending kernel was given a message its
+                           # threads cannot post alone
 
 ERROR_NAMES = {
     OK: "ok",
@@ -68,8 +69,8 @@ ERROR_NAMES = {
     E_TOO_LARGE: "message too large for the staging ring or an inline WQE",
     E_CQE_ERROR: "a completion carried an error syndrome",
     E_TIMEOUT_BOUNCE: "timed out waiting for bounce-buffer space",
-    E_NOT_ALONE: "a message thread 0 cannot post alone, given to the kernel made for one-thread "
-                 "messages",
+    E_NOT_ALONE: "a message its threads cannot post alone, given to the kernel made for "
+                 "one-thread or first-warp messages",
 }
 
 # Positions in the tuple Q (QueueSet.device_args).
@@ -453,10 +454,40 @@ def copy_words(dst, dst_word, src, src_word, nwords):
     copy_bytes(dst, dst_word, src, src_word, nwords * 4, cuda.threadIdx.x, cuda.blockDim.x)
 
 
+# Which payloads one thread posts, as functions of the payload's size and its source's byte
+# address alone: the kernels ask them of each message (``push_small_ok``, ``push_mid_ok``,
+# ``inline_small_ok``) and the host asks the same functions (their ``py_func``) of a whole
+# table of messages at once when it picks a sending kernel
+# (``gpuwrite.paths.kernels.kernel_scope``). So they are written with ``&`` rather than
+# ``and`` or chained comparisons (which numpy arrays do not take) and call no other device
+# function (which the host cannot call).
+@cuda.jit(device=True)
+def push_small_fits(nbytes):
+    """Whether ``push_small`` sends a payload of ``nbytes``: 1 to ``SMALL_PUSH_BYTES``."""
+    return (nbytes > 0) & (nbytes <= SMALL_PUSH_BYTES)
+
+
+@cuda.jit(device=True)
+def push_mid_fits(nbytes, address):
+    """Whether ``push_mid`` sends a payload of ``nbytes`` from byte ``address``: more than
+    ``SMALL_PUSH_BYTES`` and at most ``MID_PUSH_BYTES``, whole 16-byte words from a 16-byte
+    aligned source."""
+    return (nbytes > SMALL_PUSH_BYTES) & (nbytes <= MID_PUSH_BYTES) & ((nbytes & 15) == 0) \
+        & ((address & 15) == 0)
+
+
+@cuda.jit(device=True)
+def inline_small_fits(nbytes, address):
+    """Whether ``inline_small`` posts a payload of ``nbytes`` from byte ``address``: 1 to
+    ``SMALL_PUSH_BYTES`` bytes of whole 16-byte words from a 16-byte aligned source."""
+    return (nbytes > 0) & (nbytes <= SMALL_PUSH_BYTES) & ((nbytes & 15) == 0) \
+        & ((address & 15) == 0)
+
+
 @cuda.jit(device=True)
 def push_small_ok(src, src_word, nbytes):
     """Whether ``push_small`` sends this payload (the same answer on every thread)."""
-    return 0 < nbytes <= SMALL_PUSH_BYTES
+    return push_small_fits(nbytes)
 
 
 @cuda.jit(device=True)
@@ -620,7 +651,7 @@ def staged_small(Q, i, src, src_word, nbytes, raddr, rkey, timeout_ns):
 def push_mid_ok(src, src_word, nbytes):
     """Whether ``push_mid`` sends this payload: more than ``SMALL_PUSH_BYTES`` and at most
     ``MID_PUSH_BYTES``, whole 16-byte words from a 16-byte aligned source."""
-    return SMALL_PUSH_BYTES < nbytes <= MID_PUSH_BYTES and _fast16(src, src_word, nbytes)
+    return push_mid_fits(nbytes, address_of(src, src_word))
 
 
 @cuda.jit(device=True, inline="always")
@@ -752,7 +783,7 @@ def inline_bbs(nbytes):
 def inline_small_ok(src, src_word, nbytes):
     """Whether ``inline_small`` posts this payload: at most 64 bytes of whole 16-byte words
     from a 16-byte aligned source (the same answer on every thread)."""
-    return 0 < nbytes <= SMALL_PUSH_BYTES and _fast16(src, src_word, nbytes)
+    return inline_small_fits(nbytes, address_of(src, src_word))
 
 
 @cuda.jit(device=True)

@@ -8,6 +8,13 @@ host_staged writes and small inline writes alone (``dv.push_small``, ``dv.push_m
 ``dv.staged_small``, ``dv.staged_mid``, ``dv.inline_small``) and the first warp posts
 medium pushes and host_staged writes without a block barrier.
 
+Each path's kernel comes in up to three scopes (``send_messages_for(path, scope)``), the
+runner taking the narrowest that posts every message of its table (``kernel_scope``):
+  "block"   every thread stays; the block meets at a barrier after every message
+  "warp"    threads past the first warp leave after the set-up; the warp meets instead
+            (gpu_push and host_staged tables of messages up to WARP_PUSH_BYTES)
+  "thread"  every thread but 0 leaves; no barrier per message (tables of one-thread messages)
+
 Paths (one kernel each, ``send_messages_for(path)``):
   PUSH     gpu_push: payload written by the GPU into the NIC's staging region
   INLINE   gpu_push_inline: payload written inside the WQE
@@ -22,11 +29,17 @@ from numba import int64, uint32
 from gpuwrite.cudaenv import SIMULATOR, cuda
 from gpuwrite.device import verbs as dv
 from gpuwrite.device.copy import copy_bytes, preload, preload_fits, store_preloaded
-from gpuwrite.device.intrinsics import globaltimer_ns, warp_sync
+from gpuwrite.device.intrinsics import globaltimer_ns, warp0_barrier, warp_sync
 from gpuwrite.kernel_cache import cached
 
 PUSH, INLINE, PULL, STAGED = 0, 1, 2, 3
 PATH_IDS = {"gpu_push": PUSH, "gpu_push_inline": INLINE, "nic_pull": PULL, "host_staged": STAGED}
+# Which threads a kernel keeps after its set-up (``_send_messages``), and the paths each
+# scope is made for.
+BLOCK, WARP, THREAD = 0, 1, 2
+SCOPE_IDS = {"block": BLOCK, "warp": WARP, "thread": THREAD}
+SCOPE_PATHS = {"block": tuple(PATH_IDS), "warp": ("gpu_push", "host_staged"),
+               "thread": ("gpu_push", "gpu_push_inline", "host_staged")}
 
 # Columns of the message table.
 M_SIZE, M_SRC_WORD, M_DST_OFF = 0, 1, 2
@@ -80,10 +93,12 @@ _LIMITS = dv.KERNEL_OPTIONS
 MID_BUF_WORDS = dv.MID_BUF_WORDS
 
 
-def _send_messages(path: int, alone: bool = False):
-    """``send_messages`` for one path (``PUSH`` .. ``STAGED``), a compile-time constant;
-    with ``alone``, for a table whose every message thread 0 posts alone
-    (``one_thread_messages``): the other threads leave at once and no barrier is taken."""
+def _send_messages(path: int, scope: int = BLOCK):
+    """``send_messages`` for one path (``PUSH`` .. ``STAGED``) and one scope (``BLOCK``,
+    ``WARP``, ``THREAD``), both compile-time constants (``kernel_scope`` says which scope a
+    table needs): with ``THREAD`` every thread but 0 leaves after the set-up and no barrier
+    is taken per message; with ``WARP`` threads past the first warp leave and the warp's
+    barrier stands in for the block's."""
 
     @cached
     @cuda.jit(**_LIMITS)
@@ -106,7 +121,7 @@ def _send_messages(path: int, alone: bool = False):
         if tid == 0:
             dv.qp_cache_load(Q, i, sh_state, sh_info)
         cuda.syncthreads()
-        if alone and tid != 0:
+        if (scope == THREAD and tid != 0) or (scope == WARP and tid >= 32):
             return
         q = dv.qp_cached(Q, i, sh_state, sh_info)
         # The path is a constant: the other paths' code is dropped. With the path a kernel
@@ -183,14 +198,8 @@ def _send_messages(path: int, alone: bool = False):
                             dv.flush_doorbell(q, 0)
                     off += n
                     continue
-                if alone:
-                    # The table was checked on the host (one_thread_messages); a message
-                    # thread 0 cannot post alone fails here rather than waiting for threads
-                    # that have left.
-                    status = dv.E_NOT_ALONE
-                    break
-                if pushed and n <= WARP_PUSH_BYTES and \
-                        (WARP_PATH_ANY_BLOCK or cuda.blockDim.x <= 32):
+                if pushed and n <= WARP_PUSH_BYTES and scope != THREAD and \
+                        (WARP_PATH_ANY_BLOCK or scope == WARP or cuda.blockDim.x <= 32):
                     # The first warp posts it: lane 0 claims the space, the lanes copy, lane 0
                     # writes the header and WQE, and a warp barrier orders all of it before
                     # lane 0's doorbell. Nothing goes to host memory before the first
@@ -229,6 +238,12 @@ def _send_messages(path: int, alone: bool = False):
                             dv.flush_doorbell(q, 0)
                     off += n
                     continue
+                if scope != BLOCK:
+                    # The table was checked on the host (kernel_scope); a message this
+                    # kernel's threads cannot post alone fails here rather than waiting for
+                    # threads that have left.
+                    status = dv.E_NOT_ALONE
+                    break
                 # Payloads the block can hold in registers are loaded before thread 0 reserves
                 # space for them, as push_small does: the loads' latency hides behind it.
                 pre = (path == PUSH or path == STAGED) and preload_fits(n, cuda.blockDim.x)
@@ -296,10 +311,13 @@ def _send_messages(path: int, alone: bool = False):
                 head = _reap(q, pend, i, t_done, head, tail)
             if status == 0 and end_of_batch:
                 batch_first = m + 1     # every thread: end_of_batch decides which WQEs signal
-            if not alone:
+            if scope != THREAD:
                 if tid == 0:
                     sh[2 + (m & 1)] = status
-                cuda.syncthreads()
+                if scope == WARP:
+                    warp0_barrier()
+                else:
+                    cuda.syncthreads()
                 status = sh[2 + (m & 1)]
             m += 1
         if tid == 0:
@@ -318,29 +336,46 @@ def _send_messages(path: int, alone: bool = False):
 _BY_PATH: dict = {}
 
 
-def send_messages_for(path: str, alone: bool = False):
-    """``send_messages`` made for ``path`` (compiled on first use, then cached): the
-    kernel the runners launch; ``alone`` for a table of one-thread messages only
-    (``one_thread_messages``)."""
-    key = (path, True) if alone else path
+def send_messages_for(path: str, scope: str = "block"):
+    """``send_messages`` made for ``path`` and ``scope`` (compiled on first use, then
+    cached): the kernel the runners launch. ``scope`` "block" takes any table; "warp" and
+    "thread" only the tables ``kernel_scope`` gives them (others fail with ``E_NOT_ALONE``)."""
+    if scope not in SCOPE_IDS:
+        raise ValueError(f"scope={scope!r}: allowed {', '.join(SCOPE_IDS)}")
+    if path not in SCOPE_PATHS[scope]:
+        raise ValueError(f"scope={scope!r} on path={path!r}: that scope is made for "
+                         f"{', '.join(SCOPE_PATHS[scope])}")
+    # A block kernel is cached under its path alone (the benchmark scripts' A/B variants
+    # are put there in its place, with kernel_scope answering "block").
+    key = path if scope == "block" else (path, scope)
     if key not in _BY_PATH:
-        _BY_PATH[key] = _send_messages(PATH_IDS[path], alone)
+        _BY_PATH[key] = _send_messages(PATH_IDS[path], SCOPE_IDS[scope])
     return _BY_PATH[key]
 
 
-def one_thread_messages(path: str, msgs, src_address: int, chunk_bytes: int) -> bool:
-    """Whether thread 0 posts every message of the table ``msgs`` alone on ``path`` (the
-    host's reading of ``dv.small_ok`` and ``dv.push_mid_ok`` for a message of one WQE):
-    gpu_push and host_staged payloads of at most ``dv.SMALL_PUSH_BYTES``, or of whole
-    16-byte words up to ``dv.MID_PUSH_BYTES`` from a 16-byte aligned source; inline ones
-    of whole 16-byte words up to ``dv.SMALL_PUSH_BYTES`` from such a source. nic_pull
-    never (its kernel takes the block's barriers)."""
+def kernel_scope(path: str, msgs, src_address: int, chunk_bytes: int) -> str:
+    """The narrowest scope of ``send_messages`` that posts every message of the table
+    ``msgs`` (rows of ``M_SIZE``, ``M_SRC_WORD``, ``M_DST_OFF``; the source at byte
+    ``src_address``) on ``path``:
+
+    "thread"  every message is one WQE thread 0 posts alone: the verbs' own tests
+              (``dv.push_small_fits``, ``dv.push_mid_fits``, ``dv.inline_small_fits``),
+              asked of the whole table at once
+    "warp"    gpu_push and host_staged tables of messages of at most WARP_PUSH_BYTES, each
+              of whose WQEs thread 0 or the first warp posts
+    "block"   anything else, and every nic_pull table (its WQEs are the block's)
+    """
     if path == "nic_pull" or len(msgs) == 0:
-        return False
-    size = np.asarray(msgs)[:, M_SIZE]
-    aligned = (src_address + 4 * np.asarray(msgs)[:, M_SRC_WORD]) % 16 == 0
-    whole = (size % 16 == 0) & aligned
+        return "block"
+    table = np.asarray(msgs, dtype=np.int64)
+    size = table[:, M_SIZE]
+    address = src_address + 4 * table[:, M_SRC_WORD]
     if path == "gpu_push_inline":
-        return bool(np.all((size > 0) & (size <= dv.SMALL_PUSH_BYTES) & whole))
-    one = (size > 0) & ((size <= dv.SMALL_PUSH_BYTES) | (whole & (size <= dv.MID_PUSH_BYTES)))
-    return bool(np.all(one & (size <= chunk_bytes)))
+        one = dv.inline_small_fits.py_func(size, address)
+    else:
+        one = dv.push_small_fits.py_func(size) | dv.push_mid_fits.py_func(size, address)
+    if np.all(one & (size <= chunk_bytes)):
+        return "thread"
+    if path != "gpu_push_inline" and np.all((size > 0) & (size <= WARP_PUSH_BYTES)):
+        return "warp"
+    return "block"

@@ -63,6 +63,9 @@ class PathResult:
     latencies_ns: np.ndarray | None = None
     # The CPU of each engine thread, workers first (Context.thread_cpus); [] unpinned.
     engine_cpus: list = field(default_factory=list)
+    # Which send_messages posted the messages (kernels.kernel_scope): "thread" (thread 0
+    # alone), "warp" (the first warp) or "block"; "" where no gpuwrite kernel did.
+    kernel: str = ""
 
     def row(self) -> dict:
         d = asdict(self)
@@ -226,10 +229,10 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
                      pend)
         if source_l2 == "evicted":
             evict_l2()            # before the agent's persistent kernel starts
-        # A table of one-thread messages only goes to the kernel made for them, whose other
-        # threads leave at once (kernels.one_thread_messages).
-        alone = K.one_thread_messages(path, msgs, src_mr.address, chunk_bytes)
-        kernel = K.send_messages_for(path, alone)
+        # The narrowest kernel that posts every message of the table: threads it does not
+        # need leave at once, and its barriers are a warp's or none (kernels.kernel_scope).
+        scope = K.kernel_scope(path, msgs, src_mr.address, chunk_bytes)
+        kernel = K.send_messages_for(path, scope)
         if path == "nic_pull" and pull_agent == "gpu":
             preload(kernel, *send_args)
             agent = PullAgent(ctx, pull_timeout_s=pull_timeout_s)
@@ -276,7 +279,7 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
             world="simulator" if SIMULATOR else "gpu",
             emulation=emulation_note(path, pull_agent),
             qp_errors=qp_errors, counters=counters, latencies_ns=lat,
-            engine_cpus=list(ctx.thread_cpus))
+            engine_cpus=list(ctx.thread_cpus), kernel=scope)
         if agent_report is not None:
             out.counters["pull_agent"] = agent_report
         # Messages tile dst, so no byte lies outside every message's range: a message

@@ -259,12 +259,13 @@ def _alone_on_device(src, cases, out):
             out[k, 1] = dv.small_ok(True, src, cases[k, 0], cases[k, 1])
 
 
-def test_the_hosts_one_thread_test_reads_the_device_verbs_alike():
-    """``kernels.one_thread_messages`` (the runner's choice of the kernel whose other threads
-    leave at once) says of each one-message table what the kernel's own tests say of its
-    message (dv.small_ok, dv.push_mid_ok): every size 1 to 300 bytes from source words 0 to
-    3 of one buffer, for the pushed paths and the inline one; a chunk smaller
-    than the message, and nic_pull, never."""
+def test_the_hosts_kernel_scope_reads_the_device_verbs_alike():
+    """``kernels.kernel_scope`` (the runner's choice of the narrowest sending kernel) calls a
+    one-message table "thread" exactly where the kernel's own tests take its message on one
+    thread (dv.small_ok, dv.push_mid_ok, asked on the device of the buffer itself): every
+    size 1 to 300 bytes from source words 0 to 3 of one buffer, for the pushed paths and the
+    inline one. Past that, a pushed table is the first warp's up to WARP_PUSH_BYTES (also a
+    message split into WQEs it fits), an inline one the block's, and nic_pull's always."""
     cases = np.array([[w, n] for w in range(4) for n in range(1, 301)], dtype=np.int64)
     src = cuda.to_device(np.zeros(1024, dtype=np.uint32))
     out = cuda.to_device(np.zeros((len(cases), 2), dtype=np.int64))
@@ -275,28 +276,50 @@ def test_the_hosts_one_thread_test_reads_the_device_verbs_alike():
 
     def host(path, w, n, chunk=65536):
         msgs = np.array([[n, w, 0]], dtype=np.int64)
-        return K.one_thread_messages(path, msgs, address, chunk)
+        return K.kernel_scope(path, msgs, address, chunk)
 
     for (w, n), (pushed, inline) in zip(cases.tolist(), dev.tolist()):
-        assert host("gpu_push", w, n) == host("host_staged", w, n) == bool(pushed), (w, n)
-        assert host("gpu_push_inline", w, n) == bool(inline), (w, n)
-        assert not host("nic_pull", w, n)
-    assert not host("gpu_push", 0, 64, chunk=60)
-    tables = np.array([[64, 0, 0], [48, 16, 64], [4096, 28, 112]], dtype=np.int64)
-    assert K.one_thread_messages("gpu_push", tables[:2], address, 65536)
-    assert not K.one_thread_messages("gpu_push", tables, address, 65536)
+        assert host("gpu_push", w, n) == host("host_staged", w, n) == \
+            ("thread" if pushed else "warp"), (w, n)
+        assert host("gpu_push_inline", w, n) == ("thread" if inline else "block"), (w, n)
+        assert host("nic_pull", w, n) == "block"
+    assert host("gpu_push", 0, 64, chunk=60) == "warp"
+    assert host("host_staged", 1, K.WARP_PUSH_BYTES) == "warp"
+    assert host("gpu_push", 0, K.WARP_PUSH_BYTES + 4) == "block"
+    tables = np.array([[64, 0, 0], [48, 16, 64], [2048, 28, 112], [4096, 540, 2160]],
+                      dtype=np.int64)
+    assert K.kernel_scope("gpu_push", tables[:2], address, 65536) == "thread"
+    assert K.kernel_scope("gpu_push", tables[:3], address, 65536) == "warp"
+    assert K.kernel_scope("host_staged", tables, address, 65536) == "block"
+    assert K.kernel_scope("gpu_push", tables[:0], address, 65536) == "block"
+
+
+def test_a_scope_not_made_for_a_path_is_refused_by_name():
+    """``send_messages_for`` names the scope and what it is made for: no first-warp kernel
+    for nic_pull or the inline path, no one-thread kernel for nic_pull, no other scope."""
+    with pytest.raises(ValueError, match=r"scope='warp' on path='nic_pull': that scope is "
+                                         r"made for gpu_push, host_staged"):
+        K.send_messages_for("nic_pull", "warp")
+    with pytest.raises(ValueError, match=r"scope='warp' on path='gpu_push_inline'"):
+        K.send_messages_for("gpu_push_inline", "warp")
+    with pytest.raises(ValueError, match=r"scope='thread' on path='nic_pull'"):
+        K.send_messages_for("nic_pull", "thread")
+    with pytest.raises(ValueError, match=r"scope='grid': allowed block, warp, thread"):
+        K.send_messages_for("gpu_push", "grid")
 
 
 @pytest.mark.timeout(RUNNER_TIMEOUT_S)
-def test_the_one_thread_kernel_refuses_a_message_it_cannot_post_alone(monkeypatch):
-    """The kernel made for one-thread tables, given a table the host's test would not have
-    passed, fails that message with its own status (the threads that would copy it have
-    left), sends nothing after it and delivers what came before it."""
-    monkeypatch.setattr(K, "one_thread_messages", lambda *args: True)
-    r = runner.run("gpu_push", [64, 4096, 64], n_qps=1, wait_each=True, block_threads=8)
+@pytest.mark.parametrize("scope,threads", [("thread", 8), ("warp", 8), ("warp", 64)])
+def test_a_narrow_kernel_refuses_a_message_its_threads_cannot_post(monkeypatch, scope, threads):
+    """The one-thread or first-warp kernel, given a table ``kernel_scope`` would not have
+    given it, fails the message it cannot post with its own status (the threads that would
+    copy it have left), sends nothing after it and delivers what came before it; with 64
+    threads the 32 past the first warp have left before any message."""
+    monkeypatch.setattr(K, "kernel_scope", lambda *args: scope)
+    r = runner.run("gpu_push", [64, 4096, 64], n_qps=1, wait_each=True, block_threads=threads)
     (err,) = r.qp_errors.values()
     assert err["status"] == dv.ERROR_NAMES[dv.E_NOT_ALONE] and err["messages_sent"] == 2, err
-    assert r.delivered == 1
+    assert r.delivered == 1 and r.kernel == scope
 
 
 @pytest.mark.parametrize("path", ["gpu_push", "host_staged"])
@@ -366,8 +389,8 @@ def test_a_run_with_its_source_evicted_from_l2_delivers_every_byte(path):
 def _with_bad_rkey(kernel_for):
     """``K.send_messages_for`` whose kernels get a remote key the engine never handed out:
     every write ends in an error completion (a remote access error)."""
-    def made(path, alone=False):
-        kernel = kernel_for(path, alone)
+    def made(path, scope="block"):
+        kernel = kernel_for(path, scope)
 
         class Launcher:
             def __getattr__(self, name):       # compile(), as the runner's preload asks
@@ -385,22 +408,25 @@ def _with_bad_rkey(kernel_for):
 
 
 @pytest.mark.timeout(RUNNER_TIMEOUT_S)
-@pytest.mark.parametrize("path,sizes", [
-    ("gpu_push", [64, 4096, 64]),           # one thread's, then the block's
-    ("host_staged", [256, 1024, 64]),       # one thread's (staged_mid), then the first warp's
-    ("gpu_push", [64, 48, 128, 256]),       # one thread's and the first warp's to the end
-    ("nic_pull", [64, 4096, 65536]),        # pulls
-    ("gpu_push", [4096, 64, 64]),           # the block's first
-    ("host_staged", [64, 64, 48]),          # a one-thread table: the kernel made for it
+@pytest.mark.parametrize("path,sizes,threads", [
+    ("gpu_push", [64, 4096, 64], 32),           # one thread's, then the block's
+    ("host_staged", [256, 1024, 64], 32),       # one thread's (staged_mid), then the first
+                                                # warp's: the first warp's kernel
+    ("gpu_push", [64, 48, 128, 256, 4096], 32),  # one thread's and the first warp's, then
+                                                # the block's
+    ("nic_pull", [64, 4096, 65536], 32),        # pulls
+    ("gpu_push", [4096, 64, 64], 32),           # the block's first
+    ("host_staged", [64, 64, 48], 32),          # a one-thread table: the kernel made for it
+    ("gpu_push", [512, 64, 2048], 64),          # the first warp's kernel, the rest gone
 ])
-def test_a_failure_ends_every_thread_of_the_block(path, sizes, monkeypatch):
+def test_a_failure_ends_every_thread_of_the_block(path, sizes, threads, monkeypatch):
     """Thread 0 posts small writes alone, the first warp or the block copies larger
-    payloads, and a one-thread table runs on the kernel whose other threads have left: a
-    failure in any of them ends every thread of the block (none waits at a barrier that
-    another never reaches), with the error named and the messages counted up to the one
-    that failed."""
+    payloads, and a one-thread or first-warp table runs on the kernel whose other threads
+    have left: a failure in any of them ends every thread of the block (none waits at a
+    barrier that another never reaches), with the error named and the messages counted up
+    to the one that failed."""
     monkeypatch.setattr(K, "send_messages_for", _with_bad_rkey(K.send_messages_for))
-    r = runner.run(path, sizes, n_qps=1, wait_each=True, block_threads=32, timeout_s=5)
+    r = runner.run(path, sizes, n_qps=1, wait_each=True, block_threads=threads, timeout_s=5)
     (err,) = r.qp_errors.values()
     assert err["status"] == dv.ERROR_NAMES[dv.E_CQE_ERROR], err
     assert (err["syndrome"], err["reason"]) == ("remote_access_err", "bad_rkey"), err
@@ -409,19 +435,23 @@ def test_a_failure_ends_every_thread_of_the_block(path, sizes, monkeypatch):
 
 
 @pytest.mark.timeout(RUNNER_TIMEOUT_S)
-def test_the_runner_sends_one_thread_tables_on_the_kernel_made_for_them(monkeypatch):
+def test_the_runner_sends_each_table_on_the_narrowest_kernel(monkeypatch):
     """A table of messages thread 0 posts alone goes to ``send_messages_for(path,
-    alone=True)`` (its other threads leave at once: 0.3 us off each 64-byte push on an H200,
-    BENCHMARKS.md, session 40); a table with one message the block copies, and every
-    nic_pull table, to the general kernel; each delivers every byte."""
+    "thread")`` (its other threads leave at once: 0.3 us off each 64-byte push on an H200,
+    BENCHMARKS.md, session 40); a pushed table the first warp posts whole to the "warp"
+    kernel (with 64 threads: the second warp leaves); a table with one message the block
+    copies, an inline one past 64 bytes and every nic_pull table to the "block" kernel. Each
+    delivers every byte and says which kernel ran."""
     asked = []
     real = K.send_messages_for
     monkeypatch.setattr(K, "send_messages_for",
-                        lambda path, alone=False: asked.append((path, alone)) or real(path, alone))
-    cases = [("gpu_push", [64, 48, 16], True), ("host_staged", [256, 128, 64], True),
-             ("gpu_push_inline", [64, 32], True), ("gpu_push", [64, 4096], False),
-             ("nic_pull", [64] * 4, False)]
-    for path, sizes, alone in cases:
-        r = runner.run(path, sizes, n_qps=1, wait_each=True, block_threads=8)
+                        lambda path, scope="block": asked.append((path, scope)) or real(path, scope))
+    cases = [("gpu_push", [64, 48, 16], "thread"), ("host_staged", [256, 128, 64], "thread"),
+             ("gpu_push_inline", [64, 32], "thread"), ("gpu_push", [512, 64, 2048], "warp"),
+             ("host_staged", [1024, 100, 16], "warp"), ("gpu_push", [64, 4096], "block"),
+             ("gpu_push_inline", [64, 128], "block"), ("nic_pull", [64] * 4, "block")]
+    for path, sizes, scope in cases:
+        r = runner.run(path, sizes, n_qps=1, wait_each=True, block_threads=64)
         assert r.delivered == r.messages and not r.qp_errors, (path, r.qp_errors)
-        assert asked[-1] == (path, alone)
+        assert r.counters["bytes_delivered"] == sum(sizes), path
+        assert asked[-1] == (path, scope) and r.kernel == scope, (asked[-1], r.kernel)

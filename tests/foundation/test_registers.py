@@ -18,14 +18,15 @@ from sm90ptx import compile_sm90
 
 from gpuwrite.device.verbs import MAX_REGISTERS
 
-# Writes each path's send_messages as PTX into the folder named by PTX_OUT.
+# Writes each path's send_messages, in every scope made for it, as PTX into the folder
+# named by PTX_OUT.
 _SCRIPT = r"""
 from gpuwrite.paths import kernels as K
-for path in K.PATH_IDS:
-    for alone in (False, True) if path != "nic_pull" else (False,):
-        kernel = K.send_messages_for(path, alone)
+for scope, paths in K.SCOPE_PATHS.items():
+    for path in paths:
+        kernel = K.send_messages_for(path, scope)
         ptx, _ = cuda.compile_ptx(kernel.py_func, SEND, cc=(9, 0))
-        name = path + ("-alone" if alone else "")
+        name = path + ("" if scope == "block" else "-" + scope)
         with open(os.path.join(os.environ["PTX_OUT"], name + ".ptx"), "w") as f:
             f.write(ptx)
 """
@@ -61,7 +62,8 @@ def test_send_messages_does_not_spill_at_its_register_cap(tmp_path):
         pytest.skip("no ptxas on this machine")
     compile_sm90(_SCRIPT, PTX_OUT=str(tmp_path))
     names = sorted(p.stem for p in tmp_path.glob("*.ptx"))
-    assert len(names) == 7, names       # four paths; the alone kernels of all but nic_pull
+    # four paths; the one-thread kernels of all but nic_pull, the first warp's of two
+    assert len(names) == 9, names
     for path in names:
         report = _ptxas(str(tmp_path / f"{path}.ptx"), str(tmp_path))
         lines = "; ".join(ln.strip() for ln in report.splitlines() if "spill" in ln or "Used" in ln)
