@@ -16,6 +16,8 @@ threads, one message in flight, 2000 messages, sources as uploaded, the order ro
 round. Only warp-bar is the package's code; the other two are built here by replacing its
 end-of-message barrier in the kernel's source.
 
+Ran at 7bafa54 (the warp scope and ``intrinsics.warp0_barrier`` are in that commit only:
+the scope was not kept, so the script runs against that checkout).
 Usage: python3 benchmarks/scripts/warp_kernel_ab.py OUT.jsonl [rounds]
 """
 import sys

@@ -6,7 +6,8 @@ run, and each judged on every run, not only on the median:
     where the floor is a bare GPU-to-host doorbell ping-pong through mapped memory that
     polls at once (a table of such messages runs on send_messages' kernel for one-thread
     messages, whose other threads leave at once, since session 40, as do the sweep's
-    points up to 256 B: ``kernels.one_thread_messages``); gpu_push pauses
+    points up to 256 B: ``kernels.kernel_scope``; every latency, bandwidth, rate and sweep
+    entry says which kernel ran, ``kernel``, since session 41); gpu_push pauses
     DEFAULT_POLL_DELAY_NS (300 ns) before its first completion poll, as every QueueSet does
     unless told; both are also measured with other pauses (gpu_push with none too), and
     ``latency_best_pause_each_ratio`` compares each side at its best;
@@ -942,7 +943,7 @@ def latency_sweep(floor_us: float, ceilings: dict, *, sizes=SWEEP_SIZES, paths=S
             judged.append(row)
         point = {"path": path, "size_bytes": size, "threads": th, "bound_us": bound,
                  "wqe_bytes": min(size, sweep_wqe_bytes(path, size)),
-                 "target_ratio": target}
+                 "target_ratio": target, "kernel": rs[0].kernel}
         least = (least_pull_us(size, th, floor_us, reverse_us, ceilings)
                  if path == "nic_pull" and reverse_us is not None
                  else least_push_us(path, size, th, floor_us, ceilings))
@@ -1224,7 +1225,8 @@ def _three_targets(out: dict, quick: bool, lat_n: int, repeats: int, step) -> No
                      "p99_us": spread([r.latency_p99_us for r in rs]),
                      "ratio_to_floor": spread(ratios),
                      "delivered": min(r.delivered for r in rs), "messages": rs[0].messages,
-                     "emulation": rs[0].emulation, "host": hosts_lat[path]}
+                     "kernel": rs[0].kernel, "emulation": rs[0].emulation,
+                     "host": hosts_lat[path]}
     push_ratios = lat["gpu_push"]["ratio_to_floor"]["runs"]
     split = [engine_split_us(r) for r in runs_lat["gpu_push"]]
     fixed = min(x["engine"] for x in split)
@@ -1272,7 +1274,7 @@ def _three_targets(out: dict, quick: bool, lat_n: int, repeats: int, step) -> No
                     "delivered": min(r.delivered for r in rs), "messages": rs[0].messages,
                     "wqe_bytes": BANDWIDTH_RUN[path]["chunk_bytes"],
                     "workers": BANDWIDTH_RUN[path]["workers"], "engine_cpus": rs[0].engine_cpus,
-                    "emulation": rs[0].emulation, "host": hosts[path],
+                    "kernel": rs[0].kernel, "emulation": rs[0].emulation, "host": hosts[path],
                     "misses": [{"run": k, "gbytes": g, "lost_in": lost_in(split[k], ref),
                                 "host": hosts[path][k]}
                                for k, g in enumerate(gb)
@@ -1300,7 +1302,7 @@ def _three_targets(out: dict, quick: bool, lat_n: int, repeats: int, step) -> No
         ref = {k: float(np.median([x[k] for x in split])) for k in split[0]}
         rate[path] = {"mpps": spread(mpps), "delivered": min(r.delivered for r in rs),
                       "messages": rs[0].messages, "workers": RATE_WORKERS,
-                      "engine_cpus": rs[0].engine_cpus,
+                      "engine_cpus": rs[0].engine_cpus, "kernel": rs[0].kernel,
                       "engine": rate_engine_side(rs, n_qps * -(-per_qp // RATE_BATCH)),
                       "host": host,
                       "misses": [{"run": k, "mpps": m, "lost_in": lost_in(split[k], ref),

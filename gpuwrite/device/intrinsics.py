@@ -22,7 +22,7 @@ __all__ = [
     "ld_acquire_sys_u32", "st_release_sys_u32", "st_relaxed_sys_u32", "st_relaxed_sys_u64", "fence_sys",
     "globaltimer_ns", "backoff", "ld_v4_u32", "st_v4_u32", "st_u8", "address_of", "bswap32",
     "warp_sync", "ld_acquire_sys_u64", "ld_acquire_gpu_u64", "words_at", "cp_async16",
-    "cp_async_wait_all", "warp0_barrier",
+    "cp_async_wait_all",
 ]
 
 if SIMULATOR:
@@ -78,11 +78,6 @@ if SIMULATOR:
     def warp_sync(lanes):
         """Barrier of the first warp's ``lanes`` threads. The simulator has no warp
         barrier: this is the block's, so callers use it only in blocks of <= 32 threads."""
-        cuda.syncthreads()
-
-    def warp0_barrier():
-        """The block's barrier (the simulator has no named barrier; its exited threads do
-        not count)."""
         cuda.syncthreads()
 
     def globaltimer_ns():
@@ -386,23 +381,6 @@ else:
         barrier, it orders their memory accesses, so a release by lane 0 after it covers
         every lane's stores before it."""
         cuda.syncwarp(0xFFFFFFFF if lanes >= 32 else (1 << lanes) - 1)
-
-    @intrinsic
-    def warp0_barrier(typingctx):
-        """Barrier of the block's first warp alone (``bar.sync 1, 32``: named barrier 1,
-        one warp's count): orders the warp's memory accesses like a block barrier, and
-        threads past the first warp need not be there (they may have exited)."""
-        sig = types.void()
-
-        def codegen(context, builder, sig, args):
-            i32 = ir.IntType(32)
-            fnty = ir.FunctionType(ir.VoidType(), [i32, i32])
-            fn = cgutils.get_or_insert_function(builder.module, fnty,
-                                                "llvm.nvvm.barrier.sync.cnt")
-            builder.call(fn, [ir.Constant(i32, 1), ir.Constant(i32, 32)])
-            return context.get_dummy_value()
-
-        return sig, codegen
 
     @cuda.jit(device=True, inline=True)
     def backoff(ns):

@@ -57,8 +57,7 @@ E_QP_ERROR = -4            # the NIC moved the QP to the error state
 E_TOO_LARGE = -5           # the message does not fit the staging ring or an inline WQE
 E_CQE_ERROR = -6           # a completion came back with an error syndrome
 E_TIMEOUT_BOUNCE = -7      # waited for host bounce-buffer space (completions)
-E_NOT_ALONE = -8           # a one-thread or first-warp sending kernel was given a message its
-                           # threads cannot post alone
+E_NOT_ALONE = -8           # a one-thread sending kernel was given a message it cannot post alone
 
 ERROR_NAMES = {
     OK: "ok",
@@ -69,8 +68,8 @@ ERROR_NAMES = {
     E_TOO_LARGE: "message too large for the staging ring or an inline WQE",
     E_CQE_ERROR: "a completion carried an error syndrome",
     E_TIMEOUT_BOUNCE: "timed out waiting for bounce-buffer space",
-    E_NOT_ALONE: "a message its threads cannot post alone, given to the kernel made for "
-                 "one-thread or first-warp messages",
+    E_NOT_ALONE: "a message thread 0 cannot post alone, given to the kernel made for one-thread "
+                 "messages",
 }
 
 # Positions in the tuple Q (QueueSet.device_args).

@@ -8,14 +8,16 @@ host_staged writes and small inline writes alone (``dv.push_small``, ``dv.push_m
 ``dv.staged_small``, ``dv.staged_mid``, ``dv.inline_small``) and the first warp posts
 medium pushes and host_staged writes without a block barrier.
 
-Each path's kernel comes in up to three scopes (``send_messages_for(path, scope)``), the
-runner taking the narrowest that posts every message of its table (``kernel_scope``):
+Each path's kernel comes in two scopes (``send_messages_for(path, scope)``), the runner
+taking the narrower where it posts every message of its table (``kernel_scope``):
   "block"   every thread stays; the block meets at a barrier after every message
-  "warp"    threads past the first warp leave after the set-up; the warp meets instead
-            (gpu_push and host_staged tables of messages up to WARP_PUSH_BYTES)
-  "thread"  every thread but 0 leaves; no barrier per message (tables of one-thread messages)
+  "thread"  every thread but 0 leaves after the set-up; no barrier per message (tables of
+            messages thread 0 posts alone; not nic_pull)
+A first-warp scope (threads past 32 leaving, the warp meeting at a named barrier) was
+built and measured level with the block kernel at 512 B to 2 KiB (H200, BENCHMARKS.md,
+session 41): the parked warps cost nothing, and it was not kept.
 
-Paths (one kernel each, ``send_messages_for(path)``):
+Paths (one kernel each and scope, ``send_messages_for(path, scope)``):
   PUSH     gpu_push: payload written by the GPU into the NIC's staging region
   INLINE   gpu_push_inline: payload written inside the WQE
   PULL     nic_pull: payload left in GPU memory for the NIC to read
@@ -29,17 +31,16 @@ from numba import int64, uint32
 from gpuwrite.cudaenv import SIMULATOR, cuda
 from gpuwrite.device import verbs as dv
 from gpuwrite.device.copy import copy_bytes, preload, preload_fits, store_preloaded
-from gpuwrite.device.intrinsics import globaltimer_ns, warp0_barrier, warp_sync
+from gpuwrite.device.intrinsics import globaltimer_ns, warp_sync
 from gpuwrite.kernel_cache import cached
 
 PUSH, INLINE, PULL, STAGED = 0, 1, 2, 3
 PATH_IDS = {"gpu_push": PUSH, "gpu_push_inline": INLINE, "nic_pull": PULL, "host_staged": STAGED}
 # Which threads a kernel keeps after its set-up (``_send_messages``), and the paths each
 # scope is made for.
-BLOCK, WARP, THREAD = 0, 1, 2
-SCOPE_IDS = {"block": BLOCK, "warp": WARP, "thread": THREAD}
-SCOPE_PATHS = {"block": tuple(PATH_IDS), "warp": ("gpu_push", "host_staged"),
-               "thread": ("gpu_push", "gpu_push_inline", "host_staged")}
+BLOCK, THREAD = 0, 1
+SCOPE_IDS = {"block": BLOCK, "thread": THREAD}
+SCOPE_PATHS = {"block": tuple(PATH_IDS), "thread": ("gpu_push", "gpu_push_inline", "host_staged")}
 
 # Columns of the message table.
 M_SIZE, M_SRC_WORD, M_DST_OFF = 0, 1, 2
@@ -94,11 +95,10 @@ MID_BUF_WORDS = dv.MID_BUF_WORDS
 
 
 def _send_messages(path: int, scope: int = BLOCK):
-    """``send_messages`` for one path (``PUSH`` .. ``STAGED``) and one scope (``BLOCK``,
-    ``WARP``, ``THREAD``), both compile-time constants (``kernel_scope`` says which scope a
-    table needs): with ``THREAD`` every thread but 0 leaves after the set-up and no barrier
-    is taken per message; with ``WARP`` threads past the first warp leave and the warp's
-    barrier stands in for the block's."""
+    """``send_messages`` for one path (``PUSH`` .. ``STAGED``) and one scope (``BLOCK`` or
+    ``THREAD``), both compile-time constants (``kernel_scope`` says which scope a table
+    needs): with ``THREAD`` every thread but 0 leaves after the set-up and no barrier is
+    taken per message."""
 
     @cached
     @cuda.jit(**_LIMITS)
@@ -121,7 +121,7 @@ def _send_messages(path: int, scope: int = BLOCK):
         if tid == 0:
             dv.qp_cache_load(Q, i, sh_state, sh_info)
         cuda.syncthreads()
-        if (scope == THREAD and tid != 0) or (scope == WARP and tid >= 32):
+        if scope == THREAD and tid != 0:
             return
         q = dv.qp_cached(Q, i, sh_state, sh_info)
         # The path is a constant: the other paths' code is dropped. With the path a kernel
@@ -198,8 +198,14 @@ def _send_messages(path: int, scope: int = BLOCK):
                             dv.flush_doorbell(q, 0)
                     off += n
                     continue
-                if pushed and n <= WARP_PUSH_BYTES and scope != THREAD and \
-                        (WARP_PATH_ANY_BLOCK or scope == WARP or cuda.blockDim.x <= 32):
+                if scope == THREAD:
+                    # The table was checked on the host (kernel_scope); a message thread 0
+                    # cannot post alone fails here rather than waiting for threads that
+                    # have left.
+                    status = dv.E_NOT_ALONE
+                    break
+                if pushed and n <= WARP_PUSH_BYTES and \
+                        (WARP_PATH_ANY_BLOCK or cuda.blockDim.x <= 32):
                     # The first warp posts it: lane 0 claims the space, the lanes copy, lane 0
                     # writes the header and WQE, and a warp barrier orders all of it before
                     # lane 0's doorbell. Nothing goes to host memory before the first
@@ -238,12 +244,6 @@ def _send_messages(path: int, scope: int = BLOCK):
                             dv.flush_doorbell(q, 0)
                     off += n
                     continue
-                if scope != BLOCK:
-                    # The table was checked on the host (kernel_scope); a message this
-                    # kernel's threads cannot post alone fails here rather than waiting for
-                    # threads that have left.
-                    status = dv.E_NOT_ALONE
-                    break
                 # Payloads the block can hold in registers are loaded before thread 0 reserves
                 # space for them, as push_small does: the loads' latency hides behind it.
                 pre = (path == PUSH or path == STAGED) and preload_fits(n, cuda.blockDim.x)
@@ -311,13 +311,10 @@ def _send_messages(path: int, scope: int = BLOCK):
                 head = _reap(q, pend, i, t_done, head, tail)
             if status == 0 and end_of_batch:
                 batch_first = m + 1     # every thread: end_of_batch decides which WQEs signal
-            if scope != THREAD:
+            if scope == BLOCK:
                 if tid == 0:
                     sh[2 + (m & 1)] = status
-                if scope == WARP:
-                    warp0_barrier()
-                else:
-                    cuda.syncthreads()
+                cuda.syncthreads()
                 status = sh[2 + (m & 1)]
             m += 1
         if tid == 0:
@@ -338,8 +335,8 @@ _BY_PATH: dict = {}
 
 def send_messages_for(path: str, scope: str = "block"):
     """``send_messages`` made for ``path`` and ``scope`` (compiled on first use, then
-    cached): the kernel the runners launch. ``scope`` "block" takes any table; "warp" and
-    "thread" only the tables ``kernel_scope`` gives them (others fail with ``E_NOT_ALONE``)."""
+    cached): the kernel the runners launch. ``scope`` "block" takes any table; "thread"
+    only the tables ``kernel_scope`` gives it (another message fails with ``E_NOT_ALONE``)."""
     if scope not in SCOPE_IDS:
         raise ValueError(f"scope={scope!r}: allowed {', '.join(SCOPE_IDS)}")
     if path not in SCOPE_PATHS[scope]:
@@ -354,17 +351,12 @@ def send_messages_for(path: str, scope: str = "block"):
 
 
 def kernel_scope(path: str, msgs, src_address: int, chunk_bytes: int) -> str:
-    """The narrowest scope of ``send_messages`` that posts every message of the table
+    """The narrower scope of ``send_messages`` that posts every message of the table
     ``msgs`` (rows of ``M_SIZE``, ``M_SRC_WORD``, ``M_DST_OFF``; the source at byte
-    ``src_address``) on ``path``:
-
-    "thread"  every message is one WQE thread 0 posts alone: the verbs' own tests
-              (``dv.push_small_fits``, ``dv.push_mid_fits``, ``dv.inline_small_fits``),
-              asked of the whole table at once
-    "warp"    gpu_push and host_staged tables of messages of at most WARP_PUSH_BYTES, each
-              of whose WQEs thread 0 or the first warp posts
-    "block"   anything else, and every nic_pull table (its WQEs are the block's)
-    """
+    ``src_address``) on ``path``: "thread" where every message is one WQE thread 0 posts
+    alone (the verbs' own tests, ``dv.push_small_fits``, ``dv.push_mid_fits`` and
+    ``dv.inline_small_fits``, asked of the whole table at once), else "block" (and for
+    every nic_pull table, whose WQEs are the block's)."""
     if path == "nic_pull" or len(msgs) == 0:
         return "block"
     table = np.asarray(msgs, dtype=np.int64)
@@ -374,8 +366,4 @@ def kernel_scope(path: str, msgs, src_address: int, chunk_bytes: int) -> str:
         one = dv.inline_small_fits.py_func(size, address)
     else:
         one = dv.push_small_fits.py_func(size) | dv.push_mid_fits.py_func(size, address)
-    if np.all(one & (size <= chunk_bytes)):
-        return "thread"
-    if path != "gpu_push_inline" and np.all((size > 0) & (size <= WARP_PUSH_BYTES)):
-        return "warp"
-    return "block"
+    return "thread" if np.all(one & (size <= chunk_bytes)) else "block"

@@ -260,12 +260,12 @@ def _alone_on_device(src, cases, out):
 
 
 def test_the_hosts_kernel_scope_reads_the_device_verbs_alike():
-    """``kernels.kernel_scope`` (the runner's choice of the narrowest sending kernel) calls a
-    one-message table "thread" exactly where the kernel's own tests take its message on one
-    thread (dv.small_ok, dv.push_mid_ok, asked on the device of the buffer itself): every
-    size 1 to 300 bytes from source words 0 to 3 of one buffer, for the pushed paths and the
-    inline one. Past that, a pushed table is the first warp's up to WARP_PUSH_BYTES (also a
-    message split into WQEs it fits), an inline one the block's, and nic_pull's always."""
+    """``kernels.kernel_scope`` (the runner's choice of sending kernel) calls a one-message
+    table "thread" exactly where the kernel's own tests take its message on one thread
+    (dv.small_ok, dv.push_mid_ok, asked on the device of the buffer itself, where the host
+    asks the same predicates of the table's sizes and addresses): every size 1 to 300 bytes
+    from source words 0 to 3 of one buffer, for the pushed paths and the inline one. A
+    message split into WQEs smaller than itself, and every nic_pull table, is the block's."""
     cases = np.array([[w, n] for w in range(4) for n in range(1, 301)], dtype=np.int64)
     src = cuda.to_device(np.zeros(1024, dtype=np.uint32))
     out = cuda.to_device(np.zeros((len(cases), 2), dtype=np.int64))
@@ -280,46 +280,38 @@ def test_the_hosts_kernel_scope_reads_the_device_verbs_alike():
 
     for (w, n), (pushed, inline) in zip(cases.tolist(), dev.tolist()):
         assert host("gpu_push", w, n) == host("host_staged", w, n) == \
-            ("thread" if pushed else "warp"), (w, n)
+            ("thread" if pushed else "block"), (w, n)
         assert host("gpu_push_inline", w, n) == ("thread" if inline else "block"), (w, n)
         assert host("nic_pull", w, n) == "block"
-    assert host("gpu_push", 0, 64, chunk=60) == "warp"
-    assert host("host_staged", 1, K.WARP_PUSH_BYTES) == "warp"
-    assert host("gpu_push", 0, K.WARP_PUSH_BYTES + 4) == "block"
-    tables = np.array([[64, 0, 0], [48, 16, 64], [2048, 28, 112], [4096, 540, 2160]],
-                      dtype=np.int64)
+    assert host("gpu_push", 0, 64, chunk=60) == "block"
+    tables = np.array([[64, 0, 0], [48, 16, 64], [4096, 28, 112]], dtype=np.int64)
     assert K.kernel_scope("gpu_push", tables[:2], address, 65536) == "thread"
-    assert K.kernel_scope("gpu_push", tables[:3], address, 65536) == "warp"
     assert K.kernel_scope("host_staged", tables, address, 65536) == "block"
     assert K.kernel_scope("gpu_push", tables[:0], address, 65536) == "block"
 
 
 def test_a_scope_not_made_for_a_path_is_refused_by_name():
-    """``send_messages_for`` names the scope and what it is made for: no first-warp kernel
-    for nic_pull or the inline path, no one-thread kernel for nic_pull, no other scope."""
-    with pytest.raises(ValueError, match=r"scope='warp' on path='nic_pull': that scope is "
-                                         r"made for gpu_push, host_staged"):
-        K.send_messages_for("nic_pull", "warp")
-    with pytest.raises(ValueError, match=r"scope='warp' on path='gpu_push_inline'"):
-        K.send_messages_for("gpu_push_inline", "warp")
-    with pytest.raises(ValueError, match=r"scope='thread' on path='nic_pull'"):
+    """``send_messages_for`` names the scope and what it is made for: no one-thread kernel
+    for nic_pull (its WQEs are the block's), no other scope."""
+    with pytest.raises(ValueError, match=r"scope='thread' on path='nic_pull': that scope is "
+                                         r"made for gpu_push, gpu_push_inline, host_staged"):
         K.send_messages_for("nic_pull", "thread")
-    with pytest.raises(ValueError, match=r"scope='grid': allowed block, warp, thread"):
-        K.send_messages_for("gpu_push", "grid")
+    with pytest.raises(ValueError, match=r"scope='warp': allowed block, thread"):
+        K.send_messages_for("gpu_push", "warp")
 
 
 @pytest.mark.timeout(RUNNER_TIMEOUT_S)
-@pytest.mark.parametrize("scope,threads", [("thread", 8), ("warp", 8), ("warp", 64)])
-def test_a_narrow_kernel_refuses_a_message_its_threads_cannot_post(monkeypatch, scope, threads):
-    """The one-thread or first-warp kernel, given a table ``kernel_scope`` would not have
-    given it, fails the message it cannot post with its own status (the threads that would
-    copy it have left), sends nothing after it and delivers what came before it; with 64
-    threads the 32 past the first warp have left before any message."""
-    monkeypatch.setattr(K, "kernel_scope", lambda *args: scope)
-    r = runner.run("gpu_push", [64, 4096, 64], n_qps=1, wait_each=True, block_threads=threads)
+@pytest.mark.parametrize("sizes", [[64, 4096, 64], [64, 1024, 64]])
+def test_the_one_thread_kernel_refuses_a_message_it_cannot_post_alone(monkeypatch, sizes):
+    """The kernel made for one-thread tables, given a table ``kernel_scope`` would not have
+    given it (a message for the block, or for the first warp), fails that message with its
+    own status (the threads that would copy it have left), sends nothing after it and
+    delivers what came before it."""
+    monkeypatch.setattr(K, "kernel_scope", lambda *args: "thread")
+    r = runner.run("gpu_push", sizes, n_qps=1, wait_each=True, block_threads=8)
     (err,) = r.qp_errors.values()
     assert err["status"] == dv.ERROR_NAMES[dv.E_NOT_ALONE] and err["messages_sent"] == 2, err
-    assert r.delivered == 1 and r.kernel == scope
+    assert r.delivered == 1 and r.kernel == "thread"
 
 
 @pytest.mark.parametrize("path", ["gpu_push", "host_staged"])
@@ -411,20 +403,20 @@ def _with_bad_rkey(kernel_for):
 @pytest.mark.parametrize("path,sizes,threads", [
     ("gpu_push", [64, 4096, 64], 32),           # one thread's, then the block's
     ("host_staged", [256, 1024, 64], 32),       # one thread's (staged_mid), then the first
-                                                # warp's: the first warp's kernel
+                                                # warp's
     ("gpu_push", [64, 48, 128, 256, 4096], 32),  # one thread's and the first warp's, then
                                                 # the block's
     ("nic_pull", [64, 4096, 65536], 32),        # pulls
     ("gpu_push", [4096, 64, 64], 32),           # the block's first
     ("host_staged", [64, 64, 48], 32),          # a one-thread table: the kernel made for it
-    ("gpu_push", [512, 64, 2048], 64),          # the first warp's kernel, the rest gone
+    ("gpu_push", [512, 64, 2048], 64),          # the first warp's, the second warp idle
 ])
 def test_a_failure_ends_every_thread_of_the_block(path, sizes, threads, monkeypatch):
     """Thread 0 posts small writes alone, the first warp or the block copies larger
-    payloads, and a one-thread or first-warp table runs on the kernel whose other threads
-    have left: a failure in any of them ends every thread of the block (none waits at a
-    barrier that another never reaches), with the error named and the messages counted up
-    to the one that failed."""
+    payloads, and a one-thread table runs on the kernel whose other threads have left: a
+    failure in any of them ends every thread of the block (none waits at a barrier that
+    another never reaches), with the error named and the messages counted up to the one
+    that failed."""
     monkeypatch.setattr(K, "send_messages_for", _with_bad_rkey(K.send_messages_for))
     r = runner.run(path, sizes, n_qps=1, wait_each=True, block_threads=threads, timeout_s=5)
     (err,) = r.qp_errors.values()
@@ -438,17 +430,16 @@ def test_a_failure_ends_every_thread_of_the_block(path, sizes, threads, monkeypa
 def test_the_runner_sends_each_table_on_the_narrowest_kernel(monkeypatch):
     """A table of messages thread 0 posts alone goes to ``send_messages_for(path,
     "thread")`` (its other threads leave at once: 0.3 us off each 64-byte push on an H200,
-    BENCHMARKS.md, session 40); a pushed table the first warp posts whole to the "warp"
-    kernel (with 64 threads: the second warp leaves); a table with one message the block
-    copies, an inline one past 64 bytes and every nic_pull table to the "block" kernel. Each
-    delivers every byte and says which kernel ran."""
+    BENCHMARKS.md, session 40); a table with one message the first warp or the block copies,
+    an inline one past 64 bytes and every nic_pull table to the "block" kernel. Each delivers
+    every byte and says which kernel ran."""
     asked = []
     real = K.send_messages_for
     monkeypatch.setattr(K, "send_messages_for",
                         lambda path, scope="block": asked.append((path, scope)) or real(path, scope))
     cases = [("gpu_push", [64, 48, 16], "thread"), ("host_staged", [256, 128, 64], "thread"),
-             ("gpu_push_inline", [64, 32], "thread"), ("gpu_push", [512, 64, 2048], "warp"),
-             ("host_staged", [1024, 100, 16], "warp"), ("gpu_push", [64, 4096], "block"),
+             ("gpu_push_inline", [64, 32], "thread"), ("gpu_push", [512, 64, 2048], "block"),
+             ("host_staged", [1024, 100, 16], "block"), ("gpu_push", [64, 4096], "block"),
              ("gpu_push_inline", [64, 128], "block"), ("nic_pull", [64] * 4, "block")]
     for path, sizes, scope in cases:
         r = runner.run(path, sizes, n_qps=1, wait_each=True, block_threads=64)
