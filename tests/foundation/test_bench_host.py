@@ -119,6 +119,7 @@ class _Run:
                                  copy_wait_ns=wait_ns)
         self.delivered = self.messages = 20
         self.emulation = "test"
+        self.kernel = "block"
 
 
 def test_a_runs_split_copies_are_summed_from_its_counters():

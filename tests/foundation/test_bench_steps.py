@@ -82,6 +82,7 @@ class _Run:
         self.counters = {"turnaround_ns": engine_us * 1e3, "turnarounds": 1}
         self.delivered = self.messages = 20
         self.emulation = "test"
+        self.kernel = "block"
 
 
 def test_a_pull_target_below_the_emulated_least_is_named(monkeypatch):
@@ -145,14 +146,17 @@ def test_the_sweep_sends_large_pushes_in_256_kib_wqes_and_pulls_whole(monkeypatc
     """gpu_push and host_staged messages above 256 KiB go to the runner in 256 KiB WQEs
     (each rung when written, so the engine's copy of one overlaps the block's writing of
     the next); smaller ones, and every nic_pull and inline message, as one WQE (at least
-    the runner's 64 B floor of 64 KiB). Each point records the WQE size it used."""
+    the runner's 64 B floor of 64 KiB). Each point records the WQE size it used, and the
+    kernel its runs went to."""
     asked = {}
 
     def run(path, sizes, **kw):
         asked[(path, sizes[0])] = kw["chunk_bytes"]
         # Every send reads its source from HBM, as the copy ceilings do.
         assert kw["source_l2"] == "evicted"
-        return _Run(50.0, 1.0)
+        r = _Run(50.0, 1.0)
+        r.kernel = "thread" if sizes[0] <= 64 and path != "nic_pull" else "block"
+        return r
 
     monkeypatch.setattr(suite.runner, "run", run)
     mib = 1 << 20
@@ -166,6 +170,10 @@ def test_the_sweep_sends_large_pushes_in_256_kib_wqes_and_pulls_whole(monkeypatc
     by = {(p["path"], p["size_bytes"]): p["wqe_bytes"] for p in pts}
     assert by[("gpu_push", 64)] == 64 and by[("gpu_push", mib)] == 262144
     assert by[("nic_pull", mib)] == mib
+    # Each point says which send_messages its runs went to (the runner's kernel_scope).
+    kernel = {(p["path"], p["size_bytes"]): p["kernel"] for p in pts}
+    assert kernel[("gpu_push", 64)] == kernel[("host_staged", 64)] == "thread"
+    assert kernel[("nic_pull", 64)] == kernel[("gpu_push", mib)] == "block"
 
 
 def test_runs_that_lost_their_time_in_the_engine_are_named(monkeypatch):
