@@ -4,7 +4,8 @@ Targets (issues: foundation, 14), each a ratio against something measured in the
 run, and each judged on every run, not only on the median:
   * gpu_push 64-byte latency, post to completion seen by the kernel <= 1.10 x floor,
     where the floor is a bare GPU-to-host doorbell ping-pong through mapped memory that
-    polls at once (a table of such messages runs on send_messages' kernel for one-thread
+    polls at once (each repeat's the median of FLOOR_SAMPLES of them since session 41,
+    as the sweep's; every one is kept, ``floor_samples_us``) (a table of such messages runs on send_messages' kernel for one-thread
     messages, whose other threads leave at once, since session 40, as do the sweep's
     points up to 256 B: ``kernels.kernel_scope``; every latency, bandwidth, rate and sweep
     entry says which kernel ran, ``kernel``, since session 41); gpu_push pauses
@@ -559,10 +560,16 @@ def floor_readers_us(iters: int, readers: int = FLOOR_READERS,
 FLOOR_SAMPLES = 3
 
 
+def floor_samples_us(iters: int) -> list[float]:
+    """FLOOR_SAMPLES ``floor_pingpong_us(iters)``, in the order taken."""
+    return [floor_pingpong_us(iters) for _ in range(FLOOR_SAMPLES)]
+
+
 def floor_median_us(iters: int) -> float:
-    """The median of FLOOR_SAMPLES ``floor_pingpong_us(iters)``: the floor behind the
-    sweep's bounds, measured at the bench's start and again before each sweep repeat."""
-    return float(np.median([floor_pingpong_us(iters) for _ in range(FLOOR_SAMPLES)]))
+    """The median of ``floor_samples_us(iters)``: the floor behind the sweep's bounds,
+    measured at the bench's start and again before each sweep repeat, and (since session
+    41) each 64-byte latency repeat's."""
+    return float(np.median(floor_samples_us(iters)))
 
 
 def least_push_64B_us(iters: int) -> float:
@@ -1182,6 +1189,34 @@ def latency_least(leasts, floors) -> dict:
             "target_below_least": min(ratios) > TARGET_LATENCY_RATIO}
 
 
+def latency_repeats(lat_n: int, repeats: int, kw: dict, step):
+    """The 64-byte latency's ``repeats``, each the floor, the push's least and every path
+    in turn (runner.run with ``kw``), ``lat_n`` messages or ping-pongs each: each repeat's
+    floor (the median of its FLOOR_SAMPLES ping-pongs, as the sweep's), those ping-pongs,
+    the leasts, each path's runs and hosts, and the breakdowns. Until session 41 the floor
+    of a repeat was one ping-pong: the floor's round trip comes out in one of two modes
+    about 0.3 us apart by launch (2.8 and 3.1 us on the H200s of sessions 40 and 41, where
+    the push's p50 held at 3.07 to 3.20), so one launch in a low mode decided a repeat
+    whose push was as fast as the others'."""
+    floors: list[float] = []
+    samples: list[list[float]] = []
+    leasts: list[float] = []
+    runs_lat: dict[str, list] = {p: [] for p in runner.PATHS}
+    hosts_lat: dict[str, list] = {p: [] for p in runner.PATHS}
+    breakdowns = []
+    for k in range(repeats):
+        step(f"64-byte latency: floor and every path ({k + 1} of {repeats})")
+        samples.append(floor_samples_us(lat_n))
+        floors.append(float(np.median(samples[-1])))
+        leasts.append(least_push_64B_us(lat_n))
+        for path in runner.PATHS:
+            r, host = hostload.watched_run(runner.run, path, [64] * lat_n, **kw)
+            runs_lat[path].append(r)
+            hosts_lat[path].append(host)
+        breakdowns.append(push_breakdown(lat_n))
+    return floors, samples, leasts, runs_lat, hosts_lat, breakdowns
+
+
 def _three_targets(out: dict, quick: bool, lat_n: int, repeats: int, step) -> None:
     """The foundation's three targets, each judged in every one of ``repeats`` runs."""
     # The floor as the calibration measures it polls right after its store. A read that
@@ -1203,21 +1238,10 @@ def _three_targets(out: dict, quick: bool, lat_n: int, repeats: int, step) -> No
               poll_adapt=True)
     for path in runner.PATHS:
         runner.run(path, [64] * 50, **kw)
-    floors: list[float] = []
-    leasts: list[float] = []
-    runs_lat: dict[str, list] = {p: [] for p in runner.PATHS}
-    hosts_lat: dict[str, list] = {p: [] for p in runner.PATHS}
-    breakdowns = []
-    for k in range(repeats):
-        step(f"64-byte latency: floor and every path ({k + 1} of {repeats})")
-        floors.append(floor_pingpong_us(lat_n))
-        leasts.append(least_push_64B_us(lat_n))
-        for path in runner.PATHS:
-            r, host = hostload.watched_run(runner.run, path, [64] * lat_n, **kw)
-            runs_lat[path].append(r)
-            hosts_lat[path].append(host)
-        breakdowns.append(push_breakdown(lat_n))
+    floors, samples, leasts, runs_lat, hosts_lat, breakdowns = latency_repeats(
+        lat_n, repeats, kw, step)
     out["floor_runs_us"] = spread(floors)
+    out["floor_samples_us"] = samples
     lat = {}
     for path, rs in runs_lat.items():
         ratios = [r.latency_p50_us / f for r, f in zip(rs, floors)]

@@ -725,6 +725,35 @@ def test_the_sweeps_floor_is_the_median_of_its_ping_pongs(monkeypatch):
     assert next(took) == 9.9          # three ping-pongs taken, no more
 
 
+def test_each_latency_repeat_is_judged_against_the_median_of_its_floors(monkeypatch):
+    """Each 64-byte latency repeat's floor is the median of its FLOOR_SAMPLES ping-pongs (as
+    the sweep's), every one of them kept, taken before that repeat's least and runs: session
+    41's H200 had one launch's floor in its low mode (2.82 us against 3.07 to 3.14) decide
+    the only repeat that missed, where the push ran 3.07 to 3.20 us in every repeat."""
+    took = iter([3.10, 2.82, 3.12, 3.07, 3.14, 3.11])
+    order = []
+
+    def floor(iters):
+        order.append("floor")
+        return next(took)
+
+    def run(fn, path, sizes, **kw):
+        order.append(path)
+        return _Run(3.2, 0.2), {"steal_ms": 0.0}
+
+    monkeypatch.setattr(suite, "floor_pingpong_us", floor)
+    monkeypatch.setattr(suite, "least_push_64B_us", lambda iters: order.append("least") or 3.3)
+    monkeypatch.setattr(suite.hostload, "watched_run", run)
+    monkeypatch.setattr(suite, "push_breakdown", lambda iters: {"total": 2900.0})
+    floors, samples, leasts, runs, hosts, breakdowns = suite.latency_repeats(
+        100, 2, {}, lambda text: None)
+    assert floors == [3.10, 3.11] and samples == [[3.10, 2.82, 3.12], [3.07, 3.14, 3.11]]
+    assert leasts == [3.3, 3.3] and len(runs["gpu_push"]) == len(hosts["nic_pull"]) == 2
+    paths = list(suite.runner.PATHS)
+    assert order == (["floor"] * 3 + ["least"] + paths) * 2
+    assert breakdowns == [{"total": 2900.0}] * 2
+
+
 def test_the_least_of_stores_writes_a_staging_header_for_gpu_push_only(monkeypatch):
     """gpu_push's least stores a 16-byte staging header before its payload; host_staged
     writes none into its bounce ring, so its least is measured without one."""
