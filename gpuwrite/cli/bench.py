@@ -376,10 +376,17 @@ def _print(out: dict) -> None:
         console.print(f"emulated NIC: deliveries of 32 KiB or more copied by the worker and "
                       f"{out['engine_copy_threads']} helper threads" + _cached_note(out))
     if "latency_64B" in out:
-        rows = [[p, _mmm(v["p50_us"]), _mmm(v["ratio_to_floor"]), f"{v['delivered']}/{v['messages']}"]
+        rows = [[p, _mmm(v["p50_us"]), _mmm(v["ratio_to_floor"]), f"{v['delivered']}/{v['messages']}",
+                 v.get("kernel", "-")]
                 for p, v in out["latency_64B"].items()]
         console.print(table("64-byte latency, post to completion (32 threads)",
-                            ["path", "p50 us", "x floor", "delivered"], rows))
+                            ["path", "p50 us", "x floor", "delivered", "kernel"], rows))
+        samples = out.get("floor_samples_us")
+        if samples:
+            flat = [x for s in samples for x in s]
+            console.print(f"  each repeat judged against the median of its {len(samples[0])} "
+                          f"floor ping-pongs: {_mmm(out['floor_runs_us'])} us (single "
+                          f"ping-pongs {min(flat):.2f} to {max(flat):.2f})")
         push = out["latency_64B"]["gpu_push"]
         if "least_us" in push:
             console.print(f"  gpu_push's least (the floor's ping-pong after the stores a 64-byte "

@@ -190,6 +190,15 @@ def test_the_printed_tables_carry_the_hosts_columns(capsys):
     assert ("the floor measured again before each sweep repeat (each the median of three): "
             "2.85 / 3.07 / 3.14 us; each sweep run is judged against its own repeat's") in text
     assert "readers (warps polling" not in text                   # before session 38
+    assert "floor ping-pongs" not in text                         # before session 41
+    out["floor_samples_us"] = [[2.75, 3.10, 3.14], [3.04, 3.04, 3.14]]
+    out["floor_runs_us"] = {"min": 3.04, "median": 3.07, "max": 3.10}
+    out["latency_64B"]["gpu_push"]["kernel"] = "thread"
+    _print(out)
+    text = " ".join(capsys.readouterr().out.split())
+    assert ("each repeat judged against the median of its 3 floor ping-pongs: 3.04 / 3.07 / "
+            "3.10 us (single ping-pongs 2.75 to 3.14)") in text
+    assert "kernel" in text and "thread" in text
     out["floor_pingpong_us"] = 2.9
     out["floor_readers"] = {"readers": 4, "spacing_ns": 290,
                             "us": {"min": 1.85, "median": 1.9, "max": 2.0}}
