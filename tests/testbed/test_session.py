@@ -19,6 +19,11 @@ from gpuwrite.cudaenv import SIMULATOR
 from gpuwrite.device import api
 from gpuwrite.host.memory import describe
 
+# The repository's apps (experiments/apps), which two tests run through the fake NIC: on
+# the path here, so that this file passes alone as in the whole suite (where
+# tests/experiments/test_apps.py, collected first, put it there).
+sys.path.append(str(Path(__file__).resolve().parents[2]))
+
 # The fake NIC is a CPU thread: it reads what a WQE names as host memory. GPU memory is
 # host memory only under the CUDA simulator; on a real GPU a pull from it would read a
 # device address as a host pointer.
