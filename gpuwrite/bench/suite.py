@@ -4,11 +4,12 @@ Targets (issues: foundation, 14), each a ratio against something measured in the
 run, and each judged on every run, not only on the median:
   * gpu_push 64-byte latency, post to completion seen by the kernel <= 1.10 x floor,
     where the floor is a bare GPU-to-host doorbell ping-pong through mapped memory that
-    polls at once (each repeat's the median of FLOOR_SAMPLES of them since session 41,
-    as the sweep's; every one is kept, ``floor_samples_us``) (a table of such messages runs on send_messages' kernel for one-thread
-    messages, whose other threads leave at once, since session 40, as do the sweep's
-    points up to 256 B: ``kernels.kernel_scope``; every latency, bandwidth, rate and sweep
-    entry says which kernel ran, ``kernel``, since session 41); gpu_push pauses
+    polls at once, each repeat's the median of FLOOR_SAMPLES of them (since session 41,
+    as the sweep's; every one is kept, ``floor_samples_us``). A table of such messages
+    runs on send_messages' kernel for one-thread messages, whose other threads leave at
+    once, since session 40, as do the sweep's points up to 256 B (``kernels.kernel_scope``;
+    every latency, bandwidth, rate and sweep entry says which kernel ran, ``kernel``, since
+    session 41); gpu_push pauses
     DEFAULT_POLL_DELAY_NS (300 ns) before its first completion poll, as every QueueSet does
     unless told; both are also measured with other pauses (gpu_push with none too), and
     ``latency_best_pause_each_ratio`` compares each side at its best;

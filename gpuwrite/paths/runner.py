@@ -64,7 +64,7 @@ class PathResult:
     # The CPU of each engine thread, workers first (Context.thread_cpus); [] unpinned.
     engine_cpus: list = field(default_factory=list)
     # Which send_messages posted the messages (kernels.kernel_scope): "thread" (thread 0
-    # alone), "warp" (the first warp) or "block"; "" where no gpuwrite kernel did.
+    # alone, the block's other threads gone) or "block"; "" where no gpuwrite kernel did.
     kernel: str = ""
 
     def row(self) -> dict:
@@ -229,8 +229,9 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
                      pend)
         if source_l2 == "evicted":
             evict_l2()            # before the agent's persistent kernel starts
-        # The narrowest kernel that posts every message of the table: threads it does not
-        # need leave at once, and its barriers are a warp's or none (kernels.kernel_scope).
+        # The narrower kernel that posts every message of the table: a table of messages
+        # thread 0 posts alone goes to the kernel whose other threads leave at once and that
+        # takes no barrier per message (kernels.kernel_scope).
         scope = K.kernel_scope(path, msgs, src_mr.address, chunk_bytes)
         kernel = K.send_messages_for(path, scope)
         if path == "nic_pull" and pull_agent == "gpu":
