@@ -5,9 +5,6 @@ import json
 
 from gpuwrite.paths import kernels as K, runner
 
-KERNEL_SCOPE = K.kernel_scope
-
-
 def block_scope(*args) -> str:
     """``kernels.kernel_scope`` for a run whose kernel an A/B script put in place of the
     block kernel (``K._BY_PATH[path]``): every table goes to it, whatever its sizes."""
@@ -42,14 +39,14 @@ def run_rounds(kernels: dict, plan: dict, out_path: str, rounds: int = 5,
                         path = kw.pop("path", "gpu_push")
                         K._BY_PATH[path] = kern
                         # The variants are block-scope kernels: every table goes to them.
-                        K.kernel_scope = block_scope
+                        scope_was, K.kernel_scope = K.kernel_scope, block_scope
                         try:
                             r = runner.run(path, [size] * messages(size), n_qps=1,
                                            wait_each=True, block_threads=th,
                                            stage_slot_bytes=256, **kw)
                         finally:
                             K._BY_PATH.pop(path, None)
-                            K.kernel_scope = KERNEL_SCOPE
+                            K.kernel_scope = scope_was
                         emit(out, round=rnd, v=v, path=path, size=size, threads=th,
                              p50=r.latency_p50_us, delivered=r.delivered, messages=r.messages,
                              **(extra(r) if extra else {}))

@@ -12,14 +12,14 @@ Usage: python3 benchmarks/scripts/alone_ab.py OUT.jsonl BEFORE_KERNELS.py [round
 import importlib.util
 import sys
 
-from _ab import emit, run_rounds
+from _ab import block_scope, emit, run_rounds
 
 from gpuwrite.bench.suite import RATE_BATCH, RATE_WORKERS, message_rate_mpps
 from gpuwrite.paths import kernels as K, runner
 
 # The variants below are put in place of the block kernel (K._BY_PATH): every table goes to
 # it, as every table went to send_messages when this ran (kernels.kernel_scope, since then).
-K.kernel_scope = lambda *args: "block"
+K.kernel_scope = block_scope
 
 PLAN = {"gpu_push": (64, 256, 1024, 4096), "host_staged": (64, 256, 1024),
         "nic_pull": (64, 65536)}

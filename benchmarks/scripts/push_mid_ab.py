@@ -7,11 +7,12 @@ threads, five rounds in turn. OLD's sources: ``git show 514c78c:gpuwrite/paths/k
 benchmarks/h100-2026-11-27-session25-ab64-*.jsonl, BENCHMARKS.md session 25.
 Usage: python3 benchmarks/scripts/push_mid_ab.py OUT.jsonl"""
 import json, sys, types as pytypes
+from _ab import block_scope
 from gpuwrite.paths import kernels as K, runner
 
 # The variants below are put in place of the block kernel (K._BY_PATH): every table goes to
 # it, as every table went to send_messages when this ran (kernels.kernel_scope, since then).
-K.kernel_scope = lambda *args: "block"
+K.kernel_scope = block_scope
 
 K_SRC = open(K.__file__).read()
 

@@ -5,11 +5,12 @@ the second barrier, B just before the doorbell, E as A without the copy_bytes br
 warp path. Each variant is the kernel's source with one line added, compiled on its own.
 Usage: python3 benchmarks/scripts/send_split.py OUT.json"""
 import json, sys, types as pytypes
+from _ab import block_scope
 from gpuwrite.paths import kernels as K, runner
 
 # The variants below are put in place of the block kernel (K._BY_PATH): every table goes to
 # it, as every table went to send_messages when this ran (kernels.kernel_scope, since then).
-K.kernel_scope = lambda *args: "block"
+K.kernel_scope = block_scope
 
 SRC = open(K.__file__).read()
 
