@@ -231,10 +231,13 @@ def test_small_pushes_and_block_pushes_interleave_in_order(batch, path):
 
 @cuda.jit
 def _one_thread_ok(src, cases, out):
+    """The device verbs' answers for each (source word, size) case: push_small_ok,
+    push_mid_ok and, for an inline write, small_ok."""
     if cuda.threadIdx.x == 0:
         for k in range(cases.shape[0]):
             out[k, 0] = dv.push_small_ok(src, cases[k, 0], cases[k, 1])
             out[k, 1] = dv.push_mid_ok(src, cases[k, 0], cases[k, 1])
+            out[k, 2] = dv.small_ok(True, src, cases[k, 0], cases[k, 1])
 
 
 def test_which_payloads_one_thread_pushes():
@@ -244,19 +247,10 @@ def test_which_payloads_one_thread_pushes():
                       [0, 256], [4, 128], [0, 272], [0, 72], [2, 128], [1, 256], [0, 100]],
                      dtype=np.int64)
     src = cuda.to_device(np.zeros(256, dtype=np.uint32))   # allocations are 256-byte aligned
-    out = cuda.to_device(np.zeros((len(cases), 2), dtype=np.int64))
+    out = cuda.to_device(np.zeros((len(cases), 3), dtype=np.int64))
     _one_thread_ok[1, 1](src, cuda.to_device(cases), out)
-    got = [tuple(row) for row in out.copy_to_host().tolist()]
+    got = [tuple(row[:2]) for row in out.copy_to_host().tolist()]
     assert got == [(1, 0)] * 6 + [(0, 0)] + [(0, 1)] * 3 + [(0, 0)] * 5
-
-
-@cuda.jit
-def _alone_on_device(src, cases, out):
-    if cuda.threadIdx.x == 0:
-        for k in range(cases.shape[0]):
-            out[k, 0] = dv.small_ok(False, src, cases[k, 0], cases[k, 1]) or \
-                dv.push_mid_ok(src, cases[k, 0], cases[k, 1])
-            out[k, 1] = dv.small_ok(True, src, cases[k, 0], cases[k, 1])
 
 
 def test_the_hosts_kernel_scope_reads_the_device_verbs_alike():
@@ -268,8 +262,8 @@ def test_the_hosts_kernel_scope_reads_the_device_verbs_alike():
     message split into WQEs smaller than itself, and every nic_pull table, is the block's."""
     cases = np.array([[w, n] for w in range(4) for n in range(1, 301)], dtype=np.int64)
     src = cuda.to_device(np.zeros(1024, dtype=np.uint32))
-    out = cuda.to_device(np.zeros((len(cases), 2), dtype=np.int64))
-    _alone_on_device[1, 1](src, cuda.to_device(cases), out)
+    out = cuda.to_device(np.zeros((len(cases), 3), dtype=np.int64))
+    _one_thread_ok[1, 1](src, cuda.to_device(cases), out)
     dev = out.copy_to_host()
     with Context() as ctx:
         address = ctx.alloc_pd().reg_mr(src).address
@@ -278,9 +272,9 @@ def test_the_hosts_kernel_scope_reads_the_device_verbs_alike():
         msgs = np.array([[n, w, 0]], dtype=np.int64)
         return K.kernel_scope(path, msgs, address, chunk)
 
-    for (w, n), (pushed, inline) in zip(cases.tolist(), dev.tolist()):
+    for (w, n), (small, mid, inline) in zip(cases.tolist(), dev.tolist()):
         assert host("gpu_push", w, n) == host("host_staged", w, n) == \
-            ("thread" if pushed else "block"), (w, n)
+            ("thread" if small or mid else "block"), (w, n)
         assert host("gpu_push_inline", w, n) == ("thread" if inline else "block"), (w, n)
         assert host("nic_pull", w, n) == "block"
     assert host("gpu_push", 0, 64, chunk=60) == "block"
