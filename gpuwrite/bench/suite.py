@@ -9,10 +9,10 @@ run, and each judged on every run, not only on the median:
     runs on send_messages' kernel for one-thread messages, whose other threads leave at
     once, since session 40, as do the sweep's points up to 256 B (``kernels.kernel_scope``;
     every latency, bandwidth, rate and sweep entry says which kernel ran, ``kernel``, since
-    session 41); gpu_push pauses
-    DEFAULT_POLL_DELAY_NS (300 ns) before its first completion poll, as every QueueSet does
-    unless told; both are also measured with other pauses (gpu_push with none too), and
-    ``latency_best_pause_each_ratio`` compares each side at its best;
+    session 41); gpu_push pauses DEFAULT_POLL_DELAY_NS (300 ns) before its first completion
+    poll, as every QueueSet does unless told; both are also measured with other pauses
+    (gpu_push with none too), and ``latency_best_pause_each_ratio`` compares each side at
+    its best;
   * gpu_push bandwidth for >= 1 MiB messages >= 0.90 x bulk GPU-store-to-host bandwidth
     (the highest of BULK_STORE_SAMPLES measurements; a path that beats it by more than
     CEILING_SLACK is named, ``bulk_store_below_paths``: that ceiling ran slow);
