@@ -195,19 +195,15 @@ uint32_t gw_load_acquire_u32(const void *addr);
 void gw_store_release_u32(void *addr, uint32_t value);
 
 /* The floor of every latency: a thread that answers each new value of *ping by storing
- * it to *pong (acquire load, release store), as a doorbell/completion pair would. */
+ * it to *pong (acquire load, release store), as a doorbell/completion pair would;
+ * answer_delay_ns after it saw it (0: at once; more: a NIC that takes that long between
+ * doorbell and completion, how the completion poll's phase moves latency), into `lines`
+ * words GW_PONG_LINE_WORDS apart (each on a 128-byte line of its own; pong must hold
+ * them), so that several GPU warps can each poll a line of their own (the floor with
+ * several readers, gpuwrite bench). NULL if lines is not 1 to GW_PONG_MAX_LINES. */
 struct gw_pong;
-struct gw_pong *gw_pong_start(void *ping, void *pong);
-/* The same, answering each value answer_delay_ns after it saw it: a NIC that takes that
- * long between doorbell and completion (how the completion poll's phase moves latency). */
-struct gw_pong *gw_pong_start_delayed(void *ping, void *pong, uint64_t answer_delay_ns);
-/* The same, storing each answer into `lines` words GW_PONG_LINE_WORDS apart (each on a
- * 128-byte line of its own; pong must hold them): several GPU warps can then each poll a
- * line of their own (the floor with several readers, gpuwrite bench). NULL if lines is
- * not 1 to GW_PONG_MAX_LINES. */
 enum { GW_PONG_LINE_WORDS = 32, GW_PONG_MAX_LINES = 8 };
-struct gw_pong *gw_pong_start_lines(void *ping, void *pong, uint64_t answer_delay_ns,
-                                    uint32_t lines);
+struct gw_pong *gw_pong_start(void *ping, void *pong, uint64_t answer_delay_ns, uint32_t lines);
 void gw_pong_stop(struct gw_pong *pong);
 /* The reverse trip: for k = 1..iters, stores k to *ping (release) and waits (acquire
  * loads) for *pong to hold k, rtt_ns[k - 1] the time from store to answer seen. The least

@@ -38,18 +38,7 @@ static void *pong_main(void *arg)
     return NULL;
 }
 
-struct gw_pong *gw_pong_start(void *ping, void *pong)
-{
-    return gw_pong_start_delayed(ping, pong, 0);
-}
-
-struct gw_pong *gw_pong_start_delayed(void *ping, void *pong, uint64_t answer_delay_ns)
-{
-    return gw_pong_start_lines(ping, pong, answer_delay_ns, 1);
-}
-
-struct gw_pong *gw_pong_start_lines(void *ping, void *pong, uint64_t answer_delay_ns,
-                                    uint32_t lines)
+struct gw_pong *gw_pong_start(void *ping, void *pong, uint64_t answer_delay_ns, uint32_t lines)
 {
     if (lines < 1 || lines > GW_PONG_MAX_LINES)
         return NULL;

@@ -19,7 +19,7 @@ def floor_on(cpu, iters=1000):
     d = cuda.to_device(np.zeros(iters, dtype=np.int64))
     os.sched_setaffinity(0, {cpu})
     try:
-        resp = lib.gw_pong_start_delayed(ffi.cast("void *", ping.address), ffi.cast("void *", pong.address), 0)
+        resp = lib.gw_pong_start(ffi.cast("void *", ping.address), ffi.cast("void *", pong.address), 0, 1)
     finally:
         os.sched_setaffinity(0, ALL)
     try:

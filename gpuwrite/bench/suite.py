@@ -164,6 +164,20 @@ POLL_DELAYS_NS = (100, 200, 300, 400, 600)
 ANSWER_DELAYS_NS = (0, 100, 200, 300, 400, 500, 600, 800, 1000, 1200)
 
 
+@cuda.jit(device=True, inline="always")
+def _await_pong(pong, k, t0, timeout_ns, out_ns):
+    """Polls ``pong`` until the host has answered ping k + 1 (sent at ``t0``) and stamps
+    ``out_ns[k]`` with the round trip, or with -1 once ``timeout_ns`` have passed; returns
+    whether the answer came. The one wait of every ping-pong kernel below (inlined, so that
+    each keeps the loop it had: a floor is only as good as its poll)."""
+    while ld_acquire_sys_u32(pong, 0) != k + 1:
+        if globaltimer_ns() - t0 > timeout_ns:
+            out_ns[k] = -1
+            return False
+    out_ns[k] = globaltimer_ns() - t0
+    return True
+
+
 @cached
 @cuda.jit
 def _pingpong(ping, pong, iters, out_ns, timeout_ns, poll_delay_ns):
@@ -174,11 +188,8 @@ def _pingpong(ping, pong, iters, out_ns, timeout_ns, poll_delay_ns):
         st_release_sys_u32(ping, 0, k + 1)
         while globaltimer_ns() - t0 < poll_delay_ns:
             pass
-        while ld_acquire_sys_u32(pong, 0) != k + 1:
-            if globaltimer_ns() - t0 > timeout_ns:
-                out_ns[k] = -1
-                return
-        out_ns[k] = globaltimer_ns() - t0
+        if not _await_pong(pong, k, t0, timeout_ns, out_ns):
+            return
 
 
 # The floor with several readers (``floor_readers_us``): FLOOR_READERS warps each poll the
@@ -274,11 +285,8 @@ def _pingpong_after_push_writes(ping, pong, uar, stage, sq, src, iters, out_ns, 
         _least_wqe(sq, line * 16, k, 64, h)
         st_release_sys_u32(ping, 0, k + 1)
         st_relaxed_sys_u64(uar, 0, k)
-        while ld_acquire_sys_u32(pong, 0) != k + 1:
-            if globaltimer_ns() - t0 > timeout_ns:
-                out_ns[k] = -1
-                return
-        out_ns[k] = globaltimer_ns() - t0
+        if not _await_pong(pong, k, t0, timeout_ns, out_ns):
+            return
 
 
 # The sweep's gpu_push and host_staged points of one WQE (at most K.RING_EACH_BYTES) have
@@ -327,13 +335,8 @@ def _pingpong_after_push_stores(ping, pong, uar, stage, sq, iters, out_ns, timeo
         if tid == 0:
             st_release_sys_u32(ping, 0, k + 1)
             st_relaxed_sys_u64(uar, 0, k)
-            while ld_acquire_sys_u32(pong, 0) != k + 1:
-                if globaltimer_ns() - t0 > timeout_ns:
-                    out_ns[k] = -1
-                    stop[0] = 1
-                    break
-            if stop[0] == 0:
-                out_ns[k] = globaltimer_ns() - t0
+            if not _await_pong(pong, k, t0, timeout_ns, out_ns):
+                stop[0] = 1
 
 
 @cached
@@ -510,8 +513,8 @@ def answered_pingpong_ns(iters: int, launch, answer_delay_ns: int = 0,
     ping = mapped((16,), np.uint32)
     pong = mapped((max(16, lines * _PONG_LINE_WORDS),), np.uint32)
     out = cuda.to_device(np.zeros(iters, dtype=np.int64))
-    responder = lib.gw_pong_start_lines(ffi.cast("void *", ping.address),
-                                        ffi.cast("void *", pong.address), answer_delay_ns, lines)
+    responder = lib.gw_pong_start(ffi.cast("void *", ping.address),
+                                  ffi.cast("void *", pong.address), answer_delay_ns, lines)
     if responder == ffi.NULL:
         raise RuntimeError(f"the ping-pong responder did not start (lines={lines}: allowed 1 "
                            f"to {lib.GW_PONG_MAX_LINES})")

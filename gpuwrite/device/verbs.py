@@ -468,9 +468,9 @@ def push_small_fits(nbytes):
 
 @cuda.jit(device=True)
 def push_mid_fits(nbytes, address):
-    """Whether ``push_mid`` sends a payload of ``nbytes`` from byte ``address``: more than
-    ``SMALL_PUSH_BYTES`` and at most ``MID_PUSH_BYTES``, whole 16-byte words from a 16-byte
-    aligned source."""
+    """Whether ``push_mid`` (``staged_mid``, ``inline_mid``) sends a payload of ``nbytes``
+    from byte ``address``: more than ``SMALL_PUSH_BYTES`` and at most ``MID_PUSH_BYTES``,
+    whole 16-byte words from a 16-byte aligned source."""
     return (nbytes > SMALL_PUSH_BYTES) & (nbytes <= MID_PUSH_BYTES) & ((nbytes & 15) == 0) \
         & ((address & 15) == 0)
 
@@ -648,16 +648,18 @@ def staged_small(Q, i, src, src_word, nbytes, raddr, rkey, timeout_ns):
 
 @cuda.jit(device=True)
 def push_mid_ok(src, src_word, nbytes):
-    """Whether ``push_mid`` sends this payload: more than ``SMALL_PUSH_BYTES`` and at most
-    ``MID_PUSH_BYTES``, whole 16-byte words from a 16-byte aligned source."""
+    """Whether ``push_mid`` (``staged_mid``, ``inline_mid``) sends this payload: more than
+    ``SMALL_PUSH_BYTES`` and at most ``MID_PUSH_BYTES``, whole 16-byte words from a 16-byte
+    aligned source."""
     return push_mid_fits(nbytes, address_of(src, src_word))
 
 
 @cuda.jit(device=True, inline="always")
-def _mid_into(Q, i, bounce, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns, buf):
-    """``push_mid`` into the staging ring, or with ``bounce`` (a constant) into the bounce
-    ring (``staged_mid``)."""
-    chunks = nbytes >> 4
+def _mid_load(src, src_word, chunks, buf):
+    """Starts the reads of a mid payload of ``chunks`` 16-byte vectors: the first
+    MID_REG_VECTORS into registers, the rest into ``buf`` by ``cp_async16`` (the caller
+    waits for them, ``cp_async_wait_all``, where ``late``). Returns (the first four
+    vectors, the next four, late)."""
     x0 = _load64(src, src_word, chunks)
     x1 = _load64(src, src_word + 16, chunks - 4)
     late = chunks > MID_REG_VECTORS     # bytes past the first 128: read into buf
@@ -665,6 +667,15 @@ def _mid_into(Q, i, bounce, src, src_word, nbytes, raddr, rkey, signaled, timeou
         for k in range(MID_LATE_VECTORS):
             if MID_REG_VECTORS + k < chunks:
                 cp_async16(buf, 4 * k, src, src_word + 4 * (MID_REG_VECTORS + k))
+    return x0, x1, late
+
+
+@cuda.jit(device=True, inline="always")
+def _mid_into(Q, i, bounce, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns, buf):
+    """``push_mid`` into the staging ring, or with ``bounce`` (a constant) into the bounce
+    ring (``staged_mid``)."""
+    chunks = nbytes >> 4
+    x0, x1, late = _mid_load(src, src_word, chunks, buf)
     st, word, ring, aligned = _reserve_into(Q, i, bounce, nbytes, raddr, rkey, signaled,
                                             timeout_ns)
     if late:
@@ -785,6 +796,47 @@ def inline_small_ok(src, src_word, nbytes):
     return inline_small_fits(nbytes, address_of(src, src_word))
 
 
+@cuda.jit(device=True, inline="always")
+def _inline_unit(sq, mask, pi, u, lead, v, chunks):
+    """Stores 16-byte unit ``u`` of an inline WQE's data segment, where unit 0 is the one
+    after the remote address: ``lead`` (the word before payload vector ``u``: the inline
+    header for unit 0, else vector u - 1's last word) and ``v``'s first three words where
+    u < chunks, and ``lead`` with three words of padding where u == chunks (a payload of
+    ``chunks`` vectors shifted one word takes chunks + 1 units); nothing past that. Each
+    unit lies in the WQE's basic block ``(pi + its BB) & mask``, so a WQE wraps the ring
+    BB by BB. Returns the word unit u + 1 leads with."""
+    at = _W_DATA // 4 + u               # 16-byte units from the WQE's start
+    word = ((pi + (at >> 2)) & mask) * _BB_WORDS + (at & 3) * 4
+    if u < chunks:
+        st_v4_u32(sq, word, lead, v[0], v[1], v[2])
+        return v[3]
+    if u == chunks:
+        z = uint32(0)
+        st_v4_u32(sq, word, lead, z, z, z)
+    return lead
+
+
+@cuda.jit(device=True, inline="always")
+def _inline_head(Q, i, nbytes, raddr, rkey, signaled):
+    """Writes the control and remote-address segments of an inline write of ``nbytes`` at
+    the producer index (one thread, ``sq_reserve`` taken); returns (the send queue, its
+    BB mask, the producer index, the inline header word the payload's units lead with)."""
+    pi = Q[Q_STATE][i, S_PI]
+    mask = Q[Q_INFO][i, I_SQ_BBS] - 1
+    sq = Q[Q_SQ][i]
+    base = (pi & mask) * _BB_WORDS
+    _ctrl(sq, base, _OP_WRITE, pi, Q[Q_INFO][i, I_QPN], inline_ds(nbytes), signaled)
+    _raddr(sq, base, raddr, rkey)
+    return sq, mask, pi, bswap32(nbytes | _INLINE_FLAG)
+
+
+@cuda.jit(device=True, inline="always")
+def _inline_commit(Q, i, pi, nbytes):
+    """Records an inline WQE of ``nbytes`` written at ``pi`` (``_commit_wqe``)."""
+    _commit_wqe(Q, i, pi, inline_bbs(nbytes), 0,
+                _doorbell_value(pi, Q[Q_INFO][i, I_QPN], inline_ds(nbytes)))
+
+
 @cuda.jit(device=True)
 def inline_small(Q, i, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns):
     """Posts an inline RDMA write of a small payload from one thread; returns a status.
@@ -795,33 +847,55 @@ def inline_small(Q, i, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns)
     after its stores to host memory, each of which waits for them (0.2 to 0.5 us, run 13),
     and made a 64-byte inline write slower than a pushed one (BENCHMARKS.md, session 9).
     The payload starts one word after the inline segment's byte count, so the registers
-    are shifted by one word into the WQE's 16-byte words. Its second BB may wrap to the
-    ring's start. The doorbell is the caller's.
+    are shifted by one word into the WQE's 16-byte words (``_inline_unit``). Its second BB
+    may wrap to the ring's start. The doorbell is the caller's.
     """
-    x = _load64(src, src_word, nbytes >> 4)
-    nbb = inline_bbs(nbytes)
-    st = sq_reserve(Q, i, nbb, timeout_ns)
+    chunks = nbytes >> 4
+    x = _load64(src, src_word, chunks)
+    st = sq_reserve(Q, i, inline_bbs(nbytes), timeout_ns)
     if st != OK:
         return st
-    pi = Q[Q_STATE][i, S_PI]
-    mask = Q[Q_INFO][i, I_SQ_BBS] - 1
-    qpn = Q[Q_INFO][i, I_QPN]
-    sq = Q[Q_SQ][i]
-    base = (pi & mask) * _BB_WORDS
-    nxt = ((pi + 1) & mask) * _BB_WORDS
-    ds = inline_ds(nbytes)
-    _ctrl(sq, base, _OP_WRITE, pi, qpn, ds, signaled)
-    _raddr(sq, base, raddr, rkey)
-    st_v4_u32(sq, base + _W_DATA, bswap32(nbytes | _INLINE_FLAG), x[0][0], x[0][1], x[0][2])
-    st_v4_u32(sq, base + _W_DATA + 4, x[0][3], x[1][0], x[1][1], x[1][2])
-    if nbytes > 16:
-        st_v4_u32(sq, nxt, x[1][3], x[2][0], x[2][1], x[2][2])
-    if nbytes > 32:
-        st_v4_u32(sq, nxt + 4, x[2][3], x[3][0], x[3][1], x[3][2])
-    if nbytes > 48:
-        z = uint32(0)
-        st_v4_u32(sq, nxt + 8, x[3][3], z, z, z)
-    _commit_wqe(Q, i, pi, nbb, 0, _doorbell_value(pi, qpn, ds))
+    sq, mask, pi, w = _inline_head(Q, i, nbytes, raddr, rkey, signaled)
+    w = _inline_unit(sq, mask, pi, 0, w, x[0], chunks)
+    w = _inline_unit(sq, mask, pi, 1, w, x[1], chunks)
+    w = _inline_unit(sq, mask, pi, 2, w, x[2], chunks)
+    w = _inline_unit(sq, mask, pi, 3, w, x[3], chunks)
+    _inline_unit(sq, mask, pi, 4, w, x[3], chunks)      # the last unit's padding, at 64 B
+    _inline_commit(Q, i, pi, nbytes)
+    return OK
+
+
+@cuda.jit(device=True)
+def inline_mid(Q, i, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns, buf):
+    """Posts an inline RDMA write that ``push_mid_ok`` accepts (more than 64 and at most
+    ``MID_PUSH_BYTES`` of whole 16-byte words from an aligned source) from one thread, as
+    ``push_mid`` pushes one; returns a status. Every byte is read before the SQ check, the
+    first 128 into registers and the rest into ``buf`` by ``cp_async16``; then the WQE is
+    at most 19 16-byte stores and no barrier. The block-cooperative
+    ``wqe_rdma_write_inline`` these sizes took before (two block barriers after its stores
+    to host memory) put a 256-byte inline write 0.8 us behind a pushed one of the same
+    size on an H200 (4.29 against 3.49 us, BENCHMARKS.md, session 41). The doorbell is the
+    caller's."""
+    chunks = nbytes >> 4
+    x0, x1, late = _mid_load(src, src_word, chunks, buf)
+    st = sq_reserve(Q, i, inline_bbs(nbytes), timeout_ns)
+    if late:
+        cp_async_wait_all()     # no read outlives the call, whatever its status
+    if st != OK:
+        return st
+    sq, mask, pi, w = _inline_head(Q, i, nbytes, raddr, rkey, signaled)
+    w = _inline_unit(sq, mask, pi, 0, w, x0[0], chunks)
+    w = _inline_unit(sq, mask, pi, 1, w, x0[1], chunks)
+    w = _inline_unit(sq, mask, pi, 2, w, x0[2], chunks)
+    w = _inline_unit(sq, mask, pi, 3, w, x0[3], chunks)
+    w = _inline_unit(sq, mask, pi, 4, w, x1[0], chunks)
+    w = _inline_unit(sq, mask, pi, 5, w, x1[1], chunks)
+    w = _inline_unit(sq, mask, pi, 6, w, x1[2], chunks)
+    w = _inline_unit(sq, mask, pi, 7, w, x1[3], chunks)
+    for k in range(MID_LATE_VECTORS):
+        w = _inline_unit(sq, mask, pi, MID_REG_VECTORS + k, w, ld_v4_u32(buf, 4 * k), chunks)
+    _inline_unit(sq, mask, pi, MID_REG_VECTORS + MID_LATE_VECTORS, w, x1[3], chunks)
+    _inline_commit(Q, i, pi, nbytes)
     return OK
 
 

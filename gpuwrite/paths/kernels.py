@@ -5,8 +5,8 @@ does the bookkeeping (slots, WQEs, doorbells, completions) and publishes each st
 outcome to the block through shared memory; all threads copy payloads
 (``gpuwrite.device.copy.copy_bytes``), except that thread 0 posts small pushes, small
 host_staged writes and small inline writes alone (``dv.push_small``, ``dv.push_mid``,
-``dv.staged_small``, ``dv.staged_mid``, ``dv.inline_small``) and the first warp posts
-medium pushes and host_staged writes without a block barrier.
+``dv.staged_small``, ``dv.staged_mid``, ``dv.inline_small``, ``dv.inline_mid``) and the
+first warp posts medium pushes and host_staged writes without a block barrier.
 
 Each path's kernel comes in two scopes (``send_messages_for(path, scope)``), the runner
 taking the narrower where it posts every message of its table (``kernel_scope``):
@@ -88,7 +88,7 @@ MAX_BLOCK_THREADS = 65536 // MAX_REGISTERS
 _LIMITS = dv.KERNEL_OPTIONS
 
 
-# push_mid's shared buffer: the words of a payload past its first 128 bytes, 16-byte
+# push_mid's (staged_mid's, inline_mid's) shared buffer: the words of a payload past its first 128 bytes, 16-byte
 # aligned for cp.async. The simulator takes no alignment (its numpy arrays are aligned, and
 # its cp_async16 checks). Bound here for cuda.shared.array, as QP_STATE_SHAPE below.
 MID_BUF_WORDS = dv.MID_BUF_WORDS
@@ -110,7 +110,8 @@ def _send_messages(path: int, scope: int = BLOCK):
         # iteration; alternating slots let thread 0 publish message m + 1's before every thread
         # has read message m's (small pushes take no barrier in between).
         sh = cuda.shared.array(4, dtype=int64)
-        # The last bytes of a push_mid payload, read by cp.async before its bookkeeping.
+        # The last bytes of a mid payload (push_mid, staged_mid, inline_mid), read by
+        # cp.async before its bookkeeping.
         if SIMULATOR:
             mid = cuda.shared.array(MID_BUF_WORDS, dtype=uint32)
         else:
@@ -176,7 +177,7 @@ def _send_messages(path: int, scope: int = BLOCK):
                 # the ring it goes to and the NIC's reading of it.
                 pushed = path == PUSH or path == STAGED
                 small = path != PULL and dv.small_ok(path == INLINE, src, src_word, n)
-                if small or (pushed and dv.push_mid_ok(src, src_word, n)):
+                if small or (path != PULL and dv.push_mid_ok(src, src_word, n)):
                     # One thread posts it, with 16-byte stores and no barrier: a block
                     # barrier after stores to host memory costs 0.2 to 0.5 us on an H200
                     # (run 13), and on an H100 one thread is 0.2 us faster than the first
@@ -191,6 +192,9 @@ def _send_messages(path: int, scope: int = BLOCK):
                         elif path == STAGED:
                             status = dv.staged_mid(q, 0, src, src_word, n, raddr, rkey, timeout,
                                                    mid)
+                        elif path == INLINE:
+                            status = dv.inline_mid(q, 0, src, src_word, n, raddr, rkey, signaled,
+                                                   timeout, mid)
                         else:
                             status = dv.push_mid(q, 0, src, src_word, n, raddr, rkey, signaled,
                                                  timeout, mid)
@@ -363,7 +367,8 @@ def kernel_scope(path: str, msgs, src_address: int, chunk_bytes: int) -> str:
     size = table[:, M_SIZE]
     address = src_address + 4 * table[:, M_SRC_WORD]
     if path == "gpu_push_inline":
-        one = dv.inline_small_fits.py_func(size, address)
+        small = dv.inline_small_fits.py_func(size, address)
     else:
-        one = dv.push_small_fits.py_func(size) | dv.push_mid_fits.py_func(size, address)
+        small = dv.push_small_fits.py_func(size)
+    one = small | dv.push_mid_fits.py_func(size, address)
     return "thread" if np.all(one & (size <= chunk_bytes)) else "block"

@@ -210,7 +210,7 @@ def test_the_reverse_ping_counts_answers_and_times_out():
     ping = ffi.cast("void *", words.ctypes.data)
     pong = ffi.cast("void *", words.ctypes.data + 64)
     rtt = ffi.new("uint64_t[]", 50)
-    responder = lib.gw_pong_start(ping, pong)
+    responder = lib.gw_pong_start(ping, pong, 0, 1)
     try:
         assert lib.gw_ping_run(ping, pong, 50, 2_000_000_000, rtt) == 50
     finally:
@@ -269,7 +269,7 @@ def test_the_gpu_warp_of_the_reverse_floor_answers_every_ping(payload):
 @pytest.mark.timeout(60)
 def test_the_floor_with_several_readers_answers_every_ping_on_every_line():
     """``_pingpong_readers``: two warps poll the answer, each on its own line, and the first
-    to see it stamps the round trip; the responder (``gw_pong_start_lines``) stores every
+    to see it stamps the round trip; the responder (``gw_pong_start``) stores every
     answer into every line. Both the responder and the measurement refuse a number of
     lines they cannot hold, by name."""
     import numpy as np
@@ -279,8 +279,8 @@ def test_the_floor_with_several_readers_answers_every_ping_on_every_line():
     from gpuwrite.host.memory import mapped
     words = np.zeros(16, dtype=np.uint32)
     for bad in (0, lib.GW_PONG_MAX_LINES + 1):
-        assert lib.gw_pong_start_lines(ffi.cast("void *", words.ctypes.data),
-                                       ffi.cast("void *", words.ctypes.data + 4), 0, bad) == ffi.NULL
+        assert lib.gw_pong_start(ffi.cast("void *", words.ctypes.data),
+                                 ffi.cast("void *", words.ctypes.data + 4), 0, bad) == ffi.NULL
         with pytest.raises(ValueError, match=f"readers={bad}: allowed 1 to "):
             suite.floor_readers_us(10, readers=bad)
     if not SIMULATOR:
@@ -289,8 +289,8 @@ def test_the_floor_with_several_readers_answers_every_ping_on_every_line():
     lines = lib.GW_PONG_LINE_WORDS
     ping, pong = mapped((16,), np.uint32), mapped((2 * lines,), np.uint32)
     out = cuda.to_device(np.zeros(3, dtype=np.int64))
-    responder = lib.gw_pong_start_lines(ffi.cast("void *", ping.address),
-                                        ffi.cast("void *", pong.address), 0, 2)
+    responder = lib.gw_pong_start(ffi.cast("void *", ping.address),
+                                  ffi.cast("void *", pong.address), 0, 2)
     try:
         suite._pingpong_readers[1, 64](ping.kernel, pong.kernel, 3, out, 20_000_000_000, 1000)
     finally:
@@ -327,7 +327,8 @@ def _three_pings_answered(launch):
     ping, pong = mapped((16,), np.uint32), mapped((16,), np.uint32)
     uar = mapped((8,), np.uint64)
     out = cuda.to_device(np.zeros(3, dtype=np.int64))
-    responder = lib.gw_pong_start(ffi.cast("void *", ping.address), ffi.cast("void *", pong.address))
+    responder = lib.gw_pong_start(ffi.cast("void *", ping.address), ffi.cast("void *", pong.address),
+                                  0, 1)
     try:
         launch(ping, pong, uar, out)
         cuda.synchronize()

@@ -257,8 +257,9 @@ def test_the_hosts_kernel_scope_reads_the_device_verbs_alike():
     """``kernels.kernel_scope`` (the runner's choice of sending kernel) calls a one-message
     table "thread" exactly where the kernel's own tests take its message on one thread
     (dv.small_ok, dv.push_mid_ok, asked on the device of the buffer itself, where the host
-    asks the same predicates of the table's sizes and addresses): every size 1 to 300 bytes
-    from source words 0 to 3 of one buffer, for the pushed paths and the inline one. A
+    asks the same predicates of the table's sizes and addresses; an inline write past 64
+    bytes takes push_mid's test, dv.inline_mid): every size 1 to 300 bytes from source
+    words 0 to 3 of one buffer, for the pushed paths and the inline one. A
     message split into WQEs smaller than itself, and every nic_pull table, is the block's."""
     cases = np.array([[w, n] for w in range(4) for n in range(1, 301)], dtype=np.int64)
     src = cuda.to_device(np.zeros(1024, dtype=np.uint32))
@@ -275,7 +276,8 @@ def test_the_hosts_kernel_scope_reads_the_device_verbs_alike():
     for (w, n), (small, mid, inline) in zip(cases.tolist(), dev.tolist()):
         assert host("gpu_push", w, n) == host("host_staged", w, n) == \
             ("thread" if small or mid else "block"), (w, n)
-        assert host("gpu_push_inline", w, n) == ("thread" if inline else "block"), (w, n)
+        assert host("gpu_push_inline", w, n) == ("thread" if inline or mid else "block"), \
+            (w, n)
         assert host("nic_pull", w, n) == "block"
     assert host("gpu_push", 0, 64, chunk=60) == "block"
     tables = np.array([[64, 0, 0], [48, 16, 64], [4096, 28, 112]], dtype=np.int64)
@@ -346,6 +348,44 @@ def test_small_inline_writes_wrap_the_send_queue_exactly():
     sizes = [16] + [64, 48, 32, 64] * 10 + [20, 64] * 3
     r = runner.run("gpu_push_inline", sizes, n_qps=1, sq_bbs=64, wait_each=False, batch=3)
     assert r.delivered == len(sizes) and not r.qp_errors, (r.delivered, r.qp_errors)
+
+
+def _inline_sizes_wrapping_every_boundary(ring_bbs: int) -> list[int]:
+    """Inline sizes (one-thread ones: 16 to 256 bytes of whole 16-byte words) whose WQEs,
+    posted in order from BB 0 of a ring of ``ring_bbs``, wrap its end at every boundary a
+    mid inline WQE has: for each size of 80 to 256 bytes (two to five BBs) and each of its
+    BB boundaries, one WQE that starts that many BBs before the ring's end. Writes of the
+    most BBs that fit the gap (the smallest size of each BB count) move the producer index
+    between them."""
+    one = list(range(16, 257, 16))
+    filler = {}
+    for n in reversed(one):
+        filler[_wqe_bbs("gpu_push_inline", n)] = n
+    sizes, pi = [], 0
+    for n in one[4:]:
+        for before in range(1, _wqe_bbs("gpu_push_inline", n)):
+            while (gap := -(pi + before) % ring_bbs):
+                fill = filler[min(gap, max(filler))]
+                sizes.append(fill)
+                pi += _wqe_bbs("gpu_push_inline", fill)
+            sizes.append(n)
+            pi += _wqe_bbs("gpu_push_inline", n)
+    return sizes
+
+
+@pytest.mark.parametrize("threads", [1, 32])
+def test_mid_inline_writes_wrap_the_send_queue_exactly(threads):
+    """The one-thread inline post of 80 to 256 bytes (dv.inline_mid: two to five BBs, the
+    first 128 bytes from registers, the rest through shared memory), batched and one at a
+    time, with the block's writes (100 B, not whole 16-byte words) after them: every byte
+    lands, also where a WQE wraps the send queue at each of its BB boundaries."""
+    sizes = _inline_sizes_wrapping_every_boundary(32) + [64, 100, 256, 100, 240]
+    for wait_each in (False, True):
+        r = runner.run("gpu_push_inline", sizes, n_qps=1, sq_bbs=32, block_threads=threads,
+                       wait_each=wait_each, batch=2)
+        assert r.qp_errors == {} and r.errors == 0, r.qp_errors
+        assert r.delivered == r.messages == len(sizes)
+        assert r.counters["bytes_delivered"] == sum(sizes)
 
 
 def test_workers_for_a_context_given_is_refused_not_ignored():
@@ -425,7 +465,8 @@ def test_the_runner_sends_each_table_on_the_narrowest_kernel(monkeypatch):
     """A table of messages thread 0 posts alone goes to ``send_messages_for(path,
     "thread")`` (its other threads leave at once: 0.3 us off each 64-byte push on an H200,
     BENCHMARKS.md, session 40); a table with one message the first warp or the block copies,
-    an inline one past 64 bytes and every nic_pull table to the "block" kernel. Each delivers
+    an inline one that is not whole 16-byte words past 64 bytes and every nic_pull table to
+    the "block" kernel. Each delivers
     every byte and says which kernel ran."""
     asked = []
     real = K.send_messages_for
@@ -434,7 +475,8 @@ def test_the_runner_sends_each_table_on_the_narrowest_kernel(monkeypatch):
     cases = [("gpu_push", [64, 48, 16], "thread"), ("host_staged", [256, 128, 64], "thread"),
              ("gpu_push_inline", [64, 32], "thread"), ("gpu_push", [512, 64, 2048], "block"),
              ("host_staged", [1024, 100, 16], "block"), ("gpu_push", [64, 4096], "block"),
-             ("gpu_push_inline", [64, 128], "block"), ("nic_pull", [64] * 4, "block")]
+             ("gpu_push_inline", [64, 128, 256], "thread"),
+             ("gpu_push_inline", [64, 100], "block"), ("nic_pull", [64] * 4, "block")]
     for path, sizes, scope in cases:
         r = runner.run(path, sizes, n_qps=1, wait_each=True, block_threads=64)
         assert r.delivered == r.messages and not r.qp_errors, (path, r.qp_errors)
