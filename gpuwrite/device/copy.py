@@ -177,6 +177,16 @@ def load16_if(src, word, present):
 
 
 @cuda.jit(device=True)
+def load_words_if(src, word, nwords):
+    """The four words from ``src[word]`` (any word), those at or past ``nwords`` zeros and
+    not loaded: four predicated word loads, in flight together, for a source that is not
+    16-byte aligned."""
+    z = uint32(0)
+    return (src[word] if nwords > 0 else z, src[word + 1] if nwords > 1 else z,
+            src[word + 2] if nwords > 2 else z, src[word + 3] if nwords > 3 else z)
+
+
+@cuda.jit(device=True)
 def store16_if(dst, word, x, present):
     """Stores ``x`` (four words) at ``dst[word]`` (16-byte aligned) where ``present``."""
     if present:

@@ -31,7 +31,7 @@ from numba import uint32
 
 from gpuwrite import layouts as L
 from gpuwrite.cudaenv import SIMULATOR, cuda
-from gpuwrite.device.copy import copy_bytes, load16_if, store16_if
+from gpuwrite.device.copy import copy_bytes, load16_if, load_words_if, store16_if
 from gpuwrite.device.intrinsics import (
     backoff,
     cp_async16,
@@ -455,14 +455,15 @@ def copy_words(dst, dst_word, src, src_word, nwords):
 
 # Which payloads one thread posts, as functions of the payload's size and its source's byte
 # address alone: the kernels ask them of each message (``push_small_ok``, ``push_mid_ok``,
-# ``inline_small_ok``) and the host asks the same functions (their ``py_func``) of a whole
+# ``small_ok``) and the host asks the same functions (their ``py_func``) of a whole
 # table of messages at once when it picks a sending kernel
 # (``gpuwrite.paths.kernels.kernel_scope``). So they are written with ``&`` rather than
 # ``and`` or chained comparisons (which numpy arrays do not take) and call no other device
 # function (which the host cannot call).
 @cuda.jit(device=True)
 def push_small_fits(nbytes):
-    """Whether ``push_small`` sends a payload of ``nbytes``: 1 to ``SMALL_PUSH_BYTES``."""
+    """Whether ``push_small`` (``staged_small``, ``inline_small``) sends a payload of
+    ``nbytes``: 1 to ``SMALL_PUSH_BYTES``, from any word."""
     return (nbytes > 0) & (nbytes <= SMALL_PUSH_BYTES)
 
 
@@ -476,14 +477,6 @@ def push_mid_fits(nbytes, address):
 
 
 @cuda.jit(device=True)
-def inline_small_fits(nbytes, address):
-    """Whether ``inline_small`` posts a payload of ``nbytes`` from byte ``address``: 1 to
-    ``SMALL_PUSH_BYTES`` bytes of whole 16-byte words from a 16-byte aligned source."""
-    return (nbytes > 0) & (nbytes <= SMALL_PUSH_BYTES) & ((nbytes & 15) == 0) \
-        & ((address & 15) == 0)
-
-
-@cuda.jit(device=True)
 def push_small_ok(src, src_word, nbytes):
     """Whether ``push_small`` sends this payload (the same answer on every thread)."""
     return push_small_fits(nbytes)
@@ -493,6 +486,15 @@ def push_small_ok(src, src_word, nbytes):
 def _fast16(src, src_word, nbytes):
     """Whether a small payload is whole 16-byte words from a 16-byte aligned source."""
     return (nbytes & 15) == 0 and (address_of(src, src_word) & 15) == 0
+
+
+@cuda.jit(device=True)
+def _load64_words(src, word, nwords):
+    """``_load64`` from a source that need not be 16-byte aligned: up to 16 words as four
+    vectors, the first ``nwords`` read (word loads, all in flight together), the rest
+    zeros."""
+    return (load_words_if(src, word, nwords), load_words_if(src, word + 4, nwords - 4),
+            load_words_if(src, word + 8, nwords - 8), load_words_if(src, word + 12, nwords - 12))
 
 
 @cuda.jit(device=True)
@@ -790,27 +792,28 @@ def inline_bbs(nbytes):
 
 
 @cuda.jit(device=True)
-def inline_small_ok(src, src_word, nbytes):
-    """Whether ``inline_small`` posts this payload: at most 64 bytes of whole 16-byte words
-    from a 16-byte aligned source (the same answer on every thread)."""
-    return inline_small_fits(nbytes, address_of(src, src_word))
+def inline_units(nbytes):
+    """16-byte units of an inline WQE's data segment: its header word and ``nbytes``."""
+    return (4 + nbytes + _DS - 1) // _DS
 
 
 @cuda.jit(device=True, inline="always")
-def _inline_unit(sq, mask, pi, u, lead, v, chunks):
-    """Stores 16-byte unit ``u`` of an inline WQE's data segment, where unit 0 is the one
-    after the remote address: ``lead`` (the word before payload vector ``u``: the inline
-    header for unit 0, else vector u - 1's last word) and ``v``'s first three words where
-    u < chunks, and ``lead`` with three words of padding where u == chunks (a payload of
-    ``chunks`` vectors shifted one word takes chunks + 1 units); nothing past that. Each
-    unit lies in the WQE's basic block ``(pi + its BB) & mask``, so a WQE wraps the ring
-    BB by BB. Returns the word unit u + 1 leads with."""
+def _inline_unit(sq, mask, pi, u, lead, v, chunks, units):
+    """Stores 16-byte unit ``u`` of an inline WQE's data segment of ``units`` units
+    (``inline_units``), where unit 0 is the one after the remote address: ``lead`` (the
+    word before payload vector ``u``: the inline header for unit 0, else vector u - 1's
+    last word) and ``v``'s first three words where u < chunks (the payload's vectors, the
+    last zero-filled past its end), ``lead`` and three words of zeros past them; nothing
+    at or past ``units``, which is the WQE's end (the next BB may be a WQE the NIC has not
+    read). Each unit lies in the WQE's basic block ``(pi + its BB) & mask``, so a WQE
+    wraps the ring BB by BB. Returns the word unit u + 1 leads with."""
     at = _W_DATA // 4 + u               # 16-byte units from the WQE's start
     word = ((pi + (at >> 2)) & mask) * _BB_WORDS + (at & 3) * 4
     if u < chunks:
-        st_v4_u32(sq, word, lead, v[0], v[1], v[2])
+        if u < units:
+            st_v4_u32(sq, word, lead, v[0], v[1], v[2])
         return v[3]
-    if u == chunks:
+    if u < units:
         z = uint32(0)
         st_v4_u32(sq, word, lead, z, z, z)
     return lead
@@ -841,26 +844,33 @@ def _inline_commit(Q, i, pi, nbytes):
 def inline_small(Q, i, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns):
     """Posts an inline RDMA write of a small payload from one thread; returns a status.
 
-    For payloads that ``inline_small_ok`` accepts. The payload's loads go first (their
-    latency hides behind the SQ check), then the WQE is five to seven 16-byte stores and
-    no barrier: the block-cooperative ``wqe_rdma_write_inline`` takes two block barriers
-    after its stores to host memory, each of which waits for them (0.2 to 0.5 us, run 13),
-    and made a 64-byte inline write slower than a pushed one (BENCHMARKS.md, session 9).
-    The payload starts one word after the inline segment's byte count, so the registers
-    are shifted by one word into the WQE's 16-byte words (``_inline_unit``). Its second BB
-    may wrap to the ring's start. The doorbell is the caller's.
+    For payloads that ``push_small_ok`` accepts: 1 to 64 bytes from any word. The payload's
+    loads go first (their latency hides behind the SQ check): four 16-byte loads where it
+    is whole 16-byte words from an aligned source, else up to 16 word loads, in flight
+    together. Then the WQE is three to seven 16-byte stores and no barrier: the
+    block-cooperative ``wqe_rdma_write_inline`` takes two block barriers after its stores
+    to host memory, each of which waits for them (0.2 to 0.5 us, run 13), and made a
+    64-byte inline write slower than a pushed one (BENCHMARKS.md, session 9). The payload
+    starts one word after the inline segment's byte count, so the registers are shifted by
+    one word into the WQE's 16-byte words (``_inline_unit``); bytes past the payload in its
+    last word are the source's, inside the WQE's padding, which the NIC does not deliver.
+    Its second BB may wrap to the ring's start. The doorbell is the caller's.
     """
-    chunks = nbytes >> 4
-    x = _load64(src, src_word, chunks)
+    chunks = (nbytes + 15) >> 4
+    if _fast16(src, src_word, nbytes):
+        x = _load64(src, src_word, chunks)
+    else:
+        x = _load64_words(src, src_word, (nbytes + 3) >> 2)
     st = sq_reserve(Q, i, inline_bbs(nbytes), timeout_ns)
     if st != OK:
         return st
+    units = inline_units(nbytes)
     sq, mask, pi, w = _inline_head(Q, i, nbytes, raddr, rkey, signaled)
-    w = _inline_unit(sq, mask, pi, 0, w, x[0], chunks)
-    w = _inline_unit(sq, mask, pi, 1, w, x[1], chunks)
-    w = _inline_unit(sq, mask, pi, 2, w, x[2], chunks)
-    w = _inline_unit(sq, mask, pi, 3, w, x[3], chunks)
-    _inline_unit(sq, mask, pi, 4, w, x[3], chunks)      # the last unit's padding, at 64 B
+    w = _inline_unit(sq, mask, pi, 0, w, x[0], chunks, units)
+    w = _inline_unit(sq, mask, pi, 1, w, x[1], chunks, units)
+    w = _inline_unit(sq, mask, pi, 2, w, x[2], chunks, units)
+    w = _inline_unit(sq, mask, pi, 3, w, x[3], chunks, units)
+    _inline_unit(sq, mask, pi, 4, w, x[3], chunks, units)   # the last unit's padding, at 64 B
     _inline_commit(Q, i, pi, nbytes)
     return OK
 
@@ -883,28 +893,30 @@ def inline_mid(Q, i, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns, b
         cp_async_wait_all()     # no read outlives the call, whatever its status
     if st != OK:
         return st
+    units = chunks + 1          # whole vectors, shifted by the header word
     sq, mask, pi, w = _inline_head(Q, i, nbytes, raddr, rkey, signaled)
-    w = _inline_unit(sq, mask, pi, 0, w, x0[0], chunks)
-    w = _inline_unit(sq, mask, pi, 1, w, x0[1], chunks)
-    w = _inline_unit(sq, mask, pi, 2, w, x0[2], chunks)
-    w = _inline_unit(sq, mask, pi, 3, w, x0[3], chunks)
-    w = _inline_unit(sq, mask, pi, 4, w, x1[0], chunks)
-    w = _inline_unit(sq, mask, pi, 5, w, x1[1], chunks)
-    w = _inline_unit(sq, mask, pi, 6, w, x1[2], chunks)
-    w = _inline_unit(sq, mask, pi, 7, w, x1[3], chunks)
+    w = _inline_unit(sq, mask, pi, 0, w, x0[0], chunks, units)
+    w = _inline_unit(sq, mask, pi, 1, w, x0[1], chunks, units)
+    w = _inline_unit(sq, mask, pi, 2, w, x0[2], chunks, units)
+    w = _inline_unit(sq, mask, pi, 3, w, x0[3], chunks, units)
+    w = _inline_unit(sq, mask, pi, 4, w, x1[0], chunks, units)
+    w = _inline_unit(sq, mask, pi, 5, w, x1[1], chunks, units)
+    w = _inline_unit(sq, mask, pi, 6, w, x1[2], chunks, units)
+    w = _inline_unit(sq, mask, pi, 7, w, x1[3], chunks, units)
     for k in range(MID_LATE_VECTORS):
-        w = _inline_unit(sq, mask, pi, MID_REG_VECTORS + k, w, ld_v4_u32(buf, 4 * k), chunks)
-    _inline_unit(sq, mask, pi, MID_REG_VECTORS + MID_LATE_VECTORS, w, x1[3], chunks)
+        w = _inline_unit(sq, mask, pi, MID_REG_VECTORS + k, w, ld_v4_u32(buf, 4 * k), chunks,
+                         units)
+    _inline_unit(sq, mask, pi, MID_REG_VECTORS + MID_LATE_VECTORS, w, x1[3], chunks, units)
     _inline_commit(Q, i, pi, nbytes)
     return OK
 
 
 @cuda.jit(device=True)
 def small_ok(inline, src, src_word, nbytes):
-    """Whether one thread posts this payload whole: ``inline_small_ok`` for an inline
-    write, ``push_small_ok`` for a pushed one (the same answer on every thread)."""
-    if inline:
-        return inline_small_ok(src, src_word, nbytes)
+    """Whether one thread posts this payload whole (``post_small``), an inline write or a
+    pushed one alike: ``push_small_ok`` (the same answer on every thread). ``inline`` is
+    kept so that a caller says which post it asks about; both take 1 to 64 bytes from any
+    word."""
     return push_small_ok(src, src_word, nbytes)
 
 

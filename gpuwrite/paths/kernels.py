@@ -358,17 +358,13 @@ def kernel_scope(path: str, msgs, src_address: int, chunk_bytes: int) -> str:
     """The narrower scope of ``send_messages`` that posts every message of the table
     ``msgs`` (rows of ``M_SIZE``, ``M_SRC_WORD``, ``M_DST_OFF``; the source at byte
     ``src_address``) on ``path``: "thread" where every message is one WQE thread 0 posts
-    alone (the verbs' own tests, ``dv.push_small_fits``, ``dv.push_mid_fits`` and
-    ``dv.inline_small_fits``, asked of the whole table at once), else "block" (and for
-    every nic_pull table, whose WQEs are the block's)."""
+    alone (the verbs' own tests, ``dv.push_small_fits`` and ``dv.push_mid_fits``, which
+    every path but nic_pull shares, asked of the whole table at once), else "block" (and
+    for every nic_pull table, whose WQEs are the block's)."""
     if path == "nic_pull" or len(msgs) == 0:
         return "block"
     table = np.asarray(msgs, dtype=np.int64)
     size = table[:, M_SIZE]
     address = src_address + 4 * table[:, M_SRC_WORD]
-    if path == "gpu_push_inline":
-        small = dv.inline_small_fits.py_func(size, address)
-    else:
-        small = dv.push_small_fits.py_func(size)
-    one = small | dv.push_mid_fits.py_func(size, address)
+    one = dv.push_small_fits.py_func(size) | dv.push_mid_fits.py_func(size, address)
     return "thread" if np.all(one & (size <= chunk_bytes)) else "block"

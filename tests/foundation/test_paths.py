@@ -1,6 +1,7 @@
 """Every data path delivers every byte, in order per QP, on the simulator and on a GPU."""
 import numpy as np
 import pytest
+from numba import uint32
 
 from gwtest import ACCESS_RW, BYTES_BY_PATH, small
 from gpuwrite import layouts as L
@@ -257,8 +258,8 @@ def test_the_hosts_kernel_scope_reads_the_device_verbs_alike():
     """``kernels.kernel_scope`` (the runner's choice of sending kernel) calls a one-message
     table "thread" exactly where the kernel's own tests take its message on one thread
     (dv.small_ok, dv.push_mid_ok, asked on the device of the buffer itself, where the host
-    asks the same predicates of the table's sizes and addresses; an inline write past 64
-    bytes takes push_mid's test, dv.inline_mid): every size 1 to 300 bytes from source
+    asks the same predicates of the table's sizes and addresses; an inline write takes a
+    push's tests, dv.inline_small and dv.inline_mid): every size 1 to 300 bytes from source
     words 0 to 3 of one buffer, for the pushed paths and the inline one. A
     message split into WQEs smaller than itself, and every nic_pull table, is the block's."""
     cases = np.array([[w, n] for w in range(4) for n in range(1, 301)], dtype=np.int64)
@@ -278,6 +279,7 @@ def test_the_hosts_kernel_scope_reads_the_device_verbs_alike():
             ("thread" if small or mid else "block"), (w, n)
         assert host("gpu_push_inline", w, n) == ("thread" if inline or mid else "block"), \
             (w, n)
+        assert inline == small, (w, n)      # an inline write's one-thread sizes are a push's
         assert host("nic_pull", w, n) == "block"
     assert host("gpu_push", 0, 64, chunk=60) == "block"
     tables = np.array([[64, 0, 0], [48, 16, 64], [4096, 28, 112]], dtype=np.int64)
@@ -342,12 +344,72 @@ def test_host_staged_small_writes_into_a_bounce_row_off_the_vector(threads):
 
 def test_small_inline_writes_wrap_the_send_queue_exactly():
     """The one-thread inline post (dv.inline_small) for 16 to 64 bytes, and the block path
-    for a size it does not take (20 B): every byte lands, also where a WQE's second BB
-    wraps to the start of a 64-BB send queue: after one 16-byte write (one BB) every
-    32 to 64-byte write (two BBs) starts on an odd BB, the 32nd of them on the last."""
-    sizes = [16] + [64, 48, 32, 64] * 10 + [20, 64] * 3
+    for a size it does not take (100 B, not whole 16-byte words): every byte lands, also
+    where a WQE's second BB wraps to the start of a 64-BB send queue: after one 16-byte
+    write (one BB) every 32 to 64-byte write (two BBs) starts on an odd BB, the 32nd of
+    them on the last."""
+    sizes = [16] + [64, 48, 32, 64] * 10 + [100, 64] * 3
     r = runner.run("gpu_push_inline", sizes, n_qps=1, sq_bbs=64, wait_each=False, batch=3)
     assert r.delivered == len(sizes) and not r.qp_errors, (r.delivered, r.qp_errors)
+
+
+@cuda.jit
+def _inline_units(sq, pi, nbytes):
+    """The five unit stores of dv.inline_small for a payload of ``nbytes`` whose word k
+    holds k + 1, into ``sq`` (a ring of 4 BBs) at producer index ``pi``."""
+    if cuda.threadIdx.x == 0:
+        chunks = (nbytes + 15) >> 4
+        units = dv.inline_units(nbytes)
+        nw = (nbytes + 3) >> 2
+        w = uint32(0xEEEE)
+        for u in range(5):
+            v = (uint32(4 * u + 1) if 4 * u < nw else uint32(0),
+                 uint32(4 * u + 2) if 4 * u + 1 < nw else uint32(0),
+                 uint32(4 * u + 3) if 4 * u + 2 < nw else uint32(0),
+                 uint32(4 * u + 4) if 4 * u + 3 < nw else uint32(0))
+            w = dv._inline_unit(sq, 3, pi, u, w, v, chunks, units)
+
+
+@pytest.mark.parametrize("pi", [0, 3])
+def test_an_inline_wqe_writes_its_own_units_and_nothing_past_them(pi):
+    """dv._inline_unit (dv.inline_small's stores): for every size 1 to 64 bytes, the data
+    segment holds the header word and the payload's words in order from word 9 of the WQE,
+    zeros to the end of its last 16-byte unit, and nothing at or past the WQE's end (the
+    next BB may be a WQE the NIC has not read yet); at producer index 3 of a 4-BB ring the
+    WQE's second BB is the ring's first."""
+    for n in range(1, 65):
+        sq = np.full(64, 0xCCCCCCCC, dtype=np.uint32)
+        d = cuda.to_device(sq)
+        _inline_units[1, 1](d, pi, n)
+        got = d.copy_to_host()
+        wqe = np.concatenate([got[(pi % 4) * 16:(pi % 4) * 16 + 16], got[((pi + 1) % 4) * 16:
+                                                                            ((pi + 1) % 4) * 16 + 16]])
+        nw = (n + 3) // 4
+        end = 8 + 4 * ((4 + n + 15) // 16)          # the WQE's last word + 1
+        want = np.array([0xEEEE] + list(range(1, nw + 1)) + [0] * (end - 9 - nw), dtype=np.uint32)
+        assert list(wqe[8:end]) == list(want), n
+        assert np.all(wqe[end:] == 0xCCCCCCCC) and np.all(wqe[:8] == 0xCCCCCCCC), n
+        others = [b for b in range(4) if b not in (pi % 4, (pi + 1) % 4)]
+        assert all(np.all(got[b * 16:b * 16 + 16] == 0xCCCCCCCC) for b in others), n
+
+
+@pytest.mark.parametrize("threads", [1, 32])
+def test_inline_writes_of_any_size_to_64_bytes_from_any_word_land_exactly(threads):
+    """dv.inline_small takes every size 1 to 64 bytes from any source word: word loads
+    where the payload is not whole 16-byte words from an aligned source. Sizes 1 to 64 in
+    a row, after one word, put every message's source at another word offset (16 to 64
+    bytes off the 16-byte vector too) and end most inside a word
+    (the canary checks the bytes after each), in a 64-BB ring wrapped several times,
+    batched and one at a time."""
+    sizes = [4] + list(range(1, 65)) + list(range(64, 0, -7))
+    at = np.cumsum([0] + [(n + 3) // 4 for n in sizes])[:-1]
+    assert any(n % 16 == 0 and w % 4 for n, w in zip(sizes, at))   # whole vectors, off the vector
+    for wait_each in (False, True):
+        r = runner.run("gpu_push_inline", sizes, n_qps=1, sq_bbs=64, block_threads=threads,
+                       wait_each=wait_each, batch=3)
+        assert r.qp_errors == {} and r.errors == 0, r.qp_errors
+        assert r.delivered == r.messages == len(sizes) and r.kernel == "thread"
+        assert r.counters["bytes_delivered"] == sum(sizes)
 
 
 def _inline_sizes_wrapping_every_boundary(ring_bbs: int) -> list[int]:
@@ -475,7 +537,7 @@ def test_the_runner_sends_each_table_on_the_narrowest_kernel(monkeypatch):
     cases = [("gpu_push", [64, 48, 16], "thread"), ("host_staged", [256, 128, 64], "thread"),
              ("gpu_push_inline", [64, 32], "thread"), ("gpu_push", [512, 64, 2048], "block"),
              ("host_staged", [1024, 100, 16], "block"), ("gpu_push", [64, 4096], "block"),
-             ("gpu_push_inline", [64, 128, 256], "thread"),
+             ("gpu_push_inline", [64, 128, 256, 8, 20], "thread"),
              ("gpu_push_inline", [64, 100], "block"), ("nic_pull", [64] * 4, "block")]
     for path, sizes, scope in cases:
         r = runner.run(path, sizes, n_qps=1, wait_each=True, block_threads=64)
