@@ -1,0 +1,36 @@
+"""Inline writes one message in flight, p50 us, by size and block, against gpu_push of the
+same sizes: session 42's one-thread inline posts (dv.inline_small for any 1 to 64 bytes,
+dv.inline_small and dv.inline_mid for whole aligned vectors to 256 bytes) against the code
+before them, which gave 80 to 256-byte and odd-sized inline writes to the block's copy
+(``wqe_rdma_write_inline``, two block barriers after its stores to host memory).
+
+Run once per code version, in turn, each process on the package its PYTHONPATH finds:
+    python3 inline_ab.py LABEL ROUND >> out.jsonl
+"""
+import json
+import sys
+
+from gpuwrite.paths import runner
+
+SIZES = (8, 20, 64, 100, 128, 256)
+THREADS = (32, 256)
+REPEATS = 3
+MESSAGES = 2000
+
+
+def main(label: str, rnd: int) -> None:
+    for rep in range(REPEATS):
+        for th in THREADS:
+            for size in SIZES:
+                for path in ("gpu_push_inline", "gpu_push"):
+                    r = runner.run(path, [size] * MESSAGES, n_qps=1, wait_each=True,
+                                   block_threads=th)
+                    ok = r.delivered == r.messages and not r.qp_errors
+                    print(json.dumps({"label": label, "round": rnd, "repeat": rep, "path": path,
+                                      "size": size, "threads": th, "ok": ok,
+                                      "kernel": getattr(r, "kernel", None),
+                                      "p50_us": round(r.latency_p50_us, 3)}), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]))
