@@ -2,7 +2,9 @@
 same sizes: session 42's one-thread inline posts (dv.inline_small for any 1 to 64 bytes,
 dv.inline_small and dv.inline_mid for whole aligned vectors to 256 bytes) against the code
 before them, which gave 80 to 256-byte and odd-sized inline writes to the block's copy
-(``wqe_rdma_write_inline``, two block barriers after its stores to host memory).
+(``wqe_rdma_write_inline``, two block barriers after its stores to host memory); and the
+one-thread push of a payload that is not whole aligned vectors, read before the bookkeeping
+(``_load_small``) against after it (``copy_bytes`` on one thread, until 84e9121).
 
 Run once per code version, in turn, each process on the package its PYTHONPATH finds:
     python3 inline_ab.py LABEL ROUND >> out.jsonl

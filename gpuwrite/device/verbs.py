@@ -497,6 +497,18 @@ def _load64_words(src, word, nwords):
             load_words_if(src, word + 8, nwords - 8), load_words_if(src, word + 12, nwords - 12))
 
 
+@cuda.jit(device=True, inline="always")
+def _load_small(src, src_word, nbytes):
+    """Starts the reads of a payload of 1 to 64 bytes from any word (``push_small``'s,
+    ``inline_small``'s): four 16-byte loads where it is whole 16-byte words from an aligned
+    source, else up to 16 word loads, all in flight together. Returns (its 16-byte
+    vectors, the last zero-filled past the payload's words, and how many there are)."""
+    chunks = (nbytes + 15) >> 4
+    if _fast16(src, src_word, nbytes):
+        return _load64(src, src_word, chunks), chunks
+    return _load64_words(src, src_word, (nbytes + 3) >> 2), chunks
+
+
 @cuda.jit(device=True)
 def _load64(src, word, chunks):
     """Up to 64 bytes of payload as four 16-byte words: the first ``chunks`` are read,
@@ -609,17 +621,18 @@ def _reserve_into(Q, i, bounce, nbytes, raddr, rkey, signaled, timeout_ns):
 def _small_into(Q, i, bounce, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns):
     """``push_small`` into the staging ring, or with ``bounce`` (a constant) into the
     bounce ring (``staged_small``)."""
-    fast = _fast16(src, src_word, nbytes)
-    chunks = (nbytes >> 4) if fast else 0
-    first64 = _load64(src, src_word, chunks)
+    x, chunks = _load_small(src, src_word, nbytes)
     st, word, ring, aligned = _reserve_into(Q, i, bounce, nbytes, raddr, rkey, signaled,
                                             timeout_ns)
     if st != OK:
         return st
-    if not (fast and aligned):
+    if not aligned:
         copy_bytes(ring, word, src, src_word, nbytes, 0, 1)
         return OK
-    _store64(ring, word, first64, chunks)
+    # Whole vectors, the last zero-filled past the payload's words: the claim is whole
+    # vectors (a bounce ring's, vector_words) or slots of 16-byte multiples after a 16-byte
+    # header (staging), and the NIC reads ``nbytes`` of it.
+    _store64(ring, word, x, chunks)
     return OK
 
 
@@ -627,11 +640,13 @@ def _small_into(Q, i, bounce, src, src_word, nbytes, raddr, rkey, signaled, time
 def push_small(Q, i, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns):
     """Posts a pushed RDMA write of a small payload from one thread; returns a status.
 
-    For payloads that ``push_small_ok`` accepts. The same steps as the block path
-    (``push_reserve``, then the payload), with no barrier. Where the payload is whole
-    16-byte words from an aligned source its first 64 bytes are loaded before the
-    bookkeeping, so their latency hides behind it; otherwise ``copy_bytes`` on this one
-    thread moves it. The doorbell is the caller's (``ring_doorbell``, or
+    For payloads that ``push_small_ok`` accepts: 1 to 64 bytes from any word. The same
+    steps as the block path (``push_reserve``, then the payload), with no barrier. The
+    payload is loaded before the bookkeeping, so its latency hides behind it
+    (``_load_small``: vector loads, or word loads where it is not whole aligned vectors;
+    until session 42 such a payload was read after the bookkeeping, and an 8 or 20-byte
+    push took 0.5 to 0.7 us longer than a 64-byte one on an H200, BENCHMARKS.md), and
+    stored as 16-byte vectors. The doorbell is the caller's (``ring_doorbell``, or
     ``flush_doorbell`` after a batch).
     """
     return _small_into(Q, i, False, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns)
@@ -856,11 +871,7 @@ def inline_small(Q, i, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns)
     last word are the source's, inside the WQE's padding, which the NIC does not deliver.
     Its second BB may wrap to the ring's start. The doorbell is the caller's.
     """
-    chunks = (nbytes + 15) >> 4
-    if _fast16(src, src_word, nbytes):
-        x = _load64(src, src_word, chunks)
-    else:
-        x = _load64_words(src, src_word, (nbytes + 3) >> 2)
+    x, chunks = _load_small(src, src_word, nbytes)
     st = sq_reserve(Q, i, inline_bbs(nbytes), timeout_ns)
     if st != OK:
         return st

@@ -393,17 +393,37 @@ def test_an_inline_wqe_writes_its_own_units_and_nothing_past_them(pi):
         assert all(np.all(got[b * 16:b * 16 + 16] == 0xCCCCCCCC) for b in others), n
 
 
-@pytest.mark.parametrize("threads", [1, 32])
-def test_inline_writes_of_any_size_to_64_bytes_from_any_word_land_exactly(threads):
-    """dv.inline_small takes every size 1 to 64 bytes from any source word: word loads
-    where the payload is not whole 16-byte words from an aligned source. Sizes 1 to 64 in
-    a row, after one word, put every message's source at another word offset (16 to 64
-    bytes off the 16-byte vector too) and end most inside a word
-    (the canary checks the bytes after each), in a 64-BB ring wrapped several times,
-    batched and one at a time."""
+def _sizes_from_every_word_offset() -> list[int]:
+    """Sizes 1 to 64 bytes in a row after one word, and back down: messages tile the
+    source word by word, so every size starts at another word offset, whole 16-byte sizes
+    among them off the 16-byte vector, and most end inside a word."""
     sizes = [4] + list(range(1, 65)) + list(range(64, 0, -7))
     at = np.cumsum([0] + [(n + 3) // 4 for n in sizes])[:-1]
     assert any(n % 16 == 0 and w % 4 for n, w in zip(sizes, at))   # whole vectors, off the vector
+    return sizes
+
+
+@pytest.mark.parametrize("path", ["gpu_push", "host_staged"])
+def test_one_thread_pushes_of_any_size_to_64_bytes_from_any_word_land_exactly(path):
+    """dv.push_small and dv.staged_small read any 1 to 64-byte payload from any word before
+    their bookkeeping (word loads where it is not whole aligned vectors) and store it as
+    whole vectors into its claim: every byte lands and the bytes after each message in its
+    last word keep the canary, batched and one at a time, on the one-thread kernel."""
+    sizes = _sizes_from_every_word_offset()
+    for wait_each in (False, True):
+        r = runner.run(path, sizes, n_qps=1, block_threads=32, wait_each=wait_each, batch=3)
+        assert r.qp_errors == {} and r.errors == 0, r.qp_errors
+        assert r.delivered == r.messages == len(sizes) and r.kernel == "thread"
+        assert r.counters[BYTES_BY_PATH[path]] == sum(sizes)
+
+
+@pytest.mark.parametrize("threads", [1, 32])
+def test_inline_writes_of_any_size_to_64_bytes_from_any_word_land_exactly(threads):
+    """dv.inline_small takes every size 1 to 64 bytes from any source word: word loads
+    where the payload is not whole 16-byte words from an aligned source
+    (``_sizes_from_every_word_offset``; the canary checks the bytes after each), in a 64-BB
+    ring wrapped several times, batched and one at a time."""
+    sizes = _sizes_from_every_word_offset()
     for wait_each in (False, True):
         r = runner.run("gpu_push_inline", sizes, n_qps=1, sq_bbs=64, block_threads=threads,
                        wait_each=wait_each, batch=3)
