@@ -7,7 +7,12 @@ one-thread push of a payload that is not whole aligned vectors, read before the 
 (``_load_small``) against after it (``copy_bytes`` on one thread, until 84e9121).
 
 Run once per code version, in turn, each process on the package its PYTHONPATH finds:
-    python3 inline_ab.py LABEL ROUND >> out.jsonl
+    python3 inline_ab.py LABEL ROUND [SIZES] >> out.jsonl
+(SIZES: bytes, comma-separated; the default below). Session 42's third A/B: 65 to 256-byte
+payloads that are not whole aligned vectors on one thread (``dv.push_mid`` and
+``dv.inline_mid`` from any word: word loads, and ``cp.async`` of words past 128 bytes;
+``mid_any_words.patch``, applied to ``3f202dc``, not merged: slower past 128 bytes)
+against the first warp's and the block's.
 """
 import json
 import sys
@@ -20,10 +25,10 @@ REPEATS = 3
 MESSAGES = 2000
 
 
-def main(label: str, rnd: int) -> None:
+def main(label: str, rnd: int, sizes=SIZES) -> None:
     for rep in range(REPEATS):
         for th in THREADS:
-            for size in SIZES:
+            for size in sizes:
                 for path in ("gpu_push_inline", "gpu_push"):
                     r = runner.run(path, [size] * MESSAGES, n_qps=1, wait_each=True,
                                    block_threads=th)
@@ -35,4 +40,5 @@ def main(label: str, rnd: int) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]))
+    main(sys.argv[1], int(sys.argv[2]),
+         tuple(int(s) for s in sys.argv[3].split(",")) if len(sys.argv) > 3 else SIZES)
