@@ -818,7 +818,8 @@ def _inline_unit(sq, mask, pi, u, lead, v, chunks, units):
     (``inline_units``), where unit 0 is the one after the remote address: ``lead`` (the
     word before payload vector ``u``: the inline header for unit 0, else vector u - 1's
     last word) and ``v``'s first three words where u < chunks (the payload's vectors, the
-    last zero-filled past its end), ``lead`` and three words of zeros past them; nothing
+    last zero-filled past the payload's last word), ``lead`` and three words of zeros past
+    them; nothing
     at or past ``units``, which is the WQE's end (the next BB may be a WQE the NIC has not
     read). Each unit lies in the WQE's basic block ``(pi + its BB) & mask``, so a WQE
     wraps the ring BB by BB. Returns the word unit u + 1 leads with."""
@@ -925,9 +926,9 @@ def inline_mid(Q, i, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns, b
 @cuda.jit(device=True)
 def small_ok(inline, src, src_word, nbytes):
     """Whether one thread posts this payload whole (``post_small``), an inline write or a
-    pushed one alike: ``push_small_ok`` (the same answer on every thread). ``inline`` is
-    kept so that a caller says which post it asks about; both take 1 to 64 bytes from any
-    word."""
+    pushed one alike: ``push_small_ok`` (the same answer on every thread). ``inline`` no
+    longer decides (since session 42 both take 1 to 64 bytes from any word); it stays so
+    that the callers, whose code is measured in the stored GPU tables, did not change."""
     return push_small_ok(src, src_word, nbytes)
 
 
