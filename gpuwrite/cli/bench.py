@@ -165,6 +165,20 @@ def _runs_met(pt: dict) -> str:
             f"({n - judged} beat the bound)")
 
 
+def _least_says(miss: dict) -> str:
+    """What a 64-byte miss's own repeat's least says of it (files from session 42 on):
+    the least against the floor and the push above it, and where the least is itself over
+    the target, that no push that orders its stores before its doorbell met it there."""
+    if "least_ratio" not in miss:
+        return ""
+    from gpuwrite.bench.suite import TARGET_LATENCY_RATIO
+    text = (f"; that repeat's least {miss['least_ratio']:.2f}x the floor, the push "
+            f"{miss['over_least_us']:+.2f} us from it")
+    if miss["least_ratio"] > TARGET_LATENCY_RATIO:
+        text += " (the target below the least there)"
+    return text
+
+
 # What a sweep point's least is, by its ``least_kind``.
 LEAST_WORDS = {
     "pull": "floor + the 64-byte reverse trip + the rest's copy",
@@ -399,7 +413,8 @@ def _print(out: dict) -> None:
             note = f" (about {reads} completion-poll read{'s' if reads > 1 else ''})" if reads else ""
             console.print(f"  run {miss['run'] + 1} missed ({miss['ratio']:.2f}x): the "
                           f"{miss['lost_in']['step']} side took {grew:.2f} us "
-                          f"more than its share of the floor{note}{_host_says(miss.get('host'))}")
+                          f"more than its share of the floor{note}{_host_says(miss.get('host'))}"
+                          f"{_least_says(miss)}")
         by_pause = out.get("gpu_push_64B_by_poll_delay_us")
         if by_pause:
             pause = out.get("gpu_push_poll_delay_ns", 0)

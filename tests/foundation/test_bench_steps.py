@@ -726,6 +726,26 @@ def test_the_sweeps_floor_is_the_median_of_its_ping_pongs(monkeypatch):
     assert next(took) == 9.9          # three ping-pongs taken, no more
 
 
+def test_a_64_byte_miss_names_its_own_repeats_least(capsys):
+    """Each 64-byte miss records that repeat's least (the ping-pong after the push's own
+    stores) against its floor and the push's distance from it, and says, printed, where
+    the target lay below the least (session 42's third H200: the push within 0.13 us of its
+    least in every repeat); a repeat that met is no miss."""
+    from gpuwrite.cli.bench import _least_says
+    split = [{"engine": 0.2, "gpu": 3.0}, {"engine": 0.2, "gpu": 2.9}, {"engine": 0.25, "gpu": 2.9}]
+    misses = suite.latency_misses([3.23, 3.10, 3.20], [2.85, 3.04, 2.88], [3.17, 3.10, 3.07],
+                                  split, [{"total": 2900.0}] * 3, [{"steal_ms": 0.0}] * 3)
+    assert [m["run"] for m in misses] == [0, 2]
+    assert misses[0]["ratio"] == pytest.approx(3.23 / 2.85)
+    assert misses[0]["least_ratio"] == pytest.approx(3.17 / 2.85)
+    assert misses[0]["over_least_us"] == pytest.approx(0.06)
+    assert misses[1]["least_ratio"] == pytest.approx(3.07 / 2.88)
+    assert _least_says(misses[0]) == ("; that repeat's least 1.11x the floor, the push +0.06 us "
+                                      "from it (the target below the least there)")
+    assert _least_says(misses[1]) == "; that repeat's least 1.07x the floor, the push +0.13 us from it"
+    assert _least_says({"run": 0}) == ""
+
+
 def test_each_latency_repeat_is_judged_against_the_median_of_its_floors(monkeypatch):
     """Each 64-byte latency repeat's floor is the median of its FLOOR_SAMPLES ping-pongs (as
     the sweep's), every one of them kept, taken before that repeat's least and runs: session
