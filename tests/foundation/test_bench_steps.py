@@ -746,6 +746,33 @@ def test_a_64_byte_miss_names_its_own_repeats_least(capsys):
     assert _least_says({"run": 0}) == ""
 
 
+def test_the_bench_records_each_64_byte_miss_with_its_least(monkeypatch):
+    """``_three_targets``' latency step, with its runs faked (two repeats, the second a
+    miss at 3.30 us against a floor of 2.90 and a least of 3.20): the record names the miss,
+    its least and the push's distance from it, and the step after it is reached."""
+    class Reached(Exception):
+        pass
+
+    monkeypatch.setattr(suite.runner, "run", lambda *args, **kw: _Run(3.0, 0.2))
+    runs = {p: [_Run(3.0, 0.2), _Run(3.3, 0.2)] for p in suite.runner.PATHS}
+    hosts = {p: [{"steal_ms": 0.0}] * 2 for p in suite.runner.PATHS}
+    monkeypatch.setattr(suite, "latency_repeats", lambda *args: (
+        [3.0, 2.9], [[3.0] * 3, [2.9] * 3], [3.1, 3.2], runs, hosts, [{"total": 2900.0}] * 2))
+
+    def step(text):
+        if "by poll delay" in text:
+            raise Reached
+
+    out: dict = {}
+    with pytest.raises(Reached):
+        suite._three_targets(out, True, 10, 2, step)
+    (miss,) = out["latency_64B"]["gpu_push"]["misses"]
+    assert miss["run"] == 1 and miss["ratio"] == pytest.approx(3.3 / 2.9)
+    assert miss["least_ratio"] == pytest.approx(3.2 / 2.9)
+    assert miss["over_least_us"] == pytest.approx(0.1)
+    assert out["latency_64B"]["gpu_push"]["least_ratio"]["max"] == pytest.approx(3.2 / 2.9)
+
+
 def test_each_latency_repeat_is_judged_against_the_median_of_its_floors(monkeypatch):
     """Each 64-byte latency repeat's floor is the median of its FLOOR_SAMPLES ping-pongs (as
     the sweep's), every one of them kept, taken before that repeat's least and runs: session
