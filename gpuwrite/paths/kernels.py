@@ -88,9 +88,10 @@ MAX_BLOCK_THREADS = 65536 // MAX_REGISTERS
 _LIMITS = dv.KERNEL_OPTIONS
 
 
-# push_mid's (staged_mid's, inline_mid's) shared buffer: the words of a payload past its first 128 bytes, 16-byte
-# aligned for cp.async. The simulator takes no alignment (its numpy arrays are aligned, and
-# its cp_async16 checks). Bound here for cuda.shared.array, as QP_STATE_SHAPE below.
+# push_mid's (staged_mid's, inline_mid's) shared buffer: the words of a payload past its
+# first 128 bytes, 16-byte aligned for cp.async. The simulator takes no alignment (its numpy
+# arrays are aligned, and its cp_async16 checks). Bound here for cuda.shared.array, as
+# QP_STATE_SHAPE below.
 MID_BUF_WORDS = dv.MID_BUF_WORDS
 
 
