@@ -327,8 +327,8 @@ def _three_pings_answered(launch):
     ping, pong = mapped((16,), np.uint32), mapped((16,), np.uint32)
     uar = mapped((8,), np.uint64)
     out = cuda.to_device(np.zeros(3, dtype=np.int64))
-    responder = lib.gw_pong_start(ffi.cast("void *", ping.address), ffi.cast("void *", pong.address),
-                                  0, 1)
+    responder = lib.gw_pong_start(ffi.cast("void *", ping.address),
+                                  ffi.cast("void *", pong.address), 0, 1)
     try:
         launch(ping, pong, uar, out)
         cuda.synchronize()
@@ -742,7 +742,8 @@ def test_a_64_byte_miss_names_its_own_repeats_least(capsys):
     assert misses[1]["least_ratio"] == pytest.approx(3.07 / 2.88)
     assert _least_says(misses[0]) == ("; that repeat's least 1.11x the floor, the push +0.06 us "
                                       "from it (the target below the least there)")
-    assert _least_says(misses[1]) == "; that repeat's least 1.07x the floor, the push +0.13 us from it"
+    assert _least_says(misses[1]) == ("; that repeat's least 1.07x the floor, the push +0.13 us "
+                                      "from it")
     assert _least_says({"run": 0}) == ""
 
 

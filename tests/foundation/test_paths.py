@@ -382,8 +382,8 @@ def test_an_inline_wqe_writes_its_own_units_and_nothing_past_them(pi):
         d = cuda.to_device(sq)
         _inline_units[1, 1](d, pi, n)
         got = d.copy_to_host()
-        wqe = np.concatenate([got[(pi % 4) * 16:(pi % 4) * 16 + 16], got[((pi + 1) % 4) * 16:
-                                                                            ((pi + 1) % 4) * 16 + 16]])
+        first, second = (pi % 4) * 16, ((pi + 1) % 4) * 16
+        wqe = np.concatenate([got[first:first + 16], got[second:second + 16]])
         nw = (n + 3) // 4
         end = 8 + 4 * ((4 + n + 15) // 16)          # the WQE's last word + 1
         want = np.array([0xEEEE] + list(range(1, nw + 1)) + [0] * (end - 9 - nw), dtype=np.uint32)
