@@ -23,15 +23,16 @@ import json
 import sys
 import types as pytypes
 
+from _ab import block_scope
+
+from gpuwrite.bench.suite import engine_split_us
 from gpuwrite.device import verbs as V
 from gpuwrite.host.verbs import Context
-from _ab import block_scope
 from gpuwrite.paths import kernels as K, runner
 
 # The variants below are put in place of the block kernel (K._BY_PATH): every table goes to
 # it, as every table went to send_messages when this ran (kernels.kernel_scope, since then).
 K.kernel_scope = block_scope
-from gpuwrite.bench.suite import engine_split_us
 
 K_SRC = open(K.__file__).read()
 V_SRC = open(V.__file__).read()
