@@ -517,7 +517,7 @@ def _finish(h, signaled, ring_now, with_sig, sig_raddr, sig_rkey, sig_value):
 def _post(h, path, small, src, src_word, n, raddr, rkey, lkey, last, with_sig, sig_raddr,
           sig_rkey, sig_value):
     """One WQE of ``n`` bytes (a message or a chunk of one), and the signal after it.
-    ``small``: a payload ``dv.small_ok`` accepts, posted whole by the leader (the caller
+    ``small``: a payload ``dv.push_small_ok`` accepts, posted whole by the leader (the caller
     passes a constant, so each call keeps only its own branches)."""
     Q, q, a, cfg, scope, timeout_ns, chunk_bytes, ring_each_bytes = h
     rank, nranks = _rank(scope)
@@ -630,7 +630,7 @@ def _put_by(h, src, src_word, nbytes, raddr, rkey, lkey, path, with_sig, sig_rad
     """``_put`` by one path (inlined at each call: there ``path`` is a constant)."""
     Q, q, a, cfg, scope, timeout_ns, chunk_bytes, ring_each_bytes = h
     if path != NIC_PULL and nbytes > 0 and \
-            dv.small_ok(path == GPU_PUSH_INLINE, src, src_word, nbytes):
+            dv.push_small_ok(src, src_word, nbytes):
         # A small push, host_staged write or inline write is one WQE the leader posts
         # whole (dv.post_small, dv.staged_small): its own copy of _post, outside the chunk
         # loop. With ``small`` known only at run time inside the loop, a 64-byte put spent

@@ -207,8 +207,9 @@ if (_W_OPC, _W_QPN_DS, _W_FLAGS, _W_IMM, _W_RADDR, _W_DATA) != (0, 1, 2, 3, 4, 8
 # whose four 16-byte loads are all issued before its bookkeeping.
 SMALL_PUSH_BYTES = 64
 # Whole aligned 16-byte words beyond SMALL_PUSH_BYTES, up to this many bytes, are pushed
-# by one thread too (``push_mid``): every byte is read before the bookkeeping, the first
-# 128 into registers (more would spill at 128 registers) and the rest by ``cp.async`` into
+# by one thread too (``push_mid``), and any payload up to MID_REG_VECTORS vectors (128
+# bytes) from any word: every byte is read before the bookkeeping, the first 128 into
+# registers (more would spill at 128 registers) and the rest by ``cp.async`` into
 # shared memory (since session 35: 256 B 0.07 to 0.26 us faster in the median than
 # reading them after it, 192 B 0.05 to 0.16). On an H100 one thread pushed 128 B in 3.62
 # to 3.65 us where the first warp took 3.81 to 3.84, and 256 B 0.03 to 0.06 us faster
@@ -221,6 +222,7 @@ if MID_PUSH_BYTES >= _ALIGN_MIN:
 # push_mid holds a payload's first 8 vectors (128 bytes) in registers (two ``_load64``)
 # and reads the rest, at most MID_LATE_VECTORS, into a shared buffer of MID_BUF_WORDS.
 MID_REG_VECTORS = 8
+MID_REG_BYTES = 16 * MID_REG_VECTORS
 MID_LATE_VECTORS = MID_PUSH_BYTES // 16 - MID_REG_VECTORS
 MID_BUF_WORDS = 4 * MID_LATE_VECTORS
 
@@ -471,9 +473,10 @@ def push_small_fits(nbytes):
 def push_mid_fits(nbytes, address):
     """Whether ``push_mid`` (``staged_mid``, ``inline_mid``) sends a payload of ``nbytes``
     from byte ``address``: more than ``SMALL_PUSH_BYTES`` and at most ``MID_PUSH_BYTES``,
-    whole 16-byte words from a 16-byte aligned source."""
-    return (nbytes > SMALL_PUSH_BYTES) & (nbytes <= MID_PUSH_BYTES) & ((nbytes & 15) == 0) \
-        & ((address & 15) == 0)
+    from any word up to MID_REG_BYTES (held in registers, word by word where it is not
+    whole aligned vectors), whole 16-byte words from a 16-byte aligned source beyond."""
+    return (nbytes > SMALL_PUSH_BYTES) & (nbytes <= MID_PUSH_BYTES) & (
+        (nbytes <= MID_REG_BYTES) | (((nbytes & 15) == 0) & ((address & 15) == 0)))
 
 
 @cuda.jit(device=True)
@@ -665,18 +668,25 @@ def staged_small(Q, i, src, src_word, nbytes, raddr, rkey, timeout_ns):
 
 @cuda.jit(device=True)
 def push_mid_ok(src, src_word, nbytes):
-    """Whether ``push_mid`` (``staged_mid``, ``inline_mid``) sends this payload: more than
-    ``SMALL_PUSH_BYTES`` and at most ``MID_PUSH_BYTES``, whole 16-byte words from a 16-byte
-    aligned source."""
+    """Whether ``push_mid`` (``staged_mid``, ``inline_mid``) sends this payload
+    (``push_mid_fits``)."""
     return push_mid_fits(nbytes, address_of(src, src_word))
 
 
 @cuda.jit(device=True, inline="always")
-def _mid_load(src, src_word, chunks, buf):
-    """Starts the reads of a mid payload of ``chunks`` 16-byte vectors: the first
-    MID_REG_VECTORS into registers, the rest into ``buf`` by ``cp_async16`` (the caller
+def _mid_load(src, src_word, nbytes, buf):
+    """Starts the reads of a mid payload that ``push_mid_fits`` accepts: the first
+    MID_REG_VECTORS 16-byte vectors into registers (by 16-byte loads where the payload is
+    whole aligned vectors, else, at most MID_REG_BYTES, by word loads, all in flight
+    together), the rest of whole aligned vectors into ``buf`` by ``cp_async16`` (the caller
     waits for them, ``cp_async_wait_all``, where ``late``). Returns (the first four
-    vectors, the next four, late)."""
+    vectors, the next four, the last zero-filled past the payload's words; late; how many
+    vectors the payload takes)."""
+    chunks = (nbytes + 15) >> 4
+    if not _fast16(src, src_word, nbytes):
+        nwords = (nbytes + 3) >> 2
+        return (_load64_words(src, src_word, nwords),
+                _load64_words(src, src_word + 16, nwords - 16), False, chunks)
     x0 = _load64(src, src_word, chunks)
     x1 = _load64(src, src_word + 16, chunks - 4)
     late = chunks > MID_REG_VECTORS     # bytes past the first 128: read into buf
@@ -684,15 +694,14 @@ def _mid_load(src, src_word, chunks, buf):
         for k in range(MID_LATE_VECTORS):
             if MID_REG_VECTORS + k < chunks:
                 cp_async16(buf, 4 * k, src, src_word + 4 * (MID_REG_VECTORS + k))
-    return x0, x1, late
+    return x0, x1, late, chunks
 
 
 @cuda.jit(device=True, inline="always")
 def _mid_into(Q, i, bounce, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns, buf):
     """``push_mid`` into the staging ring, or with ``bounce`` (a constant) into the bounce
     ring (``staged_mid``)."""
-    chunks = nbytes >> 4
-    x0, x1, late = _mid_load(src, src_word, chunks, buf)
+    x0, x1, late, chunks = _mid_load(src, src_word, nbytes, buf)
     st, word, ring, aligned = _reserve_into(Q, i, bounce, nbytes, raddr, rkey, signaled,
                                             timeout_ns)
     if late:
@@ -714,12 +723,16 @@ def _mid_into(Q, i, bounce, src, src_word, nbytes, raddr, rkey, signaled, timeou
 @cuda.jit(device=True)
 def push_mid(Q, i, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns, buf):
     """Posts a pushed RDMA write that ``push_mid_ok`` accepts from one thread, as
-    ``push_small`` does; returns a status. Every byte is read before the bookkeeping: the
-    first 128 into registers, the rest into ``buf`` (a 16-byte aligned shared array of at
-    least MID_BUF_WORDS words) by ``cp_async16``, which holds no register across
-    the bookkeeping. Holding all 256 bytes in registers spilled the kernel at its register
-    cap; reading the last 128 after the bookkeeping put a read from GPU memory on the
-    push's path (BENCHMARKS.md, session 34). The doorbell is the caller's."""
+    ``push_small`` does; returns a status. Every byte is read before the bookkeeping
+    (``_mid_load``): the first 128 into registers, the rest into ``buf`` (a 16-byte
+    aligned shared array of at least MID_BUF_WORDS words) by ``cp_async16``, which holds
+    no register across the bookkeeping. Holding all 256 bytes in registers spilled the
+    kernel at its register cap; reading the last 128 after the bookkeeping put a read from
+    GPU memory on the push's path (BENCHMARKS.md, session 34). Until session 43 a payload
+    of 65 to 128 bytes that was not whole aligned vectors went to the first warp, whose
+    general code for partial vectors made a 100-byte push 1.5 us slower than a 128-byte
+    one on an H200; past 128 bytes such a payload still does (word by word ``cp.async``
+    was slower there than the warp, session 42). The doorbell is the caller's."""
     return _mid_into(Q, i, False, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns, buf)
 
 
@@ -889,23 +902,22 @@ def inline_small(Q, i, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns)
 
 @cuda.jit(device=True)
 def inline_mid(Q, i, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns, buf):
-    """Posts an inline RDMA write that ``push_mid_ok`` accepts (more than 64 and at most
-    ``MID_PUSH_BYTES`` of whole 16-byte words from an aligned source) from one thread, as
-    ``push_mid`` pushes one; returns a status. Every byte is read before the SQ check, the
-    first 128 into registers and the rest into ``buf`` by ``cp_async16``; then the WQE is
-    at most 19 16-byte stores and no barrier. The block-cooperative
+    """Posts an inline RDMA write that ``push_mid_ok`` accepts (more than 64 bytes, from any
+    word up to 128, whole aligned 16-byte words up to ``MID_PUSH_BYTES``) from one thread,
+    as ``push_mid`` pushes one; returns a status. Every byte is read before the SQ check
+    (``_mid_load``); then the WQE is at most 19 16-byte stores, shifted by the inline
+    header word as ``inline_small``'s, and no barrier. The block-cooperative
     ``wqe_rdma_write_inline`` these sizes took before (two block barriers after its stores
     to host memory) put a 256-byte inline write 0.8 us behind a pushed one of the same
     size on an H200 (4.29 against 3.49 us, BENCHMARKS.md, session 41). The doorbell is the
     caller's."""
-    chunks = nbytes >> 4
-    x0, x1, late = _mid_load(src, src_word, chunks, buf)
+    x0, x1, late, chunks = _mid_load(src, src_word, nbytes, buf)
     st = sq_reserve(Q, i, inline_bbs(nbytes), timeout_ns)
     if late:
         cp_async_wait_all()     # no read outlives the call, whatever its status
     if st != OK:
         return st
-    units = chunks + 1          # whole vectors, shifted by the header word
+    units = inline_units(nbytes)
     sq, mask, pi, w = _inline_head(Q, i, nbytes, raddr, rkey, signaled)
     w = _inline_unit(sq, mask, pi, 0, w, x0[0], chunks, units)
     w = _inline_unit(sq, mask, pi, 1, w, x0[1], chunks, units)
@@ -924,17 +936,8 @@ def inline_mid(Q, i, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns, b
 
 
 @cuda.jit(device=True)
-def small_ok(inline, src, src_word, nbytes):
-    """Whether one thread posts this payload whole (``post_small``), an inline write or a
-    pushed one alike: ``push_small_ok`` (the same answer on every thread). ``inline`` no
-    longer decides (since session 42 both take 1 to 64 bytes from any word); it stays so
-    that the callers, whose code is measured in the stored GPU tables, did not change."""
-    return push_small_ok(src, src_word, nbytes)
-
-
-@cuda.jit(device=True)
 def post_small(Q, i, inline, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns):
-    """``inline_small`` or ``push_small``: all of a write that ``small_ok`` accepts, on
+    """``inline_small`` or ``push_small``: all of a write that ``push_small_ok`` accepts, on
     one thread, with no barrier; returns a status. The doorbell is the caller's."""
     if inline:
         return inline_small(Q, i, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns)

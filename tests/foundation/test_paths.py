@@ -232,39 +232,40 @@ def test_small_pushes_and_block_pushes_interleave_in_order(batch, path):
 
 @cuda.jit
 def _one_thread_ok(src, cases, out):
-    """The device verbs' answers for each (source word, size) case: push_small_ok,
-    push_mid_ok and, for an inline write, small_ok."""
+    """The device verbs' answers for each (source word, size) case: push_small_ok and
+    push_mid_ok (an inline write's one-thread tests too)."""
     if cuda.threadIdx.x == 0:
         for k in range(cases.shape[0]):
             out[k, 0] = dv.push_small_ok(src, cases[k, 0], cases[k, 1])
             out[k, 1] = dv.push_mid_ok(src, cases[k, 0], cases[k, 1])
-            out[k, 2] = dv.small_ok(True, src, cases[k, 0], cases[k, 1])
 
 
 def test_which_payloads_one_thread_pushes():
-    """dv.push_small: any 1 to 64-byte payload from any word; beyond it dv.push_mid: whole
-    16-byte words from a 16-byte aligned source, 80 to 256 bytes."""
+    """dv.push_small: any 1 to 64-byte payload from any word; beyond it dv.push_mid: any
+    65 to 128-byte payload from any word, and whole 16-byte words from a 16-byte aligned
+    source to 256 bytes."""
     cases = np.array([[0, 64], [4, 64], [8, 16], [0, 60], [2, 64], [1, 16], [0, 0], [0, 80],
-                      [0, 256], [4, 128], [0, 272], [0, 72], [2, 128], [1, 256], [0, 100]],
+                      [0, 256], [4, 128], [0, 72], [2, 128], [0, 100], [1, 65], [3, 127],
+                      [0, 272], [1, 256], [0, 129], [2, 144], [0, 252]],
                      dtype=np.int64)
     src = cuda.to_device(np.zeros(256, dtype=np.uint32))   # allocations are 256-byte aligned
-    out = cuda.to_device(np.zeros((len(cases), 3), dtype=np.int64))
+    out = cuda.to_device(np.zeros((len(cases), 2), dtype=np.int64))
     _one_thread_ok[1, 1](src, cuda.to_device(cases), out)
-    got = [tuple(row[:2]) for row in out.copy_to_host().tolist()]
-    assert got == [(1, 0)] * 6 + [(0, 0)] + [(0, 1)] * 3 + [(0, 0)] * 5
+    got = [tuple(row) for row in out.copy_to_host().tolist()]
+    assert got == [(1, 0)] * 6 + [(0, 0)] + [(0, 1)] * 8 + [(0, 0)] * 5
 
 
 def test_the_hosts_kernel_scope_reads_the_device_verbs_alike():
     """``kernels.kernel_scope`` (the runner's choice of sending kernel) calls a one-message
     table "thread" exactly where the kernel's own tests take its message on one thread
-    (dv.small_ok, dv.push_mid_ok, asked on the device of the buffer itself, where the host
-    asks the same predicates of the table's sizes and addresses; an inline write takes a
-    push's tests, dv.inline_small and dv.inline_mid): every size 1 to 300 bytes from source
-    words 0 to 3 of one buffer, for the pushed paths and the inline one. A
+    (dv.push_small_ok, dv.push_mid_ok, asked on the device of the buffer itself, where the
+    host asks the same predicates of the table's sizes and addresses; an inline write takes
+    a push's tests, dv.inline_small and dv.inline_mid): every size 1 to 300 bytes from
+    source words 0 to 3 of one buffer, for the pushed paths and the inline one. A
     message split into WQEs smaller than itself, and every nic_pull table, is the block's."""
     cases = np.array([[w, n] for w in range(4) for n in range(1, 301)], dtype=np.int64)
     src = cuda.to_device(np.zeros(1024, dtype=np.uint32))
-    out = cuda.to_device(np.zeros((len(cases), 3), dtype=np.int64))
+    out = cuda.to_device(np.zeros((len(cases), 2), dtype=np.int64))
     _one_thread_ok[1, 1](src, cuda.to_device(cases), out)
     dev = out.copy_to_host()
     with Context() as ctx:
@@ -274,12 +275,9 @@ def test_the_hosts_kernel_scope_reads_the_device_verbs_alike():
         msgs = np.array([[n, w, 0]], dtype=np.int64)
         return K.kernel_scope(path, msgs, address, chunk)
 
-    for (w, n), (small, mid, inline) in zip(cases.tolist(), dev.tolist()):
+    for (w, n), (small, mid) in zip(cases.tolist(), dev.tolist()):
         assert host("gpu_push", w, n) == host("host_staged", w, n) == \
-            ("thread" if small or mid else "block"), (w, n)
-        assert host("gpu_push_inline", w, n) == ("thread" if inline or mid else "block"), \
-            (w, n)
-        assert inline == small, (w, n)      # an inline write's one-thread sizes are a push's
+            host("gpu_push_inline", w, n) == ("thread" if small or mid else "block"), (w, n)
         assert host("nic_pull", w, n) == "block"
     assert host("gpu_push", 0, 64, chunk=60) == "block"
     tables = np.array([[64, 0, 0], [48, 16, 64], [4096, 28, 112]], dtype=np.int64)
@@ -314,11 +312,13 @@ def test_the_one_thread_kernel_refuses_a_message_it_cannot_post_alone(monkeypatc
 
 @pytest.mark.parametrize("path", ["gpu_push", "host_staged"])
 @pytest.mark.parametrize("threads", [4, 32])
-def test_one_thread_pushes_of_80_to_256_bytes_land_exactly(threads, path):
-    """Every size dv.push_mid (dv.staged_mid) takes, and its neighbours the warp takes (not
-    whole 16-byte words, or from a source word that is not 16-byte aligned), each checked
-    with the canary after it, batched and one at a time."""
-    sizes = [16 * k for k in range(5, 17)] + [68, 100, 240, 252, 256, 20, 256, 272, 144]
+def test_one_thread_pushes_of_65_to_256_bytes_land_exactly(threads, path):
+    """Every whole-vector size dv.push_mid (dv.staged_mid) takes, sizes of 65 to 128 bytes
+    that are not whole 16-byte words, which it takes too, and its neighbours the warp takes
+    (past 128 bytes not whole 16-byte words, or from a source word that is not 16-byte
+    aligned), each checked with the canary after it, batched and one at a time."""
+    sizes = [16 * k for k in range(5, 17)] + [68, 100, 240, 252, 256, 20, 256, 272, 144, 65,
+                                               127, 128, 129]
     for wait_each in (False, True):
         r = runner.run(path, sizes, n_qps=1, block_threads=threads, wait_each=wait_each,
                        batch=3)
@@ -355,14 +355,15 @@ def test_small_inline_writes_wrap_the_send_queue_exactly():
 
 @cuda.jit
 def _inline_units(sq, pi, nbytes):
-    """The five unit stores of dv.inline_small for a payload of ``nbytes`` whose word k
-    holds k + 1, into ``sq`` (a ring of 4 BBs) at producer index ``pi``."""
+    """The unit stores of dv.inline_small (five) and dv.inline_mid's first nine (its
+    registers' eight and the one after) for a payload of ``nbytes`` whose word k holds
+    k + 1, into ``sq`` (a ring of 4 BBs) at producer index ``pi``."""
     if cuda.threadIdx.x == 0:
         chunks = (nbytes + 15) >> 4
         units = dv.inline_units(nbytes)
         nw = (nbytes + 3) >> 2
         w = uint32(0xEEEE)
-        for u in range(5):
+        for u in range(9):
             v = (uint32(4 * u + 1) if 4 * u < nw else uint32(0),
                  uint32(4 * u + 2) if 4 * u + 1 < nw else uint32(0),
                  uint32(4 * u + 3) if 4 * u + 2 < nw else uint32(0),
@@ -372,32 +373,31 @@ def _inline_units(sq, pi, nbytes):
 
 @pytest.mark.parametrize("pi", [0, 3])
 def test_an_inline_wqe_writes_its_own_units_and_nothing_past_them(pi):
-    """dv._inline_unit (dv.inline_small's stores): for every size 1 to 64 bytes, the data
-    segment holds the header word and the payload's words in order from word 9 of the WQE,
-    zeros to the end of its last 16-byte unit, and nothing at or past the WQE's end (the
-    next BB may be a WQE the NIC has not read yet); at producer index 3 of a 4-BB ring the
-    WQE's second BB is the ring's first."""
-    for n in range(1, 65):
+    """dv._inline_unit (dv.inline_small's and dv.inline_mid's stores): for every size 1 to
+    128 bytes, the data segment holds the header word and the payload's words in order
+    from word 9 of the WQE, zeros to the end of its last 16-byte unit, and nothing at or
+    past the WQE's end (the next BB may be a WQE the NIC has not read yet); at producer
+    index 3 of a 4-BB ring the WQE's later BBs are the ring's first."""
+    for n in range(1, 129):
         sq = np.full(64, 0xCCCCCCCC, dtype=np.uint32)
         d = cuda.to_device(sq)
         _inline_units[1, 1](d, pi, n)
         got = d.copy_to_host()
-        first, second = (pi % 4) * 16, ((pi + 1) % 4) * 16
-        wqe = np.concatenate([got[first:first + 16], got[second:second + 16]])
+        bbs = [(pi + b) % 4 for b in range(3)]
+        wqe = np.concatenate([got[b * 16:b * 16 + 16] for b in bbs])
         nw = (n + 3) // 4
         end = 8 + 4 * ((4 + n + 15) // 16)          # the WQE's last word + 1
         want = np.array([0xEEEE] + list(range(1, nw + 1)) + [0] * (end - 9 - nw), dtype=np.uint32)
         assert list(wqe[8:end]) == list(want), n
         assert np.all(wqe[end:] == 0xCCCCCCCC) and np.all(wqe[:8] == 0xCCCCCCCC), n
-        others = [b for b in range(4) if b not in (pi % 4, (pi + 1) % 4)]
-        assert all(np.all(got[b * 16:b * 16 + 16] == 0xCCCCCCCC) for b in others), n
+        assert np.all(got[(pi + 3) % 4 * 16:][:16] == 0xCCCCCCCC), n
 
 
-def _sizes_from_every_word_offset() -> list[int]:
-    """Sizes 1 to 64 bytes in a row after one word, and back down: messages tile the
-    source word by word, so every size starts at another word offset, whole 16-byte sizes
-    among them off the 16-byte vector, and most end inside a word."""
-    sizes = [4] + list(range(1, 65)) + list(range(64, 0, -7))
+def _sizes_from_every_word_offset(low: int = 1, high: int = 64) -> list[int]:
+    """Sizes ``low`` to ``high`` bytes in a row after one word, and back down: messages
+    tile the source word by word, so every size starts at another word offset, whole
+    16-byte sizes among them off the 16-byte vector, and most end inside a word."""
+    sizes = [4] + list(range(low, high + 1)) + list(range(high, low - 1, -7))
     at = np.cumsum([0] + [(n + 3) // 4 for n in sizes])[:-1]
     assert any(n % 16 == 0 and w % 4 for n, w in zip(sizes, at))   # whole vectors, off the vector
     return sizes
@@ -412,6 +412,23 @@ def test_one_thread_pushes_of_any_size_to_64_bytes_from_any_word_land_exactly(pa
     sizes = _sizes_from_every_word_offset()
     for wait_each in (False, True):
         r = runner.run(path, sizes, n_qps=1, block_threads=32, wait_each=wait_each, batch=3)
+        assert r.qp_errors == {} and r.errors == 0, r.qp_errors
+        assert r.delivered == r.messages == len(sizes) and r.kernel == "thread"
+        assert r.counters[BYTES_BY_PATH[path]] == sum(sizes)
+
+
+@pytest.mark.parametrize("path", ["gpu_push", "host_staged", "gpu_push_inline"])
+def test_one_thread_posts_of_65_to_128_bytes_from_any_word_land_exactly(path):
+    """dv.push_mid, dv.staged_mid and dv.inline_mid read any 65 to 128-byte payload from any
+    word into registers before their bookkeeping (word loads where it is not whole aligned
+    vectors) and store it as whole vectors (an inline write's shifted by its header word):
+    every byte lands and the bytes after each message in its last word keep the canary,
+    batched and one at a time, on the one-thread kernel (a 64-BB send queue for the inline
+    writes, wrapped several times)."""
+    sizes = _sizes_from_every_word_offset(65, 128)
+    for wait_each in (False, True):
+        r = runner.run(path, sizes, n_qps=1, block_threads=32, wait_each=wait_each, batch=3,
+                       sq_bbs=64)
         assert r.qp_errors == {} and r.errors == 0, r.qp_errors
         assert r.delivered == r.messages == len(sizes) and r.kernel == "thread"
         assert r.counters[BYTES_BY_PATH[path]] == sum(sizes)
