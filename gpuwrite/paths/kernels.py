@@ -177,7 +177,7 @@ def _send_messages(path: int, scope: int = BLOCK):
                 # same way (one thread, the first warp, the block, by size); they differ in
                 # the ring it goes to and the NIC's reading of it.
                 pushed = path == PUSH or path == STAGED
-                small = path != PULL and dv.small_ok(path == INLINE, src, src_word, n)
+                small = path != PULL and dv.push_small_ok(src, src_word, n)
                 if small or (path != PULL and dv.push_mid_ok(src, src_word, n)):
                     # One thread posts it, with 16-byte stores and no barrier: a block
                     # barrier after stores to host memory costs 0.2 to 0.5 us on an H200
@@ -369,3 +369,11 @@ def kernel_scope(path: str, msgs, src_address: int, chunk_bytes: int) -> str:
     address = src_address + 4 * table[:, M_SRC_WORD]
     one = dv.push_small_fits.py_func(size) | dv.push_mid_fits.py_func(size, address)
     return "thread" if np.all(one & (size <= chunk_bytes)) else "block"
+
+
+def kernel_for(path: str, msgs, src_address: int, chunk_bytes: int):
+    """The kernel the runners launch for the table ``msgs`` on ``path`` (emulated mode's
+    and the testbed's alike): returns (``kernel_scope``'s answer, ``send_messages_for``
+    that path and scope)."""
+    scope = kernel_scope(path, msgs, src_address, chunk_bytes)
+    return scope, send_messages_for(path, scope)

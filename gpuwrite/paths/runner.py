@@ -232,8 +232,7 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
         # The narrower kernel that posts every message of the table: a table of messages
         # thread 0 posts alone goes to the kernel whose other threads leave at once and that
         # takes no barrier per message (kernels.kernel_scope).
-        scope = K.kernel_scope(path, msgs, src_mr.address, chunk_bytes)
-        kernel = K.send_messages_for(path, scope)
+        scope, kernel = K.kernel_for(path, msgs, src_mr.address, chunk_bytes)
         if path == "nic_pull" and pull_agent == "gpu":
             preload(kernel, *send_args)
             agent = PullAgent(ctx, pull_timeout_s=pull_timeout_s)

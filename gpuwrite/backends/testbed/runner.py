@@ -126,9 +126,9 @@ def run(path: str, sizes_bytes, bootstrap: Bootstrap, *, device: str | None = No
             d_td = cuda.to_device(np.zeros(n, dtype=np.int64))
             d_res = cuda.to_device(np.zeros((n_qps, 3), dtype=np.int64))
             pend = cuda.to_device(np.zeros((n_qps, max(4, sq_bbs // 2), 3), dtype=np.int64))
-            # The kernel emulated mode picks for the same table (kernels.kernel_scope).
-            scope = K.kernel_scope(path, msgs, source.address, chunk_bytes)
-            K.send_messages_for(path, scope)[n_qps, block_threads](
+            # The kernel emulated mode picks for the same table (kernels.kernel_for).
+            scope, kernel = K.kernel_for(path, msgs, source.address, chunk_bytes)
+            kernel[n_qps, block_threads](
                 qs.device_args, cuda.to_device(msgs), cuda.to_device(qp_first), src,
                 cuda.to_device(params), d_tp, d_td, d_res, pend)
             cuda.synchronize()
