@@ -6,6 +6,10 @@ block of 512 threads or of 32, with its helper blocks or without, and the source
 L2 or evicted from it (every pull then reads HBM, as the sweep's do).
 
     python3 pull_steps.py ROUND >> out.jsonl
+
+With ``threads`` after ROUND: 64-byte, 64 KiB and 1 MiB pulls (source evicted) with agent
+blocks of 128, 256 and 512 threads (four blocks), to see what a smaller block costs the
+large pulls that its copy serves.
 """
 import json
 import sys
@@ -45,5 +49,20 @@ def main(rnd: int) -> None:
     pull_agent.PullAgent.__init__ = REAL_INIT
 
 
+def threads(rnd: int) -> None:
+    for th in (128, 256, 512):
+        _agent_shape(th, 4)
+        for size in (64, 65536, 1 << 20):
+            r = runner.run("nic_pull", [size] * (MESSAGES if size < 65536 else 25), n_qps=1,
+                           wait_each=True, block_threads=32, source_l2="evicted",
+                           chunk_bytes=max(size, 65536))
+            split = engine_split_us(r)
+            print(json.dumps({"round": rnd, "what": "pull_threads", "threads": th, "size": size,
+                              "ok": r.delivered == r.messages and not r.qp_errors,
+                              "p50_us": round(r.latency_p50_us, 3),
+                              "engine_us": round(split["engine"], 3)}), flush=True)
+    pull_agent.PullAgent.__init__ = REAL_INIT
+
+
 if __name__ == "__main__":
-    main(int(sys.argv[1]))
+    (threads if sys.argv[2:] == ["threads"] else main)(int(sys.argv[1]))
