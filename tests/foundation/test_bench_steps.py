@@ -748,30 +748,37 @@ def test_a_64_byte_miss_names_its_own_repeats_least(capsys):
 
 
 def test_the_bench_records_each_64_byte_miss_with_its_least(monkeypatch):
-    """``_three_targets``' latency step, with its runs faked (two repeats, the second a
-    miss at 3.30 us against a floor of 2.90 and a least of 3.20): the record names the miss,
-    its least and the push's distance from it, and the step after it is reached."""
-    class Reached(Exception):
-        pass
+    """``_three_targets`` whole, with its runs faked (two repeats, the second a 64-byte miss
+    at 3.30 us against a floor of 2.90 and a least of 3.20): the record names the miss, its
+    least and the push's distance from it, and the verdict judges every repeat (latency
+    missed in one of two, bandwidth and rate met). Session 42's per-miss least dropped the
+    latency ratios the verdict reads, and its first bench on a GPU failed there."""
+    class Full(_Run):
+        """A run the bandwidth and rate steps read too: 390 Gb/s, 20 doorbells."""
 
-    monkeypatch.setattr(suite.runner, "run", lambda *args, **kw: _Run(3.0, 0.2))
-    runs = {p: [_Run(3.0, 0.2), _Run(3.3, 0.2)] for p in suite.runner.PATHS}
+        def __init__(self, p50_us, engine_us):
+            super().__init__(p50_us, engine_us)
+            self.throughput_gbps, self.bytes, self.engine_cpus = 390.0, 20 * 64, [0]
+            self.counters.update(doorbells=20, cq_full_stalls=0)
+
+    monkeypatch.setattr(suite.runner, "run", lambda *args, **kw: Full(3.0, 0.2))
+    monkeypatch.setattr(suite.hostload, "watched_run",
+                        lambda fn, *args, **kw: (Full(3.0, 0.2), {"steal_ms": 0.0}))
+    runs = {p: [Full(3.0, 0.2), Full(3.3, 0.2)] for p in suite.runner.PATHS}
     hosts = {p: [{"steal_ms": 0.0}] * 2 for p in suite.runner.PATHS}
     monkeypatch.setattr(suite, "latency_repeats", lambda *args: (
         [3.0, 2.9], [[3.0] * 3, [2.9] * 3], [3.1, 3.2], runs, hosts, [{"total": 2900.0}] * 2))
-
-    def step(text):
-        if "by poll delay" in text:
-            raise Reached
-
-    out: dict = {}
-    with pytest.raises(Reached):
-        suite._three_targets(out, True, 10, 2, step)
+    steps = []
+    out: dict = {"bulk_store_gbytes": 50.0, "floor_pingpong_us": 2.9}
+    suite._three_targets(out, True, 10, 2, steps.append)
     (miss,) = out["latency_64B"]["gpu_push"]["misses"]
     assert miss["run"] == 1 and miss["ratio"] == pytest.approx(3.3 / 2.9)
     assert miss["least_ratio"] == pytest.approx(3.2 / 2.9)
     assert miss["over_least_us"] == pytest.approx(0.1)
     assert out["latency_64B"]["gpu_push"]["least_ratio"]["max"] == pytest.approx(3.2 / 2.9)
+    assert out["verdict"] == {"latency (2 of 2 runs)": False, "bandwidth (2 of 2 runs)": True,
+                              "rate (2 of 2 runs)": True}
+    assert any("by poll delay" in t for t in steps) and any("message rate" in t for t in steps)
 
 
 def test_each_latency_repeat_is_judged_against_the_median_of_its_floors(monkeypatch):
