@@ -564,7 +564,7 @@ def test_the_runner_sends_each_table_on_the_narrowest_kernel(monkeypatch):
     """A table of messages thread 0 posts alone goes to ``send_messages_for(path,
     "thread")`` (its other threads leave at once: 0.3 us off each 64-byte push on an H200,
     BENCHMARKS.md, session 40); a table with one message the first warp or the block copies,
-    an inline one that is not whole 16-byte words past 64 bytes and every nic_pull table to
+    an inline one that is not whole 16-byte words past 128 bytes and every nic_pull table to
     the "block" kernel. Each delivers
     every byte and says which kernel ran."""
     asked = []
@@ -575,7 +575,8 @@ def test_the_runner_sends_each_table_on_the_narrowest_kernel(monkeypatch):
              ("gpu_push_inline", [64, 32], "thread"), ("gpu_push", [512, 64, 2048], "block"),
              ("host_staged", [1024, 100, 16], "block"), ("gpu_push", [64, 4096], "block"),
              ("gpu_push_inline", [64, 128, 256, 8, 20], "thread"),
-             ("gpu_push_inline", [64, 100], "block"), ("nic_pull", [64] * 4, "block")]
+             ("gpu_push_inline", [64, 100], "thread"), ("gpu_push_inline", [64, 200], "block"),
+             ("nic_pull", [64] * 4, "block")]
     for path, sizes, scope in cases:
         r = runner.run(path, sizes, n_qps=1, wait_each=True, block_threads=64)
         assert r.delivered == r.messages and not r.qp_errors, (path, r.qp_errors)
