@@ -1,5 +1,6 @@
-"""The pull agent's answer, one pull in flight, by size, against the agent before session
-43's two changes: batches of at most ``WARP_COPY_BYTES`` copied by the first warp alone
+"""The pull agent's answer, one pull in flight, by size: session 43's two changes, not
+merged (``agent_warp_copy.patch``, on ``5d0efb8``; no faster, BENCHMARKS.md), against the
+agent without them ("old") and with the first alone ("v1", ``HELPER_POLL_PAUSE_NS = 0``): batches of at most ``WARP_COPY_BYTES`` copied by the first warp alone
 (the other 15 warps of its block no longer run ``copy_bytes``' set-up for them) and helper
 blocks pausing ``HELPER_POLL_PAUSE_NS`` between their polls of the claim word (three
 helpers reading it back to back beside the leader). Sources evicted from L2 (every pull

@@ -8,8 +8,7 @@ whatever the size, more than the read it stands for. This agent makes the same t
 read does: the engine writes a request into mapped host memory (``struct gw_pull_req``,
 csrc/gw_engine.h), the agent's first block polls the ring (a PCIe read per poll, which
 sees up to ``AGENT_BATCH`` requests), copies the bytes of every whole request it found, in
-ticket order, into the engine's buffer with ``copy_bytes`` (16-byte posted writes; the first
-warp alone for a batch of at most ``WARP_COPY_BYTES``) and
+ticket order, into the engine's buffer with ``copy_bytes`` (16-byte posted writes) and
 answers them with one fence and a done word each, as a NIC keeps several reads in flight.
 A batch of ``split_bytes`` or more is cut into chunks that the agent's other blocks copy
 too (one block writes host memory at about 37 GB/s on an H100, less than the GPU's
@@ -42,7 +41,7 @@ from numba import int64
 from gpuwrite._gw_cffi import ffi, lib
 from gpuwrite.cudaenv import SIMULATOR, cuda
 from gpuwrite.device.copy import copy_bytes
-from gpuwrite.device.intrinsics import (backoff, fence_sys, globaltimer_ns, ld_acquire_gpu_u64,
+from gpuwrite.device.intrinsics import (fence_sys, globaltimer_ns, ld_acquire_gpu_u64,
                                         ld_acquire_sys_u64, st_relaxed_sys_u32, st_relaxed_sys_u64,
                                         warp_sync, words_at)
 from gpuwrite.host.memory import mapped
@@ -76,17 +75,6 @@ AGENT_BATCH = 8
 SPLIT_BYTES = 1 << 20
 MIN_CHUNK_BYTES = 32 << 10
 BLOCKS = 4
-# A batch of at most WARP_COPY_BYTES is copied by the leader's first warp alone, the other
-# warps going straight to the barrier after the copy: when all 16 warps of the 512-thread
-# block ran copy_bytes' set-up for a 64-byte pull, the engine's turnaround of a 64-byte or
-# 4 KiB pull was 0.3 to 0.45 us longer than with an agent block of one warp (H200,
-# benchmarks/scripts/pull_steps.py, BENCHMARKS.md, session 43).
-WARP_COPY_BYTES = 4096
-# A helper block pauses this long between its polls of the claim word in L2: three
-# helpers reading it back to back beside the leader made the 64-byte pull's turnaround
-# 0.2 to 0.3 us longer than an agent of the leader alone (session 43). A helper then joins
-# a split batch (1 MiB or more, tens of us of copying) up to this much later.
-HELPER_POLL_PAUSE_NS = 256
 # A persistent kernel's blocks must all stay resident beside the kernels whose pulls they
 # answer (a helper that never starts costs only speed, but holds an SM's slot that the
 # sender may need): at most MAX_BLOCKS, about half the SMs of an H100.
@@ -195,8 +183,6 @@ def _helper(ctl, desc, idle_timeout_ns, outcome, shc):
                 if (v >> 32) != last and (v & 0xFFFFFFFF) != 0:
                     shc[S_SEQ] = v >> 32
                     break
-                if HELPER_POLL_PAUSE_NS > 0:
-                    backoff(HELPER_POLL_PAUSE_NS)
                 polls += 1
                 if polls & 31 == 0:
                     if ld_acquire_gpu_u64(ctl, C_EXIT) != 0:
@@ -346,10 +332,6 @@ def _agent(ring, done, idle_timeout_ns, split_bytes, min_chunk, ctl, desc, outco
                     outcome[A_EXIT] = EXIT_HELPER_LATE
                     st_relaxed_sys_u64(ctl, C_EXIT, 1)
                 return
-        elif nbytes <= WARP_COPY_BYTES:
-            if tid < 32:
-                for j in range(m):
-                    _copy(sh[j, 2], sh[j, 1], sh[j, 0], tid, 32)
         else:
             for j in range(m):
                 _copy(sh[j, 2], sh[j, 1], sh[j, 0], tid, cuda.blockDim.x)

@@ -301,13 +301,13 @@ def _feed(ring, slots, t, nbytes, src, dst, lap=None):
     ring.host[t % slots] = [(t + 1) << 32 | nbytes, lap << 48 | src, lap << 48 | dst, 0]
 
 
-def _run_agent(ring, done, idle_s=0.05, blocks=1, split_bytes=1 << 40, min_chunk=16, threads=32):
+def _run_agent(ring, done, idle_s=0.05, blocks=1, split_bytes=1 << 40, min_chunk=16):
     from gpuwrite.cudaenv import cuda
 
     outcome = cuda.to_device(np.zeros(4, dtype=np.int64))
     ctl = cuda.to_device(np.zeros(4, dtype=np.int64))
     desc = cuda.to_device(np.zeros((pa.AGENT_BATCH + 1, 4), dtype=np.int64))
-    pa._agent[blocks, threads](ring.kernel, done.kernel, int(idle_s * 1e9), split_bytes, min_chunk,
+    pa._agent[blocks, 32](ring.kernel, done.kernel, int(idle_s * 1e9), split_bytes, min_chunk,
                           ctl, desc, outcome)
     cuda.synchronize()
     out = outcome.copy_to_host()
@@ -346,35 +346,6 @@ def test_agent_answers_whole_requests_in_ticket_order_and_stops_at_the_stop():
     got, canary = dst.host.view(np.uint8), np.full(4096, 0xDEADBEEF, np.uint32).view(np.uint8)
     a = int(off[stop])
     assert np.array_equal(got[a:], canary[a:])                       # after the stop
-
-
-@pytest.mark.parametrize("threads", [32, 64])
-def test_small_batches_are_copied_by_one_warp_and_large_ones_by_the_block(threads):
-    """A batch of at most WARP_COPY_BYTES is copied by the first warp alone (its 2 KiB
-    request needs every one of its lanes, four vectors each), a larger one by the whole
-    block: both land exactly, not a byte more, answered in ticket order. With 64 threads on
-    a GPU only: the simulator's warp barrier is the block's (``warp_sync``), so there the
-    agent runs in blocks of one warp, where both copies are the same."""
-    from gpuwrite.cudaenv import SIMULATOR
-    from gpuwrite.host.memory import mapped
-
-    if SIMULATOR and threads > 32:
-        pytest.skip("the simulator's warp barrier is the block's: one warp a block there")
-
-    slots = 16
-    small = [2048, 100, 64, 4, 7, 16, 48, 1000]      # one poll's batch: 3287 bytes
-    large = [3000, 1500]                             # the next: past WARP_COPY_BYTES
-    assert sum(small) <= pa.WARP_COPY_BYTES < sum(large) and len(small) == pa.AGENT_BATCH
-    sizes = small + large
-    ring, done = mapped((slots, 4), np.uint64), mapped((slots,), np.uint32)
-    src, dst, off = _buffers(sizes)
-    for t, n in enumerate(sizes):
-        _feed(ring, slots, t, n, src.address + int(off[t]), dst.address + int(off[t]))
-    _feed(ring, slots, len(sizes), pa.STOP_BYTES, 0, 0)
-    exit_, pulls, nbytes = _run_agent(ring, done, threads=threads)
-    assert (exit_, pulls, nbytes) == ("stopped", len(sizes), sum(sizes))
-    assert list(done.host[:len(sizes) + 1]) == list(range(1, len(sizes) + 2))
-    _check_copies(dst, src, off, sizes)
 
 
 def _check_copies(dst, src, off, sizes):
