@@ -8,8 +8,8 @@ L2 or evicted from it (every pull then reads HBM, as the sweep's do).
     python3 pull_steps.py ROUND >> out.jsonl
 
 With ``threads`` after ROUND: 64-byte, 64 KiB and 1 MiB pulls (source evicted) with agent
-blocks of 128, 256 and 512 threads (four blocks), to see what a smaller block costs the
-large pulls that its copy serves.
+blocks of 32 to 512 threads (four blocks), to see what a smaller block costs the large
+pulls that its copy serves, and whether a 64-byte pull's cost grows with the block's warps.
 """
 import json
 import sys
@@ -50,7 +50,7 @@ def main(rnd: int) -> None:
 
 
 def threads(rnd: int) -> None:
-    for th in (128, 256, 512):
+    for th in (32, 64, 128, 256, 512):
         _agent_shape(th, 4)
         for size in (64, 65536, 1 << 20):
             r = runner.run("nic_pull", [size] * (MESSAGES if size < 65536 else 25), n_qps=1,
