@@ -5,7 +5,9 @@ done word, one request at a time; the agent kernel runs alone on the GPU, as
 ``PullAgent`` launches it (four blocks of 512 threads), and as one block of one warp. Set
 beside the bench's least answer (``reverse_floor_us``: one warp answering a host thread's
 ping after copying 64 bytes) and the engine's turnaround of a 64-byte nic_pull, it says
-whether the pull's time above that least lies in the agent or in the engine.
+whether the pull's time above that least lies in the agent or in the engine. With a
+random pause before each request (``jitter_ns``) the requests land at any phase of the
+agent's polls, as the engine's do, where back to back each lands as its poll reads.
 
     python3 agent_rtt_probe.py ROUND >> out.jsonl
 """
@@ -32,13 +34,22 @@ static uint64_t now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 /* Posts tickets first .. first + n - 1 one at a time (each waited for); rtt[k] in ns.
-   Returns how many were answered within timeout_ns each. */
+   With jitter_ns, each post waits a pseudo-random 0 to jitter_ns after the last answer, so
+   that requests land at any phase of the agent's polls (as the engine's do: a sender's
+   round trip lies between them). Returns how many were answered within timeout_ns each. */
 uint32_t agent_rtt(void *ring, void *done, uint32_t slots, uint64_t first, uint32_t n,
                    uint64_t src, uint64_t dst, uint32_t len, uint32_t stride,
-                   uint64_t timeout_ns, uint64_t *rtt) {
+                   uint64_t timeout_ns, uint64_t jitter_ns, uint64_t *rtt) {
     struct req *r = (struct req *)ring;
     volatile uint32_t *d = (volatile uint32_t *)done;
+    uint64_t rng = 0x9E3779B97F4A7C15ull;
     for (uint32_t k = 0; k < n; k++) {
+        if (jitter_ns) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            uint64_t until = now_ns() + (rng >> 33) % jitter_ns;
+            while (now_ns() < until)
+                ;
+        }
         uint64_t t = first + k;
         struct req *q = r + (t & (slots - 1));
         uint64_t tag = ((t / slots + 1) & 0xFFFF) << 48;
@@ -59,7 +70,7 @@ uint32_t agent_rtt(void *ring, void *done, uint32_t slots, uint64_t first, uint3
 """
 _CDEF = """uint32_t agent_rtt(void *ring, void *done, uint32_t slots, uint64_t first, uint32_t n,
                    uint64_t src, uint64_t dst, uint32_t len, uint32_t stride,
-                   uint64_t timeout_ns, uint64_t *rtt);"""
+                   uint64_t timeout_ns, uint64_t jitter_ns, uint64_t *rtt);"""
 
 
 def _build():
@@ -76,8 +87,9 @@ def _build():
 
 
 def agent_rtt_us(blocks: int, threads: int, n: int = 2000, nbytes: int = 64,
-                 evict: bool = False) -> float:
-    """Median round trip (us, the first tenth dropped) of ``n`` pulls of ``nbytes`` each."""
+                 evict: bool = False, jitter_ns: int = 0) -> dict:
+    """Round trips (us, the first tenth dropped) of ``n`` pulls of ``nbytes`` each: their
+    median and mean."""
     ffi, lib = _build()
     slots = 64
     ring, done = mapped((slots, 4), np.uint64), mapped((slots,), np.uint32)
@@ -94,15 +106,15 @@ def agent_rtt_us(blocks: int, threads: int, n: int = 2000, nbytes: int = 64,
     rtt = ffi.new("uint64_t[]", n)
     got = lib.agent_rtt(ffi.cast("void *", ring.address), ffi.cast("void *", done.address),
                         slots, 0, n, src.__cuda_array_interface__["data"][0], dst.address,
-                        nbytes, stride, 2_000_000_000, rtt)
+                        nbytes, stride, 2_000_000_000, jitter_ns, rtt)
     stop = ffi.new("uint64_t[]", 1)
     lib.agent_rtt(ffi.cast("void *", ring.address), ffi.cast("void *", done.address), slots,
-                  n, 1, 0, 0, gw.GW_PULL_STOP_BYTES, 0, 2_000_000_000, stop)
+                  n, 1, 0, 0, gw.GW_PULL_STOP_BYTES, 0, 2_000_000_000, 0, stop)
     cuda.synchronize()
     if got < n:
         raise RuntimeError(f"the agent answered {got} of {n}")
-    ns = np.frombuffer(ffi.buffer(rtt), dtype=np.uint64)
-    return float(np.median(ns[n // 10:]) / 1e3)
+    ns = np.frombuffer(ffi.buffer(rtt), dtype=np.uint64)[n // 10:] / 1e3
+    return {"median_us": round(float(np.median(ns)), 3), "mean_us": round(float(np.mean(ns)), 3)}
 
 
 def main(rnd: int) -> None:
@@ -111,9 +123,9 @@ def main(rnd: int) -> None:
 
     out(what="reverse_64B", us=round(reverse_floor_us(2000, 64), 3))
     for blocks, threads in ((4, 512), (1, 32)):
-        for evict in (False, True):
-            out(what="agent_direct", blocks=blocks, threads=threads, evicted=evict,
-                us=round(agent_rtt_us(blocks, threads, evict=evict), 3))
+        for jitter in (0, 2400):
+            out(what="agent_direct", blocks=blocks, threads=threads, jitter_ns=jitter,
+                **agent_rtt_us(blocks, threads, evict=True, jitter_ns=jitter))
     r = runner.run("nic_pull", [64] * 400, n_qps=1, wait_each=True, block_threads=32,
                    source_l2="evicted")
     out(what="engine_pull_64B", p50_us=round(r.latency_p50_us, 3),
