@@ -101,6 +101,9 @@ struct gw_counters {
     uint64_t copy_pieces_late;    /* of them, copied by the worker: unclaimed when it came */
     uint64_t copy_wait_ns;        /* summed: the worker's own piece done to every piece done */
     uint64_t copies_cached;       /* deliveries stored through the cache (cached_dst_max_bytes) */
+    uint64_t pull_agent_ns;       /* summed over pulls the agent answered: request posted to
+                                   * answer seen by the engine (its round trip to the agent) */
+    uint64_t pull_agent_answers;  /* pulls in pull_agent_ns */
 };
 
 struct gw_cq_desc {

@@ -216,6 +216,7 @@ struct worker {
     struct agent_ticket {         /* pulls this worker posted to the agent, not yet seen done */
         uint64_t ticket, dst;
         uint32_t len;
+        uint64_t posted_ns;       /* when its request was written (pull_agent_ns) */
     } agent_tickets[AGENT_TICKETS_MAX];
     uint32_t agent_pending;
     uint64_t gen_seen;            /* engine generation this worker last revalidated against */

@@ -256,7 +256,8 @@ static int pull_start(struct gw_engine *e, struct worker *w, void *dst, uint64_t
             atomic_fetch_add(&e->agent_failed, 1);
             return -1;
         }
-        w->agent_tickets[w->agent_pending++] = (struct agent_ticket){t, (uint64_t)(uintptr_t)dst, len};
+        w->agent_tickets[w->agent_pending++] =
+            (struct agent_ticket){t, (uint64_t)(uintptr_t)dst, len, gw_now_ns()};
         return PULL_BY_AGENT;
     }
     if (!e->have_cuda) {
@@ -283,6 +284,10 @@ static int pull_wait_each(struct gw_engine *e, struct worker *w, uint8_t *answer
             atomic_fetch_add(&e->agent_failed, 1);
         } else {
             atomic_fetch_add(&e->agent_pulls, 1);
+            /* The agent's round trip as the engine sees it (for a batch, each ticket's
+             * answer is seen after the tickets before it: an upper bound). */
+            count(&w->c.pull_agent_ns, gw_now_ns() - w->agent_tickets[k].posted_ns);
+            count(&w->c.pull_agent_answers, 1);
         }
     }
     w->agent_pending = 0;

@@ -63,8 +63,9 @@ Every repeated figure is reported as min, median and max. Where a run misses a t
 ``lost_in`` names the step that took the time: the engine (doorbell seen to CQE written,
 its mean turnaround) or the GPU side (the rest of the round trip), whichever exceeds its
 share of the bound more (the engine's share: its least turnaround for that path; for
-nic_pull, gpu_push's, and the rest of its turnaround is its read, ``pull``, which the
-bound has no share for; for a gpu_push or host_staged point with a measured least,
+nic_pull, gpu_push's, and the rest of its turnaround is its read, which the bound has no
+share for: ``agent``, the engine's round trip to the pull agent (request written to answer
+seen, counter ``pull_agent_ns``), and ``pull``, the rest of it; for a gpu_push or host_staged point with a measured least,
 ``stores``, the least less the floor, against what the bound allows for moving its bytes:
 ``sweep_steps``; for the 64-byte latency, the floor of the same repeat is the GPU side's
 share, and the push breakdown of that repeat is kept beside it);
@@ -440,6 +441,14 @@ def mean_turnaround_us(counters: dict) -> float | None:
     return counters["turnaround_ns"] / n / 1e3 if n else None
 
 
+def agent_wait_us(counters) -> float | None:
+    """A run's mean round trip from the engine to the pull agent (request written to answer
+    seen: ``pull_agent_ns`` over ``pull_agent_answers``), us; None where the agent answered
+    no pull."""
+    n = counters.get("pull_agent_answers", 0)
+    return counters["pull_agent_ns"] / n / 1e3 if n else None
+
+
 def engine_split_us(r) -> dict:
     """A run's round trip split into the engine's share (doorbell seen to CQE written, mean
     over its completions) and the GPU side (the rest of the p50)."""
@@ -761,12 +770,15 @@ def delivery_against_wire(path: str, wqe_bytes: int, engine_us: list[float],
 
 def sweep_steps(path: str, threads: int, split: dict, bound_us: float,
                 engine_fixed: dict, least_stores_us: float | None = None,
-                floor_us: float | None = None) -> tuple[dict, dict]:
+                floor_us: float | None = None,
+                agent_us: float | None = None) -> tuple[dict, dict]:
     """(a run's steps, the bound's steps) for ``lost_in``: the engine's fixed cost and the
     GPU side (the bound less that cost). nic_pull's turnaround also holds its read (the
     pull agent's round trip, or the copy engine's call): measured against gpu_push's
     turnaround at the same block size, where that was swept, the rest is a step of its
-    own, ``pull``, which the bound leaves no time for (the floor's answer needs no read).
+    own, ``pull``, which the bound leaves no time for (the floor's answer needs no read);
+    with the engine's round trip to the agent (``agent_us``, ``agent_wait_us``) that is a
+    step of its own too, ``agent``, and ``pull`` the engine's part of the read beside it.
     A gpu_push or host_staged point with a measured least (``least_stores_us``, the
     fastest of its repeats) and the run's floor has a step ``stores`` too: what the stores
     it orders before its doorbell cost beyond the floor (the least less the floor), against
@@ -783,6 +795,10 @@ def sweep_steps(path: str, threads: int, split: dict, bound_us: float,
                  "gpu": bound_us - fixed - allowed})
     if path == "nic_pull" and ("gpu_push", threads) in engine_fixed:
         base = min(fixed, engine_fixed[("gpu_push", threads)])
+        if agent_us is not None:
+            steps = {"engine": base, "agent": agent_us,
+                     "pull": split["engine"] - base - agent_us, "gpu": split["gpu"]}
+            return steps, {"engine": base, "agent": 0.0, "pull": 0.0, "gpu": bound_us - base}
         steps = {"engine": base, "pull": split["engine"] - base, "gpu": split["gpu"]}
         return steps, {"engine": base, "pull": 0.0, "gpu": bound_us - base}
     return dict(split), {"engine": fixed, "gpu": bound_us - fixed}
@@ -950,7 +966,8 @@ def latency_sweep(floor_us: float, ceilings: dict, *, sizes=SWEEP_SIZES, paths=S
                 row["met"] = ratio <= target
                 if not row["met"]:
                     row["lost_in"] = lost_in(*sweep_steps(path, th, sp, run_bound,
-                                                          engine_fixed, least_stores, floor))
+                                                          engine_fixed, least_stores, floor,
+                                                          agent_wait_us(r.counters)))
             judged.append(row)
         point = {"path": path, "size_bytes": size, "threads": th, "bound_us": bound,
                  "wqe_bytes": min(size, sweep_wqe_bytes(path, size)),
@@ -967,6 +984,9 @@ def latency_sweep(floor_us: float, ceilings: dict, *, sizes=SWEEP_SIZES, paths=S
             point["least_stores_us"] = spread(stores)
             if least is None or least_stores > least:
                 least, kind = least_stores, "stores"
+        agent = [agent_wait_us(r.counters) for r in rs]
+        if all(a is not None for a in agent):
+            point["agent_us"] = spread(agent)     # the engine's round trip to the pull agent
         stand_in = delivery_against_wire(path, point["wqe_bytes"], [x["engine"] for x in split],
                                          engine_fixed[(path, th)])
         if stand_in is not None:

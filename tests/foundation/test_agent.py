@@ -143,6 +143,46 @@ def _answer_late(agent, src, dst):
     agent.done.host[slot] = 1            # ticket 0 answered
 
 
+def test_the_engine_times_its_round_trip_to_the_agent():
+    """``pull_agent_ns``: every pull the agent answers adds the time from its request to its
+    answer as the engine saw them (``pull_agent_answers`` counts them). A stand-in agent, a
+    host thread that answers each request 20 ms after it sees it (and the stop request at
+    once), makes the mean at least 20 ms; the bytes it copies land."""
+    import ctypes
+    import threading
+
+    mask = (1 << lib.GW_PULL_ADDR_BITS) - 1
+    with Context() as ctx:
+        agent = PullAgent(ctx, pull_timeout_s=5.0, slots=4).start(launch=False)
+
+        def serve():
+            t = 0
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                req = agent.ring.host[t % 4]
+                if int(req[0]) >> 32 != t + 1:
+                    time.sleep(0.0005)
+                    continue
+                n = int(req[0]) & 0xFFFFFFFF
+                if n == lib.GW_PULL_STOP_BYTES:
+                    agent.done.host[t % 4] = t + 1
+                    return
+                time.sleep(0.02)
+                ctypes.memmove(int(req[2]) & mask, int(req[1]) & mask, n)
+                agent.done.host[t % 4] = t + 1
+                t += 1
+
+        server = threading.Thread(target=serve, daemon=True)
+        server.start()
+        r = runner.run("nic_pull", [64, 256, 100], n_qps=1, context=ctx,
+                       pull_agent="copy_engine", wait_each=True, timeout_s=10)
+        report = agent.stop()
+        server.join(5)
+    assert r.delivered == r.messages == 3 and not r.qp_errors, r.qp_errors
+    assert r.counters["pull_agent_answers"] == 3 == report["engine_answered"]
+    assert 20e6 <= r.counters["pull_agent_ns"] / 3 < 5e9
+
+
 def test_late_pull_keeps_its_destination_until_the_agent_answers():
     from gpuwrite.host import verbs as hv
 

@@ -28,6 +28,17 @@ def test_a_slow_pull_is_charged_to_its_read_not_to_the_gpu_side():
     assert steps["engine"] == ref["engine"] == 0.19
     lost = suite.lost_in(steps, ref)
     assert lost["step"] == "pull" and abs(lost["grew_by"] - 4.77) < 1e-9
+    # With the engine's round trip to the agent counted (pull_agent_ns), the read splits
+    # into that round trip and the engine's part beside it (session 43's H200: 4.2 us of
+    # a 4.7 us turnaround).
+    agent = suite.agent_wait_us({"pull_agent_ns": 3 * 4200, "pull_agent_answers": 3})
+    assert agent == 4.2 and suite.agent_wait_us({"pull_agent_answers": 0}) is None
+    steps, ref = suite.sweep_steps("nic_pull", 32, splits[("nic_pull", 64, 32)][0], 3.27, fixed,
+                                   agent_us=agent)
+    assert steps["agent"] == 4.2 and ref["agent"] == ref["pull"] == 0.0
+    assert abs(steps["pull"] - (4.96 - 0.19 - 4.2)) < 1e-9
+    lost = suite.lost_in(steps, ref)
+    assert lost["step"] == "agent" and abs(lost["grew_by"] - 4.2) < 1e-9
 
 
 def test_other_paths_keep_their_own_engine_share():
