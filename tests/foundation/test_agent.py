@@ -147,9 +147,14 @@ def test_the_engine_times_its_round_trip_to_the_agent():
     """``pull_agent_ns``: every pull the agent answers adds the time from its request to its
     answer as the engine saw them (``pull_agent_answers`` counts them). A stand-in agent, a
     host thread that answers each request 20 ms after it sees it (and the stop request at
-    once), makes the mean at least 20 ms; the bytes it copies land."""
+    once), makes the mean at least 20 ms; the bytes it copies land. On the simulator only,
+    where "GPU memory" is host memory that a host thread can copy (on a GPU the engine's
+    count beside the real agent's answers: BENCHMARKS.md, session 43)."""
     import ctypes
     import threading
+
+    if not SIMULATOR:
+        pytest.skip("the stand-in agent copies with memmove: the sources must be host memory")
 
     mask = (1 << lib.GW_PULL_ADDR_BITS) - 1
     with Context() as ctx:
