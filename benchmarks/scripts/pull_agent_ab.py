@@ -1,11 +1,12 @@
-"""The pull agent's answer, one pull in flight, by size: session 43's two changes, not
-merged (``agent_warp_copy.patch``, on ``5d0efb8``; no faster, BENCHMARKS.md), against the
-agent without them ("old") and with the first alone ("v1", ``HELPER_POLL_PAUSE_NS = 0``): batches of at most ``WARP_COPY_BYTES`` copied by the first warp alone
-(the other 15 warps of its block no longer run ``copy_bytes``' set-up for them) and helper
-blocks pausing ``HELPER_POLL_PAUSE_NS`` between their polls of the claim word (three
-helpers reading it back to back beside the leader). Sources evicted from L2 (every pull
-reads HBM, as the bench's sweep does), a 32-thread sender; then 64-byte pulls of 32 QPs
-and the bench's 1 MiB bandwidth run, so that batching and splits are seen too.
+"""The pull agent's answer, one pull in flight, by size: session 43's two changes, not merged
+(``agent_warp_copy.patch``, on ``5d0efb8``; no faster, BENCHMARKS.md), against the agent
+without them ("old") and with the first alone ("v1", ``HELPER_POLL_PAUSE_NS = 0``): batches
+of at most ``WARP_COPY_BYTES`` copied by the first warp alone (the other 15 warps of its
+block no longer run ``copy_bytes``' set-up for them) and helper blocks pausing
+``HELPER_POLL_PAUSE_NS`` between their polls of the claim word (three helpers reading it
+back to back beside the leader). Sources evicted from L2 (every pull reads HBM, as the
+bench's sweep does), a 32-thread sender; then 64-byte pulls of 32 QPs and the bench's 1 MiB
+bandwidth run, so that batching and splits are seen too.
 
 Run once per code version, in turn, each process on the package its PYTHONPATH finds:
     python3 pull_agent_ab.py LABEL ROUND >> out.jsonl
