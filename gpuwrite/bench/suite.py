@@ -67,9 +67,9 @@ nic_pull, gpu_push's, and the rest of its turnaround is its read, which the boun
 share for: ``agent``, the engine's round trip to the pull agent (request written to answer
 seen, counter ``pull_agent_ns``), and ``pull``, the rest of it; for a gpu_push or
 host_staged point with a measured least, ``stores``, the least less the floor, against what
-the bound allows for moving its bytes: ``sweep_steps``; for the 64-byte latency, the floor of the same repeat is the GPU side's
-share, and the push breakdown of that repeat is kept beside it);
-for bandwidth and rate, against the median run. A sweep point's runs slower than its
+the bound allows for moving its bytes: ``sweep_steps``; for the 64-byte latency, the floor
+of the same repeat is the GPU side's share, and the push breakdown of that repeat is kept
+beside it); for bandwidth and rate, against the median run. A sweep point's runs slower than its
 fastest by about a whole completion-poll read (``poll_read_us``: the floor's rise when the
 host answers late) are listed as ``runs_a_poll_read_later``: their completions were found a
 read later, which is the poll's phase, not the path's work; those slower than it by a fifth
