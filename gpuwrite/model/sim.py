@@ -429,7 +429,6 @@ class SimResult:
         received = raw["tx_end"][ok] + inputs.flight
         span_ps = (received.max() - raw["arrival"].min()) if ok.any() else 0
         delivered_bytes = int(inputs.sizes[ok].sum())
-        series = self.timeseries(min(self.workload.samples, 4000))
         out = {
             "path": self.params.path,
             "topology": self.params.topology,
