@@ -12,7 +12,9 @@ Run once per code version, in turn, each process on the package its PYTHONPATH f
 payloads that are not whole aligned vectors on one thread (``dv.push_mid`` and
 ``dv.inline_mid`` from any word: word loads, and ``cp.async`` of words past 128 bytes;
 ``mid_any_words.patch``, applied to ``3f202dc``, not merged: slower past 128 bytes)
-against the first warp's and the block's.
+against the first warp's and the block's. Session 43's, sizes ``64,72,100,127,128,256``:
+one thread for 65 to 128 bytes from any word, in registers (main since ``6f2806a``),
+against ``d61e136``.
 """
 import json
 import sys
