@@ -215,6 +215,23 @@ def _least_stores_lines(sweep: list[dict]) -> list[str]:
     return lines
 
 
+def _agent_lines(sweep: list) -> list[str]:
+    """The engine's round trip to the pull agent at each nic_pull point that recorded it
+    (``agent_us``, since session 43: request written to answer seen, the medians of its
+    runs), and what a miss charged to ``agent`` means."""
+    pts = [pt for pt in sweep if "agent_us" in pt]
+    if not pts:
+        return []
+    cells = ", ".join(f"{pt['size_bytes']} B {pt['threads']} thr {pt['agent_us']['median']:.2f}"
+                      for pt in pts)
+    lines = [f"  nic_pull's round trip from the engine to the pull agent (request written to "
+             f"answer seen), median us: {cells}"]
+    if any(r.get("lost_in", {}).get("step") == "agent" for pt in pts for r in pt["runs"]):
+        lines.append("  lost in agent: that round trip, a host-GPU round trip a NIC's read does "
+                     "not make (the stand-in's); lost in pull: the rest of the engine's read")
+    return lines
+
+
 def _sweep_why(pt: dict) -> str:
     """Where a sweep point's missed runs lost their time: the steps named, and how many of
     its runs were a whole completion-poll read later than its fastest, and how many lost
@@ -479,6 +496,8 @@ def _print(out: dict) -> None:
                       "least, least st, less the floor) took more than the bound allows for "
                       "moving its bytes: time in the hardware's stores and their ordering, not in "
                       "gpuwrite's bookkeeping")
+    for line in _agent_lines(out["sweep"]):
+        console.print(line)
     if any(pt.get("runs_engine_slow") for pt in out["sweep"]):
         console.print("  the engine slow: slower than the point's fastest run by a fifth or more, "
                       "at least half of it in the engine's turnaround (doorbell seen to CQE "

@@ -296,6 +296,29 @@ def test_a_push_run_that_beat_its_bound_is_not_judged(monkeypatch, capsys):
             "source read faster than the ceiling's copy from HBM)") in text
 
 
+@pytest.mark.timeout(20)
+def test_the_printed_bench_gives_the_engines_round_trip_to_the_pull_agent(capsys):
+    """Session 43's bench, printed whole (the first file with the per-miss least), and with
+    the pull agent's round trip its next bench records at each nic_pull point (``agent_us``)
+    and a miss charged to it: the printout gives the medians and says what ``agent`` means."""
+    from gpuwrite.cli.bench import _print
+    out = json.load(open(REPO / "benchmarks" / "h200-2026-11-29-bench-session43.json"))
+    _print(out)
+    assert "round trip from the engine to the pull agent" not in capsys.readouterr().out
+    for pt in out["sweep"]:
+        if pt["path"] == "nic_pull":
+            pt["agent_us"] = {"min": 4.2, "median": 4.4 if pt["size_bytes"] == 64 else 6.6,
+                              "max": 4.6, "runs": []}
+            for r in pt["runs"]:
+                if "lost_in" in r:
+                    r["lost_in"]["step"] = "agent"
+    _print(out)
+    text = " ".join(capsys.readouterr().out.split())
+    assert ("nic_pull's round trip from the engine to the pull agent (request written to answer "
+            "seen), median us: 64 B 32 thr 4.40, 256 B 32 thr 6.60") in text
+    assert "lost in agent: that round trip" in text
+
+
 def test_a_bench_names_the_code_it_ran(monkeypatch, capsys):
     """Both benches store gpuwrite's version and commit (``GPUWRITE_GIT_COMMIT`` on a GPU
     machine that received a working tree), and the printout's first line names them."""
