@@ -456,9 +456,9 @@ def copy_words(dst, dst_word, src, src_word, nwords):
 
 
 # Which payloads one thread posts, as functions of the payload's size and its source's byte
-# address alone: the kernels ask them of each message (``push_small_ok``, ``push_mid_ok``,
-# ``small_ok``) and the host asks the same functions (their ``py_func``) of a whole
-# table of messages at once when it picks a sending kernel
+# address alone: the kernels ask them of each message (``push_small_ok``, ``push_mid_ok``)
+# and the host asks the same functions (their ``py_func``) of a whole table of messages at
+# once when it picks a sending kernel
 # (``gpuwrite.paths.kernels.kernel_scope``). So they are written with ``&`` rather than
 # ``and`` or chained comparisons (which numpy arrays do not take) and call no other device
 # function (which the host cannot call).
