@@ -11,6 +11,7 @@ agent's polls, as the engine's do, where back to back each lands as its poll rea
 
     python3 agent_rtt_probe.py ROUND >> out.jsonl
 """
+import functools
 import json
 import sys
 import tempfile
@@ -73,7 +74,9 @@ _CDEF = """uint32_t agent_rtt(void *ring, void *done, uint32_t slots, uint64_t f
                    uint64_t timeout_ns, uint64_t jitter_ns, uint64_t *rtt);"""
 
 
+@functools.lru_cache(maxsize=None)
 def _build():
+    """The probe's C, compiled once a process."""
     ffi = FFI()
     ffi.cdef(_CDEF)
     ffi.set_source("_agent_rtt_probe", _C, extra_compile_args=["-O2"])

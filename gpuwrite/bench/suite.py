@@ -434,19 +434,24 @@ def spread(values) -> dict:
     return {"min": min(v), "median": float(np.median(v)), "max": max(v), "runs": v}
 
 
+def _mean_us(counters: dict, ns_key: str, count_key: str) -> float | None:
+    """An engine counter summed in ns over the events another counts, as a mean in us;
+    None where it counted none (or, for a file or fake, has no such counter)."""
+    n = counters.get(count_key, 0)
+    return counters[ns_key] / n / 1e3 if n else None
+
+
 def mean_turnaround_us(counters: dict) -> float | None:
     """The engine's mean turnaround (doorbell seen to CQE written) over a run's completions,
     from its counters; None where it wrote none."""
-    n = counters["turnarounds"]
-    return counters["turnaround_ns"] / n / 1e3 if n else None
+    return _mean_us(counters, "turnaround_ns", "turnarounds")
 
 
 def agent_wait_us(counters) -> float | None:
     """A run's mean round trip from the engine to the pull agent (request written to answer
     seen: ``pull_agent_ns`` over ``pull_agent_answers``), us; None where the agent answered
     no pull."""
-    n = counters.get("pull_agent_answers", 0)
-    return counters["pull_agent_ns"] / n / 1e3 if n else None
+    return _mean_us(counters, "pull_agent_ns", "pull_agent_answers")
 
 
 def engine_split_us(r) -> dict:
@@ -953,8 +958,9 @@ def latency_sweep(floor_us: float, ceilings: dict, *, sizes=SWEEP_SIZES, paths=S
         split = splits[(path, size, th)]
         stores = push_leasts.get((path, size, th))
         least_stores = min(stores) if stores else None
+        agent = [agent_wait_us(r.counters) for r in rs]
         judged = []
-        for r, sp, host, floor in zip(rs, split, hosts[(path, size, th)], floors):
+        for r, sp, host, floor, ag in zip(rs, split, hosts[(path, size, th)], floors, agent):
             run_bound = _sweep_bound_us(path, size, th, floor, ceilings)
             ratio = r.latency_p50_us / run_bound
             row = {"p50_us": r.latency_p50_us, "bound_us": run_bound, "ratio": ratio,
@@ -966,8 +972,7 @@ def latency_sweep(floor_us: float, ceilings: dict, *, sizes=SWEEP_SIZES, paths=S
                 row["met"] = ratio <= target
                 if not row["met"]:
                     row["lost_in"] = lost_in(*sweep_steps(path, th, sp, run_bound,
-                                                          engine_fixed, least_stores, floor,
-                                                          agent_wait_us(r.counters)))
+                                                          engine_fixed, least_stores, floor, ag))
             judged.append(row)
         point = {"path": path, "size_bytes": size, "threads": th, "bound_us": bound,
                  "wqe_bytes": min(size, sweep_wqe_bytes(path, size)),
@@ -984,7 +989,6 @@ def latency_sweep(floor_us: float, ceilings: dict, *, sizes=SWEEP_SIZES, paths=S
             point["least_stores_us"] = spread(stores)
             if least is None or least_stores > least:
                 least, kind = least_stores, "stores"
-        agent = [agent_wait_us(r.counters) for r in rs]
         if all(a is not None for a in agent):
             point["agent_us"] = spread(agent)     # the engine's round trip to the pull agent
         stand_in = delivery_against_wire(path, point["wqe_bytes"], [x["engine"] for x in split],
