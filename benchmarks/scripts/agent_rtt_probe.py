@@ -110,7 +110,7 @@ def agent_rtt_us(blocks: int, threads: int, n: int = 2000, nbytes: int = 64,
         evict_l2()
     pa._agent[blocks, threads + 32 * readers](ring.kernel, done.kernel, int(5e9),
                                               pa.SPLIT_BYTES, pa.MIN_CHUNK_BYTES, ctl, desc,
-                                              outcome, readers, pa.STAGGER_NS)
+                                              outcome, readers, pa.POLL_RTT_NS // max(readers, 1))
     rtt = ffi.new("uint64_t[]", n)
     got = lib.agent_rtt(ffi.cast("void *", ring.address), ffi.cast("void *", done.address),
                         slots, replicas, 0, n, src.__cuda_array_interface__["data"][0],

@@ -13,7 +13,8 @@ answers them with one fence and a done word each, as a NIC keeps several reads i
 A NIC's read request reaches the GPU as it is sent; a poll finds a request only when its
 read arrives, up to a whole PCIe round trip later. So ``READERS`` warps of the first block
 poll, each a replica of the ring of its own (the engine writes every request into each),
-``STAGGER_NS`` apart, and the first to find a batch hands it to the block's other threads
+a PCIe read round trip (``POLL_RTT_NS``) apart divided among them, and the first to find
+a batch hands it to the block's other threads
 through shared memory (``_reader``); on the simulator, and in a block of one warp, that
 warp polls and copies alone.
 A batch of ``split_bytes`` or more is cut into chunks that the agent's other blocks copy
@@ -48,7 +49,7 @@ from gpuwrite._gw_cffi import ffi, lib
 from gpuwrite.cudaenv import SIMULATOR, cuda
 from gpuwrite.device.copy import copy_bytes
 from gpuwrite.device.verbs import KERNEL_OPTIONS, MAX_REGISTERS
-from gpuwrite.device.intrinsics import (fence_sys, globaltimer_ns, group_sync,
+from gpuwrite.device.intrinsics import (backoff, fence_sys, globaltimer_ns, group_sync,
                                         ld_acquire_gpu_u64, ld_acquire_sys_u64,
                                         st_relaxed_sys_u32, st_relaxed_sys_u64, warp_sync,
                                         words_at)
@@ -104,11 +105,15 @@ S_SEQ, S_COUNT, S_WORDS = 6, 7, 8
 # per batch), the ticket that phase waits for, when it opened (globaltimer), the phase a
 # reader claimed last, the claimed batch's size (0: not found yet), the leader has left.
 R_PHASE, R_TICKET, R_OPENED, R_CLAIMED, R_COUNT, R_QUIT, R_WORDS = range(7)
-# Reader warps, each polling a replica of the ring of its own, ``STAGGER_NS`` apart: four
-# warps 290 ns apart, each on its own line, found a host's answer 1.0 us sooner than one
-# reader on an H200 (a PCIe read round trip is about 1.15 us; BENCHMARKS.md, session 38).
+# Reader warps, each polling a replica of the ring of its own, POLL_RTT_NS / READERS
+# apart: four warps 290 ns apart, each on its own line, found a host's answer 1.0 us sooner
+# than one reader on an H200 (a PCIe read round trip is about 1.15 us; BENCHMARKS.md,
+# session 38).
 READERS = 4
-STAGGER_NS = 290
+POLL_RTT_NS = 1160
+# A reader waiting for the leader's next phase pauses this long between looks, so that
+# its warp leaves the copying warps of its SM their issue slots.
+READER_PAUSE_NS = 64
 MAX_READERS = lib.GW_PULL_MAX_REPLICAS
 # A block of the agent: at most 128 registers a thread (KERNEL_OPTIONS), so 512 threads.
 # Its copying threads (those that are not readers) need not be many: 256 copied a 64 KiB
@@ -373,6 +378,7 @@ def _reader(ring, r, slots, slot_bits, batch, stagger_ns, words, sh, shr, shw):
                     while globaltimer_ns() < shw[r, 2] + r * stagger_ns:
                         pass
                     break
+                backoff(READER_PAUSE_NS)
         warp_sync(32)
         if shw[r, 3] != 0:
             return
@@ -546,7 +552,7 @@ class PullAgent:
     def __init__(self, ctx, *, threads: int | None = None, blocks: int = BLOCKS, slots: int = 64,
                  split_bytes: int = SPLIT_BYTES, pull_timeout_s: float = 1.0,
                  idle_timeout_s: float = 60.0, readers: int | None = None,
-                 stagger_ns: int = STAGGER_NS):
+                 stagger_ns: int | None = None):
         if slots < 1 or slots > 65536 or slots & (slots - 1):
             raise ValueError(f"slots={slots}: a power of two from 1 to 65536")
         if pull_timeout_s <= 0 or idle_timeout_s <= 0:
@@ -571,6 +577,8 @@ class PullAgent:
                              f"than the block's threads={self.threads} / 32 (the rest copy)")
         if self.readers and SIMULATOR:
             raise ValueError("readers must be 0 on the CUDA simulator (it has no warp barrier)")
+        if stagger_ns is None:
+            stagger_ns = POLL_RTT_NS // max(self.readers, 1)
         if not 0 <= stagger_ns <= 10_000:
             raise ValueError(f"stagger_ns={stagger_ns}: from 0 to 10000")
         self.stagger_ns = stagger_ns

@@ -367,7 +367,7 @@ def _run_agent(ring, done, idle_s=0.05, blocks=1, split_bytes=1 << 40, min_chunk
     desc = cuda.to_device(np.zeros((pa.AGENT_BATCH + 1, 4), dtype=np.int64))
     pa._agent[blocks, 32 + 32 * readers](ring.kernel, done.kernel, int(idle_s * 1e9),
                                          split_bytes, min_chunk, ctl, desc, outcome, readers,
-                                         pa.STAGGER_NS)
+                                         pa.POLL_RTT_NS // max(readers, 1))
     cuda.synchronize()
     out = outcome.copy_to_host()
     return pa.EXIT_NAMES[int(out[pa.A_EXIT])], int(out[pa.A_PULLS]), int(out[pa.A_BYTES])
