@@ -44,11 +44,9 @@ struct gw_engine_config {
     void *cuda_context;           /* CUcontext for pulls from GPU memory; NULL: memcpy */
     const char *libcuda_path;     /* where to dlopen the CUDA driver when cuda_context is set */
     /* nic_pull's GPU-resident stand-in (gw_engine_set_pull_agent); zero: the copy engine */
-    void *pull_ring;              /* pull_replicas rings of pull_slots struct gw_pull_req,
-                                   * mapped host memory, one after another */
+    void *pull_ring;              /* pull_slots struct gw_pull_req, mapped host memory */
     void *pull_done;              /* pull_slots uint32 completion words, mapped host memory */
     uint32_t pull_slots;          /* power of two, at most 65536 */
-    uint32_t pull_replicas;       /* 1 to GW_PULL_MAX_REPLICAS copies of each request */
     uint64_t pull_timeout_ns;     /* a pull not answered in this long fails (PULL_FAILED) */
 };
 
@@ -58,10 +56,7 @@ struct gw_engine_config {
  * slot with plain 8-byte loads in one PCIe round trip and needs no ordering between them:
  * a word that still holds an older request's (or the zeros of a ring never used) is not
  * ready. Laps are tagged from 1, so zeroed memory never matches. The agent answers by a release store of the low 32
- * bits of t + 1 into done[slot]. The engine writes each request into every replica of
- * the ring (ring r at pull_ring + r * pull_slots): the agent's readers poll one replica
- * each, a fraction of a PCIe round trip apart, and reads of lines of their own are not
- * merged into one another's in flight (BENCHMARKS.md, session 38). */
+ * bits of t + 1 into done[slot]. */
 struct gw_pull_req {
     uint64_t ticket_nbytes;       /* (t + 1) << 32 | nbytes */
     uint64_t tag_src;             /* ((t / pull_slots + 1) & 0xFFFF) << 48 | src */
@@ -72,7 +67,6 @@ struct gw_pull_req {
 enum {
     GW_PULL_STOP_BYTES = 0xFFFFFFFF,   /* a request of this size stops the agent */
     GW_PULL_ADDR_BITS = 48,
-    GW_PULL_MAX_REPLICAS = 8,
 };
 
 /* Everything the engine counts. Read at any time with gw_engine_read_counters. */
@@ -182,10 +176,9 @@ void gw_engine_destroy(struct gw_engine *engine);
 int gw_engine_poll(struct gw_engine *engine, uint32_t passes);
 void gw_engine_read_counters(struct gw_engine *engine, struct gw_counters *out);
 /* Pulls from GPU memory go to the agent serving ring/done (NULL ring: the copy engine
- * again); ring holds `replicas` rings of `slots` requests. Call while no pull is in
- * flight. */
+ * again). Call while no pull is in flight. */
 int gw_engine_set_pull_agent(struct gw_engine *engine, void *ring, void *done, uint32_t slots,
-                             uint32_t replicas, uint64_t timeout_ns);
+                             uint64_t timeout_ns);
 /* Pulls the agent left unanswered past the timeout (their WQEs failed with PULL_FAILED)
  * and has still not answered, whose destination meets [addr, addr + len); len 0: all.
  * While one is counted the agent may still write there. Detaching the agent (a NULL

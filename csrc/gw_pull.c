@@ -185,26 +185,23 @@ static uint64_t agent_post(struct gw_engine *e, struct gw_pull_req *ring, uint64
     uint32_t slots = e->cfg.pull_slots;
     if (t >= slots && agent_wait(e, t - slots) != 0)
         return UINT64_MAX;
+    struct gw_pull_req *r = ring + (t & (slots - 1));
     uint64_t tag = ((t / slots + 1) & 0xFFFF) << GW_PULL_ADDR_BITS;
     /* Each word is whole and tagged (gw_engine.h), so the agent may read them in any
-     * order; in every replica the ticket word is released last, and the agent's acquire
-     * of it orders its reads of GPU memory after this engine's acquire of the doorbell. */
-    for (uint32_t k = 0; k < e->cfg.pull_replicas; k++) {
-        struct gw_pull_req *r = ring + (size_t)k * slots + (t & (slots - 1));
-        __atomic_store_n(&r->tag_src, tag | src, __ATOMIC_RELAXED);
-        __atomic_store_n(&r->tag_dst, tag | dst, __ATOMIC_RELAXED);
-        __atomic_store_n(&r->ticket_nbytes, (t + 1) << 32 | len, __ATOMIC_RELEASE);
-    }
+     * order; the ticket word is released last, and the agent's acquire of it orders its
+     * reads of GPU memory after this engine's acquire of the doorbell. */
+    __atomic_store_n(&r->tag_src, tag | src, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->tag_dst, tag | dst, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->ticket_nbytes, (t + 1) << 32 | len, __ATOMIC_RELEASE);
     return t;
 }
 
 /* Attaches an agent (ring != NULL) or detaches it (ring == NULL); -1 for a bad ring, -2
  * when running workers did not let go of the old ring within quiesce's limit. */
 int gw_engine_set_pull_agent(struct gw_engine *e, void *ring, void *done, uint32_t slots,
-                             uint32_t replicas, uint64_t timeout_ns)
+                             uint64_t timeout_ns)
 {
-    if (ring && (slots == 0 || slots > 65536 || (slots & (slots - 1)) || !done ||
-                 replicas == 0 || replicas > GW_PULL_MAX_REPLICAS))
+    if (ring && (slots == 0 || slots > 65536 || (slots & (slots - 1)) || !done))
         return -1;
     pthread_mutex_lock(&e->lock);
     if (e->cfg.pull_ring) {
@@ -220,7 +217,6 @@ int gw_engine_set_pull_agent(struct gw_engine *e, void *ring, void *done, uint32
     late_forget(e);
     e->cfg.pull_done = done;
     e->cfg.pull_slots = slots;
-    e->cfg.pull_replicas = replicas;
     e->cfg.pull_timeout_ns = timeout_ns ? timeout_ns : 1000000000ull;
     atomic_store(&e->agent_next, 0);
     __atomic_store_n(&e->cfg.pull_ring, ring, __ATOMIC_RELEASE);

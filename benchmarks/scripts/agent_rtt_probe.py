@@ -2,8 +2,7 @@
 request into the agent's ring exactly as the engine's ``agent_post`` does (csrc/gw_pull.c:
 the tagged source and destination words, then the ticket word released) and spins on its
 done word, one request at a time; the agent kernel runs alone on the GPU, as
-``PullAgent`` launches it (four blocks of 512 copying threads, with and, since session 44,
-without its reader warps), and as one block of one warp. Set
+``PullAgent`` launches it (four blocks of 512 threads), and as one block of one warp. Set
 beside the bench's least answer (``reverse_floor_us``: one warp answering a host thread's
 ping after copying 64 bytes) and the engine's turnaround of a 64-byte nic_pull, it says
 whether the pull's time above that least lies in the agent or in the engine. With a
@@ -39,8 +38,8 @@ static uint64_t now_ns(void) {
    With jitter_ns, each post waits a pseudo-random 0 to jitter_ns after the last answer, so
    that requests land at any phase of the agent's polls (as the engine's do: a sender's
    round trip lies between them). Returns how many were answered within timeout_ns each. */
-uint32_t agent_rtt(void *ring, void *done, uint32_t slots, uint32_t replicas, uint64_t first,
-                   uint32_t n, uint64_t src, uint64_t dst, uint32_t len, uint32_t stride,
+uint32_t agent_rtt(void *ring, void *done, uint32_t slots, uint64_t first, uint32_t n,
+                   uint64_t src, uint64_t dst, uint32_t len, uint32_t stride,
                    uint64_t timeout_ns, uint64_t jitter_ns, uint64_t *rtt) {
     struct req *r = (struct req *)ring;
     volatile uint32_t *d = (volatile uint32_t *)done;
@@ -53,15 +52,13 @@ uint32_t agent_rtt(void *ring, void *done, uint32_t slots, uint32_t replicas, ui
                 ;
         }
         uint64_t t = first + k;
+        struct req *q = r + (t & (slots - 1));
         uint64_t tag = ((t / slots + 1) & 0xFFFF) << 48;
         uint64_t off = (uint64_t)(k % 64) * stride;
         uint64_t t0 = now_ns();
-        for (uint32_t c = 0; c < replicas; c++) {
-            struct req *q = r + (uint64_t)c * slots + (t & (slots - 1));
-            __atomic_store_n(&q->tag_src, tag | (src + off), __ATOMIC_RELAXED);
-            __atomic_store_n(&q->tag_dst, tag | (dst + off), __ATOMIC_RELAXED);
-            __atomic_store_n(&q->ticket_nbytes, (t + 1) << 32 | len, __ATOMIC_RELEASE);
-        }
+        __atomic_store_n(&q->tag_src, tag | (src + off), __ATOMIC_RELAXED);
+        __atomic_store_n(&q->tag_dst, tag | (dst + off), __ATOMIC_RELAXED);
+        __atomic_store_n(&q->ticket_nbytes, (t + 1) << 32 | len, __ATOMIC_RELEASE);
         for (;;) {
             uint32_t seen = __atomic_load_n(&d[t & (slots - 1)], __ATOMIC_ACQUIRE);
             if ((int32_t)(seen - (uint32_t)(t + 1)) >= 0) break;
@@ -72,9 +69,9 @@ uint32_t agent_rtt(void *ring, void *done, uint32_t slots, uint32_t replicas, ui
     return n;
 }
 """
-_CDEF = """uint32_t agent_rtt(void *ring, void *done, uint32_t slots, uint32_t replicas,
-                   uint64_t first, uint32_t n, uint64_t src, uint64_t dst, uint32_t len,
-                   uint32_t stride, uint64_t timeout_ns, uint64_t jitter_ns, uint64_t *rtt);"""
+_CDEF = """uint32_t agent_rtt(void *ring, void *done, uint32_t slots, uint64_t first, uint32_t n,
+                   uint64_t src, uint64_t dst, uint32_t len, uint32_t stride,
+                   uint64_t timeout_ns, uint64_t jitter_ns, uint64_t *rtt);"""
 
 
 @functools.lru_cache(maxsize=None)
@@ -93,13 +90,12 @@ def _build():
 
 
 def agent_rtt_us(blocks: int, threads: int, n: int = 2000, nbytes: int = 64,
-                 evict: bool = False, jitter_ns: int = 0, readers: int = 0) -> dict:
+                 evict: bool = False, jitter_ns: int = 0) -> dict:
     """Round trips (us, the first tenth dropped) of ``n`` pulls of ``nbytes`` each: their
-    median and mean. ``threads`` copy; ``readers`` warps beside them poll a replica each."""
+    median and mean."""
     ffi, lib = _build()
     slots = 64
-    replicas = max(readers, 1)
-    ring, done = mapped((replicas, slots, 4), np.uint64), mapped((slots,), np.uint32)
+    ring, done = mapped((slots, 4), np.uint64), mapped((slots,), np.uint32)
     stride = max(256, -(-nbytes // 256) * 256)
     src = cuda.to_device(np.arange(stride * 64 // 4, dtype=np.uint32))
     dst = mapped((stride * 64 // 4,), np.uint32)
@@ -108,16 +104,15 @@ def agent_rtt_us(blocks: int, threads: int, n: int = 2000, nbytes: int = 64,
     desc = cuda.to_device(np.zeros((pa.AGENT_BATCH + 1, 4), dtype=np.int64))
     if evict:
         evict_l2()
-    pa._agent[blocks, threads + 32 * readers](ring.kernel, done.kernel, int(5e9),
-                                              pa.SPLIT_BYTES, pa.MIN_CHUNK_BYTES, ctl, desc,
-                                              outcome, readers, pa.POLL_RTT_NS // max(readers, 1))
+    pa._agent[blocks, threads](ring.kernel, done.kernel, int(5e9), pa.SPLIT_BYTES,
+                               pa.MIN_CHUNK_BYTES, ctl, desc, outcome)
     rtt = ffi.new("uint64_t[]", n)
     got = lib.agent_rtt(ffi.cast("void *", ring.address), ffi.cast("void *", done.address),
-                        slots, replicas, 0, n, src.__cuda_array_interface__["data"][0],
-                        dst.address, nbytes, stride, 2_000_000_000, jitter_ns, rtt)
+                        slots, 0, n, src.__cuda_array_interface__["data"][0], dst.address,
+                        nbytes, stride, 2_000_000_000, jitter_ns, rtt)
     stop = ffi.new("uint64_t[]", 1)
     lib.agent_rtt(ffi.cast("void *", ring.address), ffi.cast("void *", done.address), slots,
-                  replicas, n, 1, 0, 0, gw.GW_PULL_STOP_BYTES, 0, 2_000_000_000, 0, stop)
+                  n, 1, 0, 0, gw.GW_PULL_STOP_BYTES, 0, 2_000_000_000, 0, stop)
     cuda.synchronize()
     if got < n:
         raise RuntimeError(f"the agent answered {got} of {n}")
@@ -130,11 +125,10 @@ def main(rnd: int) -> None:
         print(json.dumps({"round": rnd, **kw}), flush=True)
 
     out(what="reverse_64B", us=round(reverse_floor_us(2000, 64), 3))
-    for blocks, threads, readers in ((4, 512, 0), (4, 512, pa.READERS), (1, 32, 0)):
+    for blocks, threads in ((4, 512), (1, 32)):
         for jitter in (0, 2400):
-            out(what="agent_direct", blocks=blocks, threads=threads, readers=readers,
-                jitter_ns=jitter, **agent_rtt_us(blocks, threads, evict=True,
-                                                 jitter_ns=jitter, readers=readers))
+            out(what="agent_direct", blocks=blocks, threads=threads, jitter_ns=jitter,
+                **agent_rtt_us(blocks, threads, evict=True, jitter_ns=jitter))
     r = runner.run("nic_pull", [64] * 400, n_qps=1, wait_each=True, block_threads=32,
                    source_l2="evicted")
     out(what="engine_pull_64B", p50_us=round(r.latency_p50_us, 3),

@@ -1,7 +1,8 @@
-"""The pull agent's reader warps (session 44): nic_pull, one pull in flight, with the
-agent's ring polled by its first warp alone (``readers=0``) and by ``pa.READERS`` warps
-polling a replica each, ``pa.POLL_RTT_NS / readers`` apart, in turn within one process; and, run
-with another tree on PYTHONPATH and READERS "-", the agent as that tree has it. Per
+"""The pull agent's reader warps (session 44, ``agent_readers.patch`` on ``8d94090``; measured,
+not merged: BENCHMARKS.md): nic_pull, one pull in flight, with the agent's ring polled by
+its first warp alone (``readers=0``) and by ``pa.READERS`` warps polling a replica each,
+``pa.POLL_RTT_NS / readers`` apart, in turn within one process (the patched tree); and,
+run with another tree on PYTHONPATH and READERS "-", the agent as that tree has it. Per
 point: the engine's p50, the agent's round trip as the engine saw it (``pull_agent_ns`` /
 ``pull_agent_answers``) and the engine's part; then 64-byte pulls of 32 QPs and the
 bench's 1 MiB bandwidth run (batching and splits).

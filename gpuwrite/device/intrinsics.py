@@ -22,7 +22,7 @@ __all__ = [
     "ld_acquire_sys_u32", "st_release_sys_u32", "st_relaxed_sys_u32", "st_relaxed_sys_u64", "fence_sys",
     "globaltimer_ns", "backoff", "ld_v4_u32", "st_v4_u32", "st_u8", "address_of", "bswap32",
     "warp_sync", "ld_acquire_sys_u64", "ld_acquire_gpu_u64", "words_at", "cp_async16",
-    "cp_async_wait_all", "group_sync",
+    "cp_async_wait_all",
 ]
 
 if SIMULATOR:
@@ -78,12 +78,6 @@ if SIMULATOR:
     def warp_sync(lanes):
         """Barrier of the first warp's ``lanes`` threads. The simulator has no warp
         barrier: this is the block's, so callers use it only in blocks of <= 32 threads."""
-        cuda.syncthreads()
-
-    @cuda.jit(device=True)
-    def group_sync(nthreads):
-        """Barrier of the block's first ``nthreads`` threads. The simulator has no named
-        barrier: this is the block's, so callers use it only with the whole block."""
         cuda.syncthreads()
 
     def globaltimer_ns():
@@ -387,30 +381,6 @@ else:
         barrier, it orders their memory accesses, so a release by lane 0 after it covers
         every lane's stores before it."""
         cuda.syncwarp(0xFFFFFFFF if lanes >= 32 else (1 << lanes) - 1)
-
-    @intrinsic
-    def _bar_sync1(typingctx, nthreads):
-        sig = types.void(nthreads)
-
-        def codegen(context, builder, sig, args):
-            n = builder.trunc(args[0], ir.IntType(32)) if args[0].type.width > 32 else args[0]
-            fnty = ir.FunctionType(ir.VoidType(), [ir.IntType(32)])
-            builder.call(ir.InlineAsm(fnty, "bar.sync 1, $0;", "r,~{memory}",
-                                      side_effect=True), [n])
-            return context.get_dummy_value()
-
-        return sig, codegen
-
-    @cuda.jit(device=True, inline=True)
-    def group_sync(nthreads):
-        """Barrier of the block's first ``nthreads`` threads (a multiple of 32): the
-        block's own barrier when that is the whole block, else named barrier 1
-        (``bar.sync 1, nthreads``), which the block's other warps never wait on. Like a
-        block barrier it orders the memory accesses of the threads it joins."""
-        if nthreads == cuda.blockDim.x:
-            cuda.syncthreads()
-        else:
-            _bar_sync1(nthreads)
 
     @cuda.jit(device=True, inline=True)
     def backoff(ns):

@@ -10,13 +10,6 @@ csrc/gw_engine.h), the agent's first block polls the ring (a PCIe read per poll,
 sees up to ``AGENT_BATCH`` requests), copies the bytes of every whole request it found, in
 ticket order, into the engine's buffer with ``copy_bytes`` (16-byte posted writes) and
 answers them with one fence and a done word each, as a NIC keeps several reads in flight.
-A NIC's read request reaches the GPU as it is sent; a poll finds a request only when its
-read arrives, up to a whole PCIe round trip later. So ``READERS`` warps of the first block
-poll, each a replica of the ring of its own (the engine writes every request into each),
-a PCIe read round trip (``POLL_RTT_NS``) apart divided among them, and the first to find
-a batch hands it to the block's other threads
-through shared memory (``_reader``); on the simulator, and in a block of one warp, that
-warp polls and copies alone.
 A batch of ``split_bytes`` or more is cut into chunks that the agent's other blocks copy
 too (one block writes host memory at about 37 GB/s on an H100, less than the GPU's
 bulk-store ceiling); the first block answers once every chunk is copied, so answers stay
@@ -48,11 +41,9 @@ from numba import int64
 from gpuwrite._gw_cffi import ffi, lib
 from gpuwrite.cudaenv import SIMULATOR, cuda
 from gpuwrite.device.copy import copy_bytes
-from gpuwrite.device.verbs import KERNEL_OPTIONS, MAX_REGISTERS
-from gpuwrite.device.intrinsics import (backoff, fence_sys, globaltimer_ns, group_sync,
-                                        ld_acquire_gpu_u64, ld_acquire_sys_u64,
-                                        st_relaxed_sys_u32, st_relaxed_sys_u64, warp_sync,
-                                        words_at)
+from gpuwrite.device.intrinsics import (fence_sys, globaltimer_ns, ld_acquire_gpu_u64,
+                                        ld_acquire_sys_u64, st_relaxed_sys_u32, st_relaxed_sys_u64,
+                                        warp_sync, words_at)
 from gpuwrite.host.memory import mapped
 from gpuwrite.kernel_cache import cached
 
@@ -101,24 +92,6 @@ D_BYTES, D_SRC, D_DST, D_FIRST = range(4)
 # A block's shared words for split batches: two claimed chunks (bytes, source,
 # destination at 0 and 3), a helper's batch number, the leader's chunk count.
 S_SEQ, S_COUNT, S_WORDS = 6, 7, 8
-# The leader's shared words for its reader warps (int64): the phase it opened last (one
-# per batch), the ticket that phase waits for, when it opened (globaltimer), the phase a
-# reader claimed last, the claimed batch's size (0: not found yet), the leader has left.
-R_PHASE, R_TICKET, R_OPENED, R_CLAIMED, R_COUNT, R_QUIT, R_WORDS = range(7)
-# Reader warps, each polling a replica of the ring of its own, POLL_RTT_NS / READERS
-# apart: four warps 290 ns apart, each on its own line, found a host's answer 1.0 us sooner
-# than one reader on an H200 (a PCIe read round trip is about 1.15 us; BENCHMARKS.md,
-# session 38).
-READERS = 4
-POLL_RTT_NS = 1160
-# A reader waiting for the leader's next phase pauses this long between looks, so that
-# its warp leaves the copying warps of its SM their issue slots.
-READER_PAUSE_NS = 64
-MAX_READERS = lib.GW_PULL_MAX_REPLICAS
-# A block of the agent: at most 128 registers a thread (KERNEL_OPTIONS), so 512 threads.
-# Its copying threads (those that are not readers) need not be many: 256 copied a 64 KiB
-# or 1 MiB pull as fast as 512 on an H200 (BENCHMARKS.md, session 43).
-MAX_THREADS = 65536 // MAX_REGISTERS
 
 
 @cuda.jit(device=True)
@@ -168,17 +141,16 @@ def _claim(desc, ctl, seq, guess, shc, at):
 
 
 @cuda.jit(device=True)
-def _copy_chunks(desc, ctl, seq, shc, nthreads):
-    """Claims chunks of split batch ``seq`` until none is left and copies each with the
-    block's first ``nthreads`` threads; returns how many this block copied. Thread 0
-    claims the next chunk while they copy the one before (two slots of ``shc``), so a
-    claim's trip to L2 overlaps a copy."""
+def _copy_chunks(desc, ctl, seq, shc):
+    """Claims chunks of split batch ``seq`` until none is left and copies each; returns
+    how many this block copied. Thread 0 claims the next chunk while the block copies
+    the one before (two slots of ``shc``), so a claim's trip to L2 overlaps a copy."""
     tid = cuda.threadIdx.x
     copied = 0
     v = int64(0)
     if tid == 0:
         v = _claim(desc, ctl, seq, int64(ld_acquire_gpu_u64(ctl, C_CLAIM)), shc, 0)
-    group_sync(nthreads)
+    cuda.syncthreads()
     cur = 0
     while True:
         n = shc[cur]
@@ -186,9 +158,9 @@ def _copy_chunks(desc, ctl, seq, shc, nthreads):
             return copied
         if tid == 0:
             v = _claim(desc, ctl, seq, v, shc, 3 - cur)
-        _copy(shc[cur + 2], shc[cur + 1], n, tid, nthreads)
+        _copy(shc[cur + 2], shc[cur + 1], n, tid, cuda.blockDim.x)
         copied += 1
-        group_sync(nthreads)    # the chunk is read by all; the next one is claimed
+        cuda.syncthreads()      # the chunk is read by all; the next one is claimed
         cur = 3 - cur
 
 
@@ -227,7 +199,7 @@ def _helper(ctl, desc, idle_timeout_ns, outcome, shc):
         if seq < 0:
             return
         last = seq
-        copied = _copy_chunks(desc, ctl, seq, shc, cuda.blockDim.x)
+        copied = _copy_chunks(desc, ctl, seq, shc)
         if tid == 0 and copied > 0:
             # The block's stores precede the barrier in _copy_chunks; this fence orders
             # them before the count the leader waits for, and so before its done words.
@@ -237,12 +209,11 @@ def _helper(ctl, desc, idle_timeout_ns, outcome, shc):
 
 
 @cuda.jit(device=True)
-def _split(sh, m, nbytes, desc, ctl, seq, finished, min_chunk, idle_timeout_ns, shc, nthreads):
+def _split(sh, m, nbytes, desc, ctl, seq, finished, min_chunk, idle_timeout_ns, shc):
     """The leader's side of a split batch (its first ``m`` requests, ``nbytes`` in all):
-    publishes the chunks, copies its own claims with its ``nthreads`` copying threads,
-    then waits until every claimed chunk is copied. Returns the chunk count every block
-    has finished since the start, or -1 if the others' chunks were not finished within
-    the idle timeout."""
+    publishes the chunks, copies its own claims, then waits until every claimed chunk is
+    copied. Returns the chunk count every block has finished since the start, or -1 if
+    the others' chunks were not finished within the idle timeout."""
     tid = cuda.threadIdx.x
     if tid == 0:
         share = (nbytes + 2 * cuda.gridDim.x - 1) // (2 * cuda.gridDim.x)
@@ -259,9 +230,9 @@ def _split(sh, m, nbytes, desc, ctl, seq, finished, min_chunk, idle_timeout_ns, 
         shc[S_COUNT] = first
         cuda.threadfence()      # the rows before the batch's number
         st_relaxed_sys_u64(ctl, C_CLAIM, (seq << 32) | first)
-    group_sync(nthreads)
+    cuda.syncthreads()
     total = finished + shc[S_COUNT]
-    copied = _copy_chunks(desc, ctl, seq, shc, nthreads)
+    copied = _copy_chunks(desc, ctl, seq, shc)
     if tid == 0:
         cuda.atomic.add(ctl, C_FINISHED, copied)
         start = globaltimer_ns()
@@ -272,167 +243,27 @@ def _split(sh, m, nbytes, desc, ctl, seq, finished, min_chunk, idle_timeout_ns, 
             if now - start > idle_timeout_ns:
                 shc[S_COUNT] = -1
                 break
-    group_sync(nthreads)
+    cuda.syncthreads()
     return shc[S_COUNT]
 
 
-@cuda.jit(device=True)
-def _take(words, sh, k):
-    """Request j < k of a poll's ``words`` into ``sh[j]`` (bytes, source, destination)."""
-    for j in range(k):
-        sh[j, 0] = words[j, 0] & 0xFFFFFFFF
-        sh[j, 1] = words[j, 1] & _ADDR_MASK
-        sh[j, 2] = words[j, 2] & _ADDR_MASK
-
-
-@cuda.jit(device=True)
-def _poll_alone(ring, t, slots, slot_bits, batch, idle_timeout_ns, ctl, words, sh, shk):
-    """The first warp polls replica 0 for the batch from ticket ``t`` (the leader's block
-    has no reader warps): ``shk[0]`` is its size, or -1 after the idle timeout."""
-    tid = cuda.threadIdx.x
-    # Lane l reads word l & 3 of ticket t + l // 4: one warp-wide load, one PCIe round
-    # trip per poll, every word acquired (gw_pull_req).
-    g = tid >> 2
-    req = ring[0, (t + g) & (slots - 1)]
-    start = globaltimer_ns()
-    while True:
-        words[0, g, tid & 3] = int64(ld_acquire_sys_u64(req, tid & 3))
-        if tid == 0:
-            now = globaltimer_ns()
-            shk[1] = 1 if now - start > idle_timeout_ns else 0
-            st_relaxed_sys_u64(ctl, C_BEAT, now)
-        warp_sync(32)
-        # Tickets are answered in order: the batch is the run of whole requests from
-        # ticket t. Every lane reads the same words: one decision for the warp.
-        k = 0
-        while k < batch and _ready(words[0], k, t, slot_bits):
-            k += 1
-        if k > 0:
-            if tid < k:
-                sh[tid, 0] = words[0, tid, 0] & 0xFFFFFFFF
-                sh[tid, 1] = words[0, tid, 1] & _ADDR_MASK
-                sh[tid, 2] = words[0, tid, 2] & _ADDR_MASK
-            if tid == 0:
-                shk[0] = k
-            return
-        if shk[1] != 0:
-            if tid == 0:
-                shk[0] = -1
-            return
-        warp_sync(32)   # every lane has read words before the next poll writes them
-
-
-@cuda.jit(device=True)
-def _poll_readers(t, idle_timeout_ns, ctl, shr, shk):
-    """Thread 0 opens a phase for the batch from ticket ``t`` and waits, in shared memory,
-    until a reader warp has taken it (``_reader``): ``shk[0]`` is its size, or -1 after
-    the idle timeout."""
-    cuda.atomic.exch(shr, R_COUNT, 0)
-    cuda.atomic.exch(shr, R_TICKET, t)
-    start = globaltimer_ns()
-    cuda.atomic.exch(shr, R_OPENED, start)
-    cuda.threadfence_block()
-    cuda.atomic.add(shr, R_PHASE, 1)
-    beat = int64(0)
-    k = int64(0)
-    while True:
-        k = cuda.atomic.add(shr, R_COUNT, 0)
-        if k != 0:
-            cuda.threadfence_block()     # sh was written before the count
-            break
-        now = globaltimer_ns()
-        if now - beat > 1000:
-            beat = now
-            st_relaxed_sys_u64(ctl, C_BEAT, now)
-            if now - start > idle_timeout_ns:
-                k = -1
-                break
-    shk[0] = k
-
-
-@cuda.jit(device=True)
-def _reader(ring, r, slots, slot_bits, batch, stagger_ns, words, sh, shr, shw):
-    """Reader warp ``r`` of the leader's block. For each phase the leader opens (the
-    batch from one ticket), it polls replica ``r`` of the ring from ``r * stagger_ns``
-    after the opening, one warp-wide read at a time, until its read finds the batch or
-    another reader has taken it. The first to find it claims the phase, writes the batch
-    into ``sh`` and its size into the leader's count. Staggered readers find a request a
-    fraction of a PCIe round trip after it lands, where one reader finds it up to a
-    whole round trip later (BENCHMARKS.md, session 38). Returns once the leader has left."""
-    lane = cuda.threadIdx.x & 31
-    g = lane >> 2
-    mine = int64(0)
-    while True:
-        if lane == 0:
-            while True:
-                if cuda.atomic.add(shr, R_QUIT, 0) != 0:
-                    shw[r, 3] = 1
-                    break
-                p = cuda.atomic.add(shr, R_PHASE, 0)
-                if p != mine:
-                    cuda.threadfence_block()     # the phase's ticket was written before it
-                    shw[r, 0] = p
-                    shw[r, 1] = cuda.atomic.add(shr, R_TICKET, 0)
-                    shw[r, 2] = cuda.atomic.add(shr, R_OPENED, 0)
-                    shw[r, 3] = 0
-                    while globaltimer_ns() < shw[r, 2] + r * stagger_ns:
-                        pass
-                    break
-                backoff(READER_PAUSE_NS)
-        warp_sync(32)
-        if shw[r, 3] != 0:
-            return
-        mine = shw[r, 0]
-        t = shw[r, 1]
-        req = ring[r, (t + g) & (slots - 1)]
-        while True:
-            words[r, g, lane & 3] = int64(ld_acquire_sys_u64(req, lane & 3))
-            warp_sync(32)
-            k = 0
-            while k < batch and _ready(words[r], k, t, slot_bits):
-                k += 1
-            if lane == 0:
-                # 1: this phase is over for this warp (found, taken by another, or the
-                # leader has left), else 0
-                shw[r, 3] = 0
-                if k > 0:
-                    shw[r, 3] = 1
-                    if cuda.atomic.cas(shr, R_CLAIMED, mine - 1, mine) == mine - 1:
-                        _take(words[r], sh, k)
-                        cuda.threadfence_block()
-                        cuda.atomic.exch(shr, R_COUNT, k)
-                elif cuda.atomic.add(shr, R_CLAIMED, 0) >= mine or \
-                        cuda.atomic.add(shr, R_QUIT, 0) != 0:
-                    shw[r, 3] = 1
-            warp_sync(32)
-            if shw[r, 3] != 0:
-                break
-        warp_sync(32)   # every lane has read shw before lane 0 writes the next phase's
-
-
 @cached
-@cuda.jit(**KERNEL_OPTIONS)
-def _agent(ring, done, idle_timeout_ns, split_bytes, min_chunk, ctl, desc, outcome, readers,
-           stagger_ns):
-    # Block 0 leads: it copies every batch smaller than split_bytes alone and answers
-    # every request; the other blocks help with larger batches (_helper). A helper that
-    # starts late or leaves early costs speed only: the leader claims whatever chunks
-    # nobody else has. With ``readers`` > 0 the leader's last ``readers`` warps poll the
-    # ring's replicas (_reader) and its other threads copy and answer; with none, its
-    # first warp polls replica 0 and then copies with the rest (_poll_alone).
-    # words: what each reader's poll read, request by request. sh[j]: request j of the
+@cuda.jit
+def _agent(ring, done, idle_timeout_ns, split_bytes, min_chunk, ctl, desc, outcome):
+    # Block 0 leads: its first warp polls the ring, it copies every batch smaller than
+    # split_bytes alone and answers every request. The other blocks help with larger
+    # batches (_helper). A helper that starts late or leaves early costs speed only: the
+    # leader claims whatever chunks nobody else has.
+    # words: what the first warp's poll read, request by request. sh[j]: request j of the
     # batch (bytes, source, destination); shk[0]: the batch's size (-1: the idle timeout
     # passed), shk[1]: lane 0's verdict on the idle timeout, for the whole warp. shc: two
-    # claimed chunks, a helper's batch, the split's count (S_*). shr: the leader's words
-    # for its readers (R_*); shw: each reader's phase, ticket, opening and verdict.
+    # claimed chunks, a helper's batch, the split's count (S_*).
     # Shared memory rather than shuffles: the CUDA simulator has no shuffles, and there
-    # the agent's batching is tested (alone, fed by the test, with no reader warps).
-    words = cuda.shared.array((MAX_READERS, AGENT_BATCH, 4), dtype=int64)
+    # the agent's batching is tested (alone, fed by the test).
+    words = cuda.shared.array((AGENT_BATCH, 4), dtype=int64)
     sh = cuda.shared.array((AGENT_BATCH, 3), dtype=int64)
     shk = cuda.shared.array(2, dtype=int64)
     shc = cuda.shared.array(S_WORDS, dtype=int64)
-    shr = cuda.shared.array(R_WORDS, dtype=int64)
-    shw = cuda.shared.array((MAX_READERS, 4), dtype=int64)
     if cuda.blockIdx.x > 0:
         _helper(ctl, desc, idle_timeout_ns, outcome, shc)
         return
@@ -442,36 +273,42 @@ def _agent(ring, done, idle_timeout_ns, split_bytes, min_chunk, ctl, desc, outco
     while (1 << slot_bits) < slots:
         slot_bits += 1
     batch = min(AGENT_BATCH, slots)
-    ncopy = cuda.blockDim.x - 32 * readers     # the threads that copy and answer
-    if tid < R_WORDS:
-        shr[tid] = 0
-    cuda.syncthreads()
-    if tid >= ncopy:
-        _reader(ring, (tid - ncopy) >> 5, slots, slot_bits, batch, stagger_ns, words, sh, shr,
-                shw)
-        return
-    _lead(ring, done, idle_timeout_ns, split_bytes, min_chunk, ctl, desc, outcome, readers,
-          slots, slot_bits, batch, ncopy, words, sh, shk, shc, shr)
-    if tid == 0:
-        cuda.atomic.exch(shr, R_QUIT, 1)      # the readers leave too
-
-
-@cuda.jit(device=True)
-def _lead(ring, done, idle_timeout_ns, split_bytes, min_chunk, ctl, desc, outcome, readers,
-          slots, slot_bits, batch, ncopy, words, sh, shk, shc, shr):
-    """The leader's ``ncopy`` copying threads: batch by batch until the stop request, the
-    idle timeout or a late helper."""
-    tid = cuda.threadIdx.x
     t = 0
     seq = int64(0)        # split batches published
     finished = int64(0)   # chunks of them copied
     while True:
-        if readers > 0:
-            if tid == 0:
-                _poll_readers(t, idle_timeout_ns, ctl, shr, shk)
-        elif tid < 32:
-            _poll_alone(ring, t, slots, slot_bits, batch, idle_timeout_ns, ctl, words, sh, shk)
-        group_sync(ncopy)
+        if tid < 32:
+            # Lane l reads word l & 3 of ticket t + l // 4: one warp-wide load, one PCIe
+            # round trip per poll, every word acquired (gw_pull_req).
+            g = tid >> 2
+            req = ring[(t + g) & (slots - 1)]
+            start = globaltimer_ns()
+            while True:
+                words[g, tid & 3] = int64(ld_acquire_sys_u64(req, tid & 3))
+                if tid == 0:
+                    now = globaltimer_ns()
+                    shk[1] = 1 if now - start > idle_timeout_ns else 0
+                    st_relaxed_sys_u64(ctl, C_BEAT, now)
+                warp_sync(32)
+                # Tickets are answered in order: the batch is the run of whole requests
+                # from ticket t. Every lane reads the same words: one decision for the warp.
+                k = 0
+                while k < batch and _ready(words, k, t, slot_bits):
+                    k += 1
+                if k > 0:
+                    if tid < k:
+                        sh[tid, 0] = words[tid, 0] & 0xFFFFFFFF
+                        sh[tid, 1] = words[tid, 1] & _ADDR_MASK
+                        sh[tid, 2] = words[tid, 2] & _ADDR_MASK
+                    if tid == 0:
+                        shk[0] = k
+                    break
+                if shk[1] != 0:
+                    if tid == 0:
+                        shk[0] = -1
+                    break
+                warp_sync(32)   # every lane has read words before the next poll writes them
+        cuda.syncthreads()
         k = shk[0]
         if k < 0:
             if tid == 0:
@@ -487,7 +324,7 @@ def _lead(ring, done, idle_timeout_ns, split_bytes, min_chunk, ctl, desc, outcom
         if cuda.gridDim.x > 1 and nbytes >= split_bytes:
             seq += 1
             finished = _split(sh, m, nbytes, desc, ctl, seq, finished, min_chunk, idle_timeout_ns,
-                              shc, ncopy)
+                              shc)
             if finished < 0:
                 # A helper holds chunks it has not finished: answering would publish bytes
                 # not yet there. Leave unanswered: the engine fails these pulls.
@@ -497,13 +334,13 @@ def _lead(ring, done, idle_timeout_ns, split_bytes, min_chunk, ctl, desc, outcom
                 return
         else:
             for j in range(m):
-                _copy(sh[j, 2], sh[j, 1], sh[j, 0], tid, ncopy)
+                _copy(sh[j, 2], sh[j, 1], sh[j, 0], tid, cuda.blockDim.x)
         stopped = m < k
         answered = m + 1 if stopped else m
-        # Every copying thread's stores precede the barrier. Then lane j answers ticket
-        # t + j with a release pattern (a fence, then its done word): one fence and one
-        # coalesced store for the batch, where a release store per pull cost 0.64 us each.
-        group_sync(ncopy)
+        # Every thread's stores precede the barrier. Then lane j answers ticket t + j with
+        # a release pattern (a fence, then its done word): one fence and one coalesced
+        # store for the batch, where a release store per pull cost 0.64 us each.
+        cuda.syncthreads()
         if stopped and tid == 0:
             st_relaxed_sys_u64(ctl, C_EXIT, 1)      # the helpers leave
         if tid < answered:
@@ -551,8 +388,7 @@ class PullAgent:
 
     def __init__(self, ctx, *, threads: int | None = None, blocks: int = BLOCKS, slots: int = 64,
                  split_bytes: int = SPLIT_BYTES, pull_timeout_s: float = 1.0,
-                 idle_timeout_s: float = 60.0, readers: int | None = None,
-                 stagger_ns: int | None = None):
+                 idle_timeout_s: float = 60.0):
         if slots < 1 or slots > 65536 or slots & (slots - 1):
             raise ValueError(f"slots={slots}: a power of two from 1 to 65536")
         if pull_timeout_s <= 0 or idle_timeout_s <= 0:
@@ -564,30 +400,16 @@ class PullAgent:
         if split_bytes < 1:
             raise ValueError(f"split_bytes={split_bytes}: at least 1")
         self.ctx = ctx
-        self.threads = threads or MAX_THREADS
-        if self.threads % 32 or not 32 <= self.threads <= MAX_THREADS:
-            raise ValueError(f"threads={self.threads}: a multiple of 32 from 32 to "
-                             f"{MAX_THREADS} (warps; {MAX_REGISTERS} registers a thread)")
-        # Reader warps poll beside the copying threads, out of the same block; the
-        # simulator has no warp barrier to run them with (warp_sync is the block's there).
-        self.readers = (0 if SIMULATOR else min(READERS, self.threads // 32 - 1)) \
-            if readers is None else readers
-        if not 0 <= self.readers <= MAX_READERS or 32 * self.readers >= self.threads:
-            raise ValueError(f"readers={self.readers}: from 0 to {MAX_READERS} warps, fewer "
-                             f"than the block's threads={self.threads} / 32 (the rest copy)")
-        if self.readers and SIMULATOR:
-            raise ValueError("readers must be 0 on the CUDA simulator (it has no warp barrier)")
-        if stagger_ns is None:
-            stagger_ns = POLL_RTT_NS // max(self.readers, 1)
-        if not 0 <= stagger_ns <= 10_000:
-            raise ValueError(f"stagger_ns={stagger_ns}: from 0 to 10000")
-        self.stagger_ns = stagger_ns
+        self.threads = threads or 512
+        if self.threads % 32 or not 32 <= self.threads <= 1024:
+            raise ValueError(f"threads={self.threads}: a multiple of 32 from 32 to 1024 (the "
+                             "first warp polls the ring together)")
         self.blocks = blocks
         self.split_bytes = split_bytes
         self.slots = slots
         self.pull_timeout_s = pull_timeout_s
         self.idle_timeout_s = idle_timeout_s
-        self.ring = mapped((max(self.readers, 1), slots, 4), np.uint64)
+        self.ring = mapped((slots, 4), np.uint64)
         self.done = mapped((slots,), np.uint32)
         self.outcome = cuda.to_device(np.zeros(4, dtype=np.int64))
         self.ctl = cuda.to_device(np.zeros(4, dtype=np.int64))
@@ -601,7 +423,7 @@ class PullAgent:
         leaves it unlaunched: an agent that is gone, for tests)."""
         rc = lib.gw_engine_set_pull_agent(self.ctx._engine, ffi.cast("void *", self.ring.address),
                                           ffi.cast("void *", self.done.address), self.slots,
-                                          self.ring.host.shape[0], int(self.pull_timeout_s * 1e9))
+                                          int(self.pull_timeout_s * 1e9))
         if rc != 0:
             raise RuntimeError("the engine refused the pull agent's ring")
         # The engine reads and writes the ring from now on: it holds the agent (and so the
@@ -614,8 +436,7 @@ class PullAgent:
             raise RuntimeError("the CUDA simulator runs one kernel at a time (a global kernel "
                                "context): the pull agent cannot run beside the sender there")
         args = (self.ring.kernel, self.done.kernel, int(self.idle_timeout_s * 1e9),
-                self.split_bytes, MIN_CHUNK_BYTES, self.ctl, self.desc, self.outcome,
-                self.readers, self.stagger_ns)
+                self.split_bytes, MIN_CHUNK_BYTES, self.ctl, self.desc, self.outcome)
         self._libcuda, handle = _nonblocking_stream()
         self._stream = cuda.external_stream(handle.value)
         self._handle = handle
@@ -636,7 +457,7 @@ class PullAgent:
             self._stream.synchronize()
             self._libcuda.cuStreamDestroy_v2(self._handle)
             self._stream = None
-        if lib.gw_engine_set_pull_agent(self.ctx._engine, ffi.NULL, ffi.NULL, 0, 0, 0) != 0:
+        if lib.gw_engine_set_pull_agent(self.ctx._engine, ffi.NULL, ffi.NULL, 0, 0) != 0:
             _KEPT.append(self)   # a worker may still read the ring: never free it
             raise RuntimeError("the engine's workers did not let go of the pull agent's ring "
                                "within 10 s; its memory is kept")

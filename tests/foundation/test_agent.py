@@ -136,7 +136,7 @@ def _device_writes(ctx, n):
 def _answer_late(agent, src, dst):
     """Plays an agent that was only slow: copies the first request's bytes, then answers."""
     slot = 0
-    req = agent.ring.host[0, slot]
+    req = agent.ring.host[slot]
     mask = (1 << lib.GW_PULL_ADDR_BITS) - 1
     assert int(req[1]) & mask == src.ctypes.data and int(req[2]) & mask == dst.ctypes.data
     dst[:] = src
@@ -164,7 +164,7 @@ def test_the_engine_times_its_round_trip_to_the_agent():
             t = 0
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
-                req = agent.ring.host[0, t % 4]
+                req = agent.ring.host[t % 4]
                 if int(req[0]) >> 32 != t + 1:
                     time.sleep(0.0005)
                     continue
@@ -341,33 +341,19 @@ def test_a_free_inside_the_agents_with_block_does_not_wait_for_the_agent():
 # It runs on the simulator too (the sender is not beside it), so CI checks its batching.
 
 def _feed(ring, slots, t, nbytes, src, dst, lap=None):
-    """Writes request ``t`` into its slot of every replica, as the engine does (struct
-    gw_pull_req)."""
+    """Writes request ``t`` into its slot as the engine does (struct gw_pull_req)."""
     lap = (t // slots + 1) & 0xFFFF if lap is None else lap
-    ring.host[:, t % slots] = [(t + 1) << 32 | nbytes, lap << 48 | src, lap << 48 | dst, 0]
+    ring.host[t % slots] = [(t + 1) << 32 | nbytes, lap << 48 | src, lap << 48 | dst, 0]
 
 
-def _ring(slots, readers):
-    from gpuwrite.host.memory import mapped
-
-    return mapped((max(readers, 1), slots, 4), np.uint64), mapped((slots,), np.uint32)
-
-
-# The agent kernel alone: its first warp polling (the simulator's only way), and on a GPU
-# also four reader warps beside one copying warp.
-READERS = [0, pytest.param(4, marks=gpu)]
-
-
-def _run_agent(ring, done, idle_s=0.05, blocks=1, split_bytes=1 << 40, min_chunk=16,
-               readers=0):
+def _run_agent(ring, done, idle_s=0.05, blocks=1, split_bytes=1 << 40, min_chunk=16):
     from gpuwrite.cudaenv import cuda
 
     outcome = cuda.to_device(np.zeros(4, dtype=np.int64))
     ctl = cuda.to_device(np.zeros(4, dtype=np.int64))
     desc = cuda.to_device(np.zeros((pa.AGENT_BATCH + 1, 4), dtype=np.int64))
-    pa._agent[blocks, 32 + 32 * readers](ring.kernel, done.kernel, int(idle_s * 1e9),
-                                         split_bytes, min_chunk, ctl, desc, outcome, readers,
-                                         pa.POLL_RTT_NS // max(readers, 1))
+    pa._agent[blocks, 32](ring.kernel, done.kernel, int(idle_s * 1e9), split_bytes, min_chunk,
+                          ctl, desc, outcome)
     cuda.synchronize()
     out = outcome.copy_to_host()
     return pa.EXIT_NAMES[int(out[pa.A_EXIT])], int(out[pa.A_PULLS]), int(out[pa.A_BYTES])
@@ -384,11 +370,12 @@ def _buffers(sizes):
     return src, dst, offsets
 
 
-@pytest.mark.parametrize("readers", READERS)
-def test_agent_answers_whole_requests_in_ticket_order_and_stops_at_the_stop(readers):
+def test_agent_answers_whole_requests_in_ticket_order_and_stops_at_the_stop():
+    from gpuwrite.host.memory import mapped
+
     slots = 16
     sizes = [4, 7, 64, 100, 300, 1, 16, 48, 256, 12, 200]    # 11: a full batch, then 3
-    ring, done = _ring(slots, readers)
+    ring, done = mapped((slots, 4), np.uint64), mapped((slots,), np.uint32)
     src, dst, off = _buffers(sizes + [64])
     for t, n in enumerate(sizes):
         _feed(ring, slots, t, n, src.address + int(off[t]), dst.address + int(off[t]))
@@ -396,7 +383,7 @@ def test_agent_answers_whole_requests_in_ticket_order_and_stops_at_the_stop(read
     _feed(ring, slots, stop, pa.STOP_BYTES, 0, 0)
     # A whole request after the stop, inside the same poll's window: never answered.
     _feed(ring, slots, stop + 1, 64, src.address + int(off[stop]), dst.address + int(off[stop]))
-    exit_, pulls, nbytes = _run_agent(ring, done, readers=readers)
+    exit_, pulls, nbytes = _run_agent(ring, done)
     assert (exit_, pulls, nbytes) == ("stopped", len(sizes), sum(sizes))
     assert list(done.host[:stop + 1]) == list(range(1, stop + 2))
     assert not done.host[stop + 1:].any()
@@ -415,20 +402,21 @@ def _check_copies(dst, src, off, sizes):
         assert np.array_equal(got[a + n:b], canary[a + n:b]), t     # not a byte more
 
 
-@pytest.mark.parametrize("readers", READERS)
-def test_agent_split_batches_deliver_every_chunk_and_answer_in_order(readers):
+def test_agent_split_batches_deliver_every_chunk_and_answer_in_order():
     """Batches of at least split_bytes are cut into chunks (here of 224 B: 3501 bytes
     over 8 blocks, two chunks each) that the blocks claim. The simulator runs the blocks
     one after another, so the leader claims every chunk itself, as it does on a GPU for
     chunks no helper took; the helpers then find the leader gone and leave."""
+    from gpuwrite.host.memory import mapped
+
     slots = 16
     sizes = [100, 4, 1000, 333, 64, 2000]       # 1, 1, 5, 2, 1 and 9 chunks
-    ring, done = _ring(slots, readers)
+    ring, done = mapped((slots, 4), np.uint64), mapped((slots,), np.uint32)
     src, dst, off = _buffers(sizes)
     for t, n in enumerate(sizes):
         _feed(ring, slots, t, n, src.address + int(off[t]), dst.address + int(off[t]))
     _feed(ring, slots, len(sizes), pa.STOP_BYTES, 0, 0)
-    exit_, pulls, nbytes = _run_agent(ring, done, blocks=8, split_bytes=64, readers=readers)
+    exit_, pulls, nbytes = _run_agent(ring, done, blocks=8, split_bytes=64)
     assert (exit_, pulls, nbytes) == ("stopped", len(sizes), sum(sizes))
     assert list(done.host[:len(sizes) + 1]) == list(range(1, len(sizes) + 2))
     _check_copies(dst, src, off, sizes)
@@ -454,7 +442,7 @@ _S_WORDS = pa.S_WORDS      # a global int: numba takes it as a constant, a modul
 def _claim(desc, ctl, seq, copied):
     """One block claims and copies the chunks of split batch ``seq`` (pull_agent)."""
     shc = cuda.shared.array(_S_WORDS, dtype=np.int64)
-    n = pa._copy_chunks(desc, ctl, seq, shc, cuda.blockDim.x)
+    n = pa._copy_chunks(desc, ctl, seq, shc)
     if cuda.threadIdx.x == 0:
         copied[0] = n
 
@@ -511,18 +499,19 @@ def test_a_helper_leaves_with_the_leader_without_waiting_for_the_idle_timeout():
     assert ctl.copy_to_host()[pa.C_FINISHED] == 0 and outcome.copy_to_host()[pa.A_HELPED] == 0
 
 
-@pytest.mark.parametrize("readers", READERS)
-def test_agent_takes_no_request_past_one_not_yet_whole(readers):
+def test_agent_takes_no_request_past_one_not_yet_whole():
     """Ticket 2's source word still carries another lap (the engine has not written it
     yet): the agent answers 0 and 1 only, although 3 and 4 are whole, then leaves idle."""
+    from gpuwrite.host.memory import mapped
+
     slots = 8
     sizes = [64] * 5
-    ring, done = _ring(slots, readers)
+    ring, done = mapped((slots, 4), np.uint64), mapped((slots,), np.uint32)
     src, dst, off = _buffers(sizes)
     for t, n in enumerate(sizes):
         _feed(ring, slots, t, n, src.address + int(off[t]), dst.address + int(off[t]),
               lap=2 if t == 2 else None)
-    exit_, pulls, nbytes = _run_agent(ring, done, readers=readers)
+    exit_, pulls, nbytes = _run_agent(ring, done)
     assert (exit_, pulls, nbytes) == ("left after its idle timeout", 2, 128)
     assert list(done.host[:5]) == [1, 2, 0, 0, 0]
     assert (dst.host[int(off[2]) // 4:] == 0xDEADBEEF).all()
@@ -543,19 +532,19 @@ def test_detach_while_a_worker_waits_to_post_lets_it_finish_into_the_old_ring():
         ctx.start()
         poster.ring()
         deadline = time.monotonic() + 5
-        while agent.ring.host[0, 0, 0] >> 32 != 1:      # ticket 0 posted; ticket 1 waits for it
+        while agent.ring.host[0, 0] >> 32 != 1:      # ticket 0 posted; ticket 1 waits for it
             assert time.monotonic() < deadline, "the engine never posted its first pull"
             time.sleep(0.001)
         detached = []
         detach = threading.Thread(target=lambda: detached.append(
-            lib.gw_engine_set_pull_agent(ctx._engine, ffi.NULL, ffi.NULL, 0, 0, 0)))
+            lib.gw_engine_set_pull_agent(ctx._engine, ffi.NULL, ffi.NULL, 0, 0)))
         detach.start()
         time.sleep(0.05)                              # the ring pointer is NULL now
         dst[:64] = src[:64]                           # play the agent for ticket 0
         agent.done.host[0] = 1
         detach.join(10)
         assert detached == [0]
-        assert agent.ring.host[0, 0, 0] >> 32 == 2       # ticket 1 went into the old ring
+        assert agent.ring.host[0, 0] >> 32 == 2       # ticket 1 went into the old ring
         cqes = []
         while len(cqes) < 2 and time.monotonic() < deadline:
             c = poster.poll()
@@ -565,59 +554,3 @@ def test_detach_while_a_worker_waits_to_post_lets_it_finish_into_the_old_ring():
             ["ok", "pull_failed"], cqes
         assert np.array_equal(dst[:64], src[:64]) and not dst[64:].any()
         ctx._eng.pins.pop(("pull_agent",), None)
-
-
-def test_the_engine_writes_each_request_into_every_replica():
-    """Each reader warp polls a replica of the ring of its own: the engine writes every
-    request into each, word for word, and a host thread answering from the last replica
-    completes both pulls. A ring of 0 or more than GW_PULL_MAX_REPLICAS replicas is
-    refused."""
-    from gpuwrite._gw_cffi import ffi
-    from gpuwrite.host.memory import mapped
-
-    slots, replicas = 4, 3
-    ring, done = mapped((replicas, slots, 4), np.uint64), mapped((slots,), np.uint32)
-    with Context() as ctx:
-        def attach(n):
-            return lib.gw_engine_set_pull_agent(ctx._engine, ffi.cast("void *", ring.address),
-                                                ffi.cast("void *", done.address), slots, n,
-                                                int(5e9))
-
-        assert attach(0) == -1 and attach(lib.GW_PULL_MAX_REPLICAS + 1) == -1
-        assert attach(replicas) == 0
-        src, dst, _dmr, poster, _keep = _device_writes(ctx, 2)
-        ctx.start()
-        poster.ring()
-        mask = (1 << lib.GW_PULL_ADDR_BITS) - 1
-        deadline = time.monotonic() + 5
-        for t in range(2):
-            while int(ring.host[replicas - 1, t, 0]) >> 32 != t + 1:
-                assert time.monotonic() < deadline, f"ticket {t} never reached the last replica"
-                time.sleep(0.001)
-            assert (ring.host[:, t] == ring.host[replicas - 1, t]).all(), ring.host[:, t]
-            req = ring.host[replicas - 1, t]
-            assert int(req[0]) & 0xFFFFFFFF == 64
-            dst[64 * t:64 * t + 64] = src[64 * t:64 * t + 64]
-            assert int(req[2]) & mask == dst.ctypes.data + 64 * t
-            done.host[t] = t + 1
-        cqes = []
-        while len(cqes) < 2 and time.monotonic() < deadline:
-            c = poster.poll()
-            if c is not None:
-                cqes.append(c)
-        assert [c.syndrome for c in cqes] == [0, 0], cqes
-        assert np.array_equal(dst, src)
-        assert lib.gw_engine_set_pull_agent(ctx._engine, ffi.NULL, ffi.NULL, 0, 0, 0) == 0
-
-
-@pytest.mark.parametrize("kwargs, match", [
-    ({"readers": -1}, "readers=-1"),
-    ({"readers": lib.GW_PULL_MAX_REPLICAS + 1}, "readers="),
-    ({"readers": 4, "threads": 128}, "fewer than the block's threads=128"),
-    ({"threads": 1024}, "threads=1024"),
-    ({"stagger_ns": -5}, "stagger_ns=-5"),
-])
-def test_agent_refuses_readers_it_cannot_run(kwargs, match):
-    with Context() as ctx:
-        with pytest.raises(ValueError, match=match):
-            PullAgent(ctx, **kwargs)
