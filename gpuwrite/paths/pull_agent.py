@@ -41,6 +41,7 @@ from numba import int64
 from gpuwrite._gw_cffi import ffi, lib
 from gpuwrite.cudaenv import SIMULATOR, cuda
 from gpuwrite.device.copy import copy_bytes
+from gpuwrite.device.verbs import KERNEL_OPTIONS, MAX_REGISTERS
 from gpuwrite.device.intrinsics import (fence_sys, globaltimer_ns, ld_acquire_gpu_u64,
                                         ld_acquire_sys_u64, st_relaxed_sys_u32, st_relaxed_sys_u64,
                                         warp_sync, words_at)
@@ -75,6 +76,10 @@ AGENT_BATCH = 8
 SPLIT_BYTES = 1 << 20
 MIN_CHUNK_BYTES = 32 << 10
 BLOCKS = 4
+# A block of the agent: compiled for at most 128 registers a thread (KERNEL_OPTIONS), so
+# 512 threads launch; uncapped, the compiler gave it 127, and a block of 1024 threads
+# (which the agent once accepted) failed at launch with a CUDA error, not a clear one.
+MAX_THREADS = 65536 // MAX_REGISTERS
 # A persistent kernel's blocks must all stay resident beside the kernels whose pulls they
 # answer (a helper that never starts costs only speed, but holds an SM's slot that the
 # sender may need): at most MAX_BLOCKS, about half the SMs of an H100.
@@ -248,7 +253,7 @@ def _split(sh, m, nbytes, desc, ctl, seq, finished, min_chunk, idle_timeout_ns, 
 
 
 @cached
-@cuda.jit
+@cuda.jit(**KERNEL_OPTIONS)
 def _agent(ring, done, idle_timeout_ns, split_bytes, min_chunk, ctl, desc, outcome):
     # Block 0 leads: its first warp polls the ring, it copies every batch smaller than
     # split_bytes alone and answers every request. The other blocks help with larger
@@ -400,10 +405,12 @@ class PullAgent:
         if split_bytes < 1:
             raise ValueError(f"split_bytes={split_bytes}: at least 1")
         self.ctx = ctx
-        self.threads = threads or 512
-        if self.threads % 32 or not 32 <= self.threads <= 1024:
-            raise ValueError(f"threads={self.threads}: a multiple of 32 from 32 to 1024 (the "
-                             "first warp polls the ring together)")
+        self.threads = threads or MAX_THREADS
+        if self.threads % 32 or not 32 <= self.threads <= MAX_THREADS:
+            raise ValueError(f"threads={self.threads}: a multiple of 32 from 32 to "
+                             f"{MAX_THREADS} (the first warp polls the ring together; at "
+                             f"{MAX_REGISTERS} registers a thread, a block of more does not "
+                             "launch)")
         self.blocks = blocks
         self.split_bytes = split_bytes
         self.slots = slots

@@ -554,3 +554,14 @@ def test_detach_while_a_worker_waits_to_post_lets_it_finish_into_the_old_ring():
             ["ok", "pull_failed"], cqes
         assert np.array_equal(dst[:64], src[:64]) and not dst[64:].any()
         ctx._eng.pins.pop(("pull_agent",), None)
+
+
+@pytest.mark.parametrize("threads", [16, 1024, pa.MAX_THREADS + 32])
+def test_agent_refuses_a_block_that_would_not_launch(threads):
+    """A block of more than 512 threads does not launch at the agent's 128 registers a
+    thread (and one of 16 has no whole warp): a clear error naming the value, before any
+    launch."""
+    with Context() as ctx:
+        with pytest.raises(ValueError, match=f"threads={threads}: a multiple of 32 from 32 to "
+                                             f"{pa.MAX_THREADS}"):
+            PullAgent(ctx, threads=threads)
