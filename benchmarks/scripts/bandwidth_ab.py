@@ -1,7 +1,7 @@
 """The bench's 1 MiB bandwidth runs (gpu_push, host_staged; BANDWIDTH_RUN), six of each in
 turn, in one process; the argument tags the printed line. Session 19 ran it in trees with
 the old and the new copy_bytes, one process after another (old, new, old, new)."""
-import sys, json, os
+import sys, json
 from gpuwrite.paths import runner
 from gpuwrite.bench import suite
 tag = sys.argv[1]

@@ -1,5 +1,5 @@
 """Does splitting a large one-in-flight push into WQEs pay, with staging to hold it all?"""
-import json, os, sys, time
+import json, os, time
 import numpy as np
 from gpuwrite.paths import runner
 from gpuwrite.bench import suite

@@ -1,7 +1,7 @@
 """After the eight-deep copy: send_messages' registers, the copy ceilings (one warp and one
 256-thread block, from L2 and from a source read for the first time), and one message in
 flight at 4 KiB to 1 MiB per path against both bounds (three rounds taken in turn)."""
-import json, os, time
+import json, os
 import numpy as np
 from gpuwrite.paths import runner, kernels as K
 from gpuwrite.bench import suite

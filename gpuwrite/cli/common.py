@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime
 import json
 import math
-import os
 import re
 import sys
 import threading

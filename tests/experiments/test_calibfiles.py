@@ -1,8 +1,6 @@
 """The newest calibration file is chosen by when it was measured, never by mtime."""
 import os
 
-import pytest
-
 from gpuwrite.calibfiles import free_name, newest_first
 
 

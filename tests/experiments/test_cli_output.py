@@ -22,7 +22,7 @@ def test_one_size_syntax(text, size):
 def test_bad_sizes_name_the_flag_and_the_value(text):
     with pytest.raises(UsageError) as info:
         parse_size(text, "--size")
-    assert str(info.value).startswith(f"--size=") and text in str(info.value)
+    assert str(info.value).startswith("--size=") and text in str(info.value)
     assert info.value.allowed
 
 

@@ -275,9 +275,9 @@ def test_the_hosts_kernel_scope_reads_the_device_verbs_alike():
         msgs = np.array([[n, w, 0]], dtype=np.int64)
         return K.kernel_scope(path, msgs, address, chunk)
 
-    for (w, n), (small, mid) in zip(cases.tolist(), dev.tolist()):
+    for (w, n), (one_small, one_mid) in zip(cases.tolist(), dev.tolist()):
         assert host("gpu_push", w, n) == host("host_staged", w, n) == \
-            host("gpu_push_inline", w, n) == ("thread" if small or mid else "block"), (w, n)
+            host("gpu_push_inline", w, n) == ("thread" if one_small or one_mid else "block"), (w, n)
         assert host("nic_pull", w, n) == "block"
     assert host("gpu_push", 0, 64, chunk=60) == "block"
     tables = np.array([[64, 0, 0], [48, 16, 64], [4096, 28, 112]], dtype=np.int64)

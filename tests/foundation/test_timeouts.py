@@ -13,7 +13,6 @@ from gpuwrite import layouts as L
 from gpuwrite.cudaenv import cuda
 from gpuwrite.device import verbs as dv
 from gpuwrite.device.intrinsics import globaltimer_ns
-from gpuwrite.host.verbs import Context
 
 TIMEOUT_NS = 200_000_000           # each wait's own limit
 LATE_NS = 5_000_000_000            # a wait that returns this much later has not timed out
