@@ -31,6 +31,12 @@ def main(label: str, rnd: int) -> None:
         out(what="latency", size=size, ok=r.delivered == r.messages and not r.qp_errors,
             p50_us=round(r.latency_p50_us, 3),
             engine_us=round(engine_split_us(r)["engine"], 3))
+    batching_runs(out)
+
+
+def batching_runs(out) -> None:
+    """64-byte pulls of 32 QPs and the bench's 1 MiB bandwidth run (the agent's batches and
+    splits), each reported through ``out``."""
     r = runner.run("nic_pull", [64] * (32 * 200), n_qps=32, block_threads=32)
     out(what="64B_32qps", ok=r.delivered == r.messages, gbps=round(r.throughput_gbps, 2))
     r = runner.run("nic_pull", [1 << 20] * 256, **BANDWIDTH_RUN["nic_pull"])

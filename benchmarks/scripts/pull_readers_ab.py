@@ -12,7 +12,9 @@ bench's 1 MiB bandwidth run (batching and splits).
 import json
 import sys
 
-from gpuwrite.bench.suite import BANDWIDTH_RUN, engine_split_us
+from pull_agent_ab import batching_runs
+
+from gpuwrite.bench.suite import agent_wait_us, engine_split_us
 from gpuwrite.paths import pull_agent as pa
 from gpuwrite.paths import runner
 
@@ -24,10 +26,10 @@ def point(size: int, threads: int) -> dict:
     n = 400 if size <= 4096 else 100
     r = runner.run("nic_pull", [size] * n, n_qps=1, wait_each=True, block_threads=threads,
                    source_l2="evicted", chunk_bytes=max(size, 65536))
-    c = r.counters
+    agent = agent_wait_us(r.counters)
     return {"ok": r.delivered == r.messages and not r.qp_errors,
             "p50_us": round(r.latency_p50_us, 3),
-            "agent_us": round(c["pull_agent_ns"] / max(c["pull_agent_answers"], 1) / 1e3, 3),
+            "agent_us": None if agent is None else round(agent, 3),
             "engine_us": round(engine_split_us(r)["engine"], 3)}
 
 
@@ -42,11 +44,7 @@ def main(label: str, rnd: int, order: list) -> None:
         for threads in (32, 256):
             for size in SIZES:
                 out(what="latency", size=size, threads=threads, **point(size, threads))
-        r = runner.run("nic_pull", [64] * (32 * 200), n_qps=32, block_threads=32)
-        out(what="64B_32qps", ok=r.delivered == r.messages, gbps=round(r.throughput_gbps, 2))
-        r = runner.run("nic_pull", [1 << 20] * 256, **BANDWIDTH_RUN["nic_pull"])
-        out(what="1MiB_bandwidth", ok=r.delivered == r.messages,
-            gbps=round(r.throughput_gbps, 2))
+        batching_runs(out)
     if READERS is not None:
         pa.READERS = READERS
 
