@@ -800,12 +800,14 @@ def sweep_steps(path: str, threads: int, split: dict, bound_us: float,
                  "gpu": bound_us - fixed - allowed})
     if path == "nic_pull" and ("gpu_push", threads) in engine_fixed:
         base = min(fixed, engine_fixed[("gpu_push", threads)])
+        steps, shares = {"engine": base}, {"engine": base}
+        read = split["engine"] - base
         if agent_us is not None:
-            steps = {"engine": base, "agent": agent_us,
-                     "pull": split["engine"] - base - agent_us, "gpu": split["gpu"]}
-            return steps, {"engine": base, "agent": 0.0, "pull": 0.0, "gpu": bound_us - base}
-        steps = {"engine": base, "pull": split["engine"] - base, "gpu": split["gpu"]}
-        return steps, {"engine": base, "pull": 0.0, "gpu": bound_us - base}
+            steps["agent"], shares["agent"] = agent_us, 0.0
+            read -= agent_us
+        steps.update(pull=read, gpu=split["gpu"])
+        shares.update(pull=0.0, gpu=bound_us - base)
+        return steps, shares
     return dict(split), {"engine": fixed, "gpu": bound_us - fixed}
 
 
