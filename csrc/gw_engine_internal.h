@@ -127,6 +127,8 @@ struct desc {
     uint8_t reason;
     uint8_t pushed;
     uint8_t pulled;               /* GPU-memory sources already copied to the destination */
+    uint8_t pull_failed;          /* a pull of its sources failed (settled: pull_settle) */
+    uint16_t pulls_out;           /* its pulls posted to the agent and not yet answered */
     uint8_t nsge;
     uint8_t inline_data;
     uint8_t held;                 /* counted in held_msgs/held_bytes */
@@ -201,8 +203,8 @@ struct link {
 /* Late pulls the engine remembers one by one; beyond these it remembers only the last. */
 enum { LATE_PULLS_MAX = 256 };
 
-/* Pulls one worker keeps posted to the agent before it waits for them (gw_pull.c): a
- * pull beyond them goes to the copy engine. */
+/* Pulls one worker keeps posted to the agent and not yet answered (gw_pull.c): a
+ * message whose pulls would exceed them is posted by a later pass. */
 enum { AGENT_TICKETS_MAX = 64 };
 
 struct worker {
@@ -216,9 +218,11 @@ struct worker {
     struct agent_ticket {         /* pulls this worker posted to the agent, not yet seen done */
         uint64_t ticket, dst;
         uint32_t len;
-        uint64_t posted_ns;       /* when its request was written (pull_agent_ns) */
-    } agent_tickets[AGENT_TICKETS_MAX];
+        uint64_t posted_ns;       /* when its request was written (its timeout, pull_agent_ns) */
+        struct desc *owner;       /* the descriptor it fills (its pulls_out), or NULL */
+    } agent_tickets[AGENT_TICKETS_MAX];   /* in ticket order */
     uint32_t agent_pending;
+    uint32_t reap_passes;         /* pull_reap's looks without a clock read */
     uint64_t gen_seen;            /* engine generation this worker last revalidated against */
     _Atomic uint64_t gen_done;    /* generation of the last pass it finished */
 };
@@ -323,8 +327,11 @@ static inline void update_held(struct worker *w, int64_t msgs, int64_t bytes)
 
 /* ---- nic_pull (gw_pull.c) ------------------------------------------------------------ */
 
-GW_INTERNAL int pull_device(struct gw_engine *e, struct worker *w, void *dst, uint64_t src,
-                            uint32_t len);
+/* Takes the agent's answers to the worker's pulls without waiting; nonzero while any
+ * was pending (the worker is not idle). */
+GW_INTERNAL int pull_answers(struct gw_engine *e, struct worker *w);
+/* Waits for every pull the worker has posted to the agent (each until its timeout). */
+GW_INTERNAL void pull_drain(struct gw_engine *e, struct worker *w);
 GW_INTERNAL int pull_whole(struct gw_engine *e, struct worker *w, struct desc *d);
 GW_INTERNAL void pull_ahead(struct gw_engine *e, struct worker *w, struct qp *q);
 

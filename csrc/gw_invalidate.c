@@ -20,6 +20,9 @@
  */
 void revalidate(struct gw_engine *e, struct worker *w)
 {
+    /* First every pull in flight lands (or is late): a region is let go of only after
+     * this pass, and a QP's descriptors are discarded only after it. */
+    pull_drain(e, w);
     uint32_t n = atomic_load_explicit(&w->nqps, memory_order_acquire);
     for (uint32_t i = 0; i < n; i++) {
         struct qp *q = atomic_load_explicit(&w->qps[i], memory_order_acquire);
@@ -77,7 +80,10 @@ void qp_reset_state(struct qp *q)
     /* WQEs fetched and not completed are discarded without completions, as a move to
      * RESET discards a real QP's work requests; counted as flushed, and the pushed bytes
      * they held as dropped, so that nothing is lost silently. Runs in the QP's worker,
-     * or with no worker thread running. */
+     * or with no worker thread running; first the worker's pulls in flight land (a QP
+     * being created has no worker yet, nor pulls). */
+    if (q->worker)
+        pull_drain(q->worker->engine, q->worker);
     for (uint32_t k = q->desc_head; k != q->desc_tail; k++) {
         const struct desc *d = &q->descs[k % q->sq_bbs];
         count(&q->worker->c.flushed_wqes, 1);

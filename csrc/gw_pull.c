@@ -98,17 +98,21 @@ static int agent_answered(struct gw_engine *e, uint64_t t)
     return (int32_t)(seen - (uint32_t)(t + 1)) >= 0;
 }
 
-/* Waits for ticket t's answer; 0, or -1 after the timeout: the agent is gone (its kernel
- * ended, or never started) or stuck. */
-static int agent_wait(struct gw_engine *e, uint64_t t)
+/* Waits for ticket t's answer until `deadline` (gw_now_ns); 0, or -1 if it has not come:
+ * the agent is gone (its kernel ended, or never started) or stuck. */
+static int agent_wait_until(struct gw_engine *e, uint64_t t, uint64_t deadline)
 {
-    uint64_t start = gw_now_ns();
     for (uint32_t spins = 0;; spins++) {
         if (agent_answered(e, t))
             return 0;
-        if ((spins & 255) == 255 && gw_now_ns() - start > e->cfg.pull_timeout_ns)
+        if ((spins & 255) == 255 && gw_now_ns() > deadline)
             return -1;
     }
+}
+
+static int agent_wait(struct gw_engine *e, uint64_t t)
+{
+    return agent_wait_until(e, t, gw_now_ns() + e->cfg.pull_timeout_ns);
 }
 
 /* ---- late pulls: a timed-out pull the agent may still answer ----------------------
@@ -242,12 +246,28 @@ uint64_t gw_engine_agent_pulls(struct gw_engine *e, uint64_t *failed)
 
 /* ---- a pull: to the agent, else on the copy engine ---------------------------------- */
 
+/*
+ * A NIC keeps many DMA reads in flight, of every QP it serves, and completes a QP's work
+ * requests in order. So does the engine: a pull posted to the agent stays in the worker's
+ * agent_tickets, and its descriptor counts it in pulls_out, until the agent answers it;
+ * meanwhile the worker goes on fetching and serving its other QPs, and takes the answers
+ * at the start of each pass (pull_reap). A descriptor with a pull in flight is not
+ * delivered or retired, so its completion, error or not, comes after the agent's write.
+ * Before descriptors are revalidated, reset or flushed, and when a worker stops, its
+ * pulls are waited for (pull_drain): no write of the agent's lands in a destination the
+ * engine no longer answers for, except a late one (late_add), whose region is then not
+ * let go of. (Until session 45 a worker waited for each QP's pulls before serving the
+ * next QP: four QPs with a 4 KiB pull each in flight took 20 us where one took 8, on an
+ * H200, BENCHMARKS.md.)
+ */
+
 enum { PULL_BY_AGENT = 0, PULL_BY_COPY_ENGINE = 1 };
 
-/* Queues a copy of GPU memory to the destination, to the agent or on the worker's copy
- * stream (the bytes are there after pull_wait); returns which, or -1. */
-static int pull_start(struct gw_engine *e, struct worker *w, void *dst, uint64_t src,
-                      uint32_t len)
+/* Queues a copy of GPU memory to the destination, to the agent (counted in owner's
+ * pulls_out, if owner) or on the worker's copy stream (there after pull_sync); returns
+ * which, or -1. */
+static int pull_start(struct gw_engine *e, struct worker *w, struct desc *owner, void *dst,
+                      uint64_t src, uint32_t len)
 {
     struct gw_pull_req *ring = agent_ring(e);
     if (ring && agent_copies(dst, src) && w->agent_pending < AGENT_TICKETS_MAX) {
@@ -257,7 +277,9 @@ static int pull_start(struct gw_engine *e, struct worker *w, void *dst, uint64_t
             return -1;
         }
         w->agent_tickets[w->agent_pending++] =
-            (struct agent_ticket){t, (uint64_t)(uintptr_t)dst, len, gw_now_ns()};
+            (struct agent_ticket){t, (uint64_t)(uintptr_t)dst, len, gw_now_ns(), owner};
+        if (owner)
+            owner->pulls_out++;
         return PULL_BY_AGENT;
     }
     if (!e->have_cuda) {
@@ -271,118 +293,145 @@ static int pull_start(struct gw_engine *e, struct worker *w, void *dst, uint64_t
     return e->cuda.memcpy_dtoh_async(dst, src, len, w->stream) != 0 ? -1 : PULL_BY_COPY_ENGINE;
 }
 
-/* Waits for every queued pull. answered[k] says whether the agent answered the k-th
- * ticket queued since the last wait (a pull it leaves unanswered is remembered as late);
- * returns 0 if the copy engine's pulls arrived, -1 if its stream failed (it has no
+/* Waits for the copy engine's queued pulls: 0, or -1 if its stream failed (it has no
  * outcome per pull). */
-static int pull_wait_each(struct gw_engine *e, struct worker *w, uint8_t *answered)
+static int pull_sync(struct gw_engine *e, struct worker *w)
 {
-    for (uint32_t k = 0; k < w->agent_pending; k++) {
-        answered[k] = agent_wait(e, w->agent_tickets[k].ticket) == 0;
-        if (!answered[k]) {
-            late_add(e, &w->agent_tickets[k]);
-            atomic_fetch_add(&e->agent_failed, 1);
-        } else {
-            atomic_fetch_add(&e->agent_pulls, 1);
-            /* The agent's round trip as the engine sees it (for a batch, each ticket's
-             * answer is seen after the tickets before it: an upper bound). */
-            count(&w->c.pull_agent_ns, gw_now_ns() - w->agent_tickets[k].posted_ns);
-            count(&w->c.pull_agent_answers, 1);
-        }
-    }
-    w->agent_pending = 0;
     if (!e->have_cuda || !w->stream)
         return 0;
     return e->cuda.stream_sync(w->stream) != 0 ? -1 : 0;
 }
 
-/* Waits for every queued pull: 0 if all arrived, else -1. */
-static int pull_wait(struct gw_engine *e, struct worker *w)
+/* A descriptor none of whose pulls is in flight: its bytes are in place, or it fails
+ * with pull_failed (unless it had failed already: the first reason stays). */
+static void pull_settle(struct desc *d)
 {
-    uint8_t answered[AGENT_TICKETS_MAX];
-    uint32_t n = w->agent_pending;
-    int rc = pull_wait_each(e, w, answered);
-    for (uint32_t k = 0; k < n; k++)
-        if (!answered[k])
-            rc = -1;
-    return rc;
+    if (!d->pull_failed)
+        d->pulled = 1;
+    else if (d->status == DESC_OK)
+        desc_fail(d, GW_SYND_LOCAL_PROT_ERR, GW_REASON_PULL_FAILED);
 }
 
-int pull_device(struct gw_engine *e, struct worker *w, void *dst, uint64_t src,
-                       uint32_t len)
+/* Takes the agent's answers to this worker's pulls, oldest first (the agent answers in
+ * ticket order, so none after an unanswered one is answered either); with `block`, waits
+ * for every one. A pull unanswered pull_timeout_ns after it was posted fails its
+ * descriptor and is remembered as late (late_add). */
+static void pull_reap(struct gw_engine *e, struct worker *w, int block)
 {
-    if (pull_start(e, w, dst, src, len) < 0)
-        return -1;
-    return pull_wait(e, w);
+    uint32_t k = 0;
+    for (; k < w->agent_pending; k++) {
+        struct agent_ticket *a = &w->agent_tickets[k];
+        uint64_t deadline = a->posted_ns + e->cfg.pull_timeout_ns;
+        int answered = block ? agent_wait_until(e, a->ticket, deadline) == 0
+                             : agent_answered(e, a->ticket);
+        /* Unanswered and not blocking: not yet late, by a clock read every 64 passes. */
+        if (!answered && !block && ((++w->reap_passes & 63) || gw_now_ns() <= deadline))
+            break;
+        if (answered) {
+            atomic_fetch_add(&e->agent_pulls, 1);
+            /* The agent's round trip as the engine sees it: from the request's post to
+             * the pass that saw its answer. */
+            count(&w->c.pull_agent_ns, gw_now_ns() - a->posted_ns);
+            count(&w->c.pull_agent_answers, 1);
+        } else {
+            late_add(e, a);
+            atomic_fetch_add(&e->agent_failed, 1);
+            if (a->owner)
+                a->owner->pull_failed = 1;
+        }
+        if (a->owner && --a->owner->pulls_out == 0)
+            pull_settle(a->owner);
+    }
+    memmove(w->agent_tickets, w->agent_tickets + k,
+            (w->agent_pending - k) * sizeof(w->agent_tickets[0]));
+    w->agent_pending -= k;
 }
-/* GPU-memory sources are pulled whole when the message's first packet is scheduled: one
- * copy-engine transfer per message rather than per packet. */
-int pull_whole(struct gw_engine *e, struct worker *w, struct desc *d)
+
+int pull_answers(struct gw_engine *e, struct worker *w)
 {
+    if (w->agent_pending == 0)
+        return 0;
+    pull_reap(e, w, 0);
+    return 1;
+}
+
+void pull_drain(struct gw_engine *e, struct worker *w)
+{
+    pull_reap(e, w, 1);
+}
+
+/* Posts the pulls of descriptor d's GPU-memory sources; returns whether any went to the
+ * copy engine. A pull that cannot be posted fails d (pull_failed) and posts no more. */
+static int pull_post(struct gw_engine *e, struct worker *w, struct desc *d)
+{
+    int copy_engine = 0;
     uint32_t off = 0;
-    for (uint32_t i = 0; i < d->nsge; i++) {
-        if (d->sge[i].kind == GW_MEM_DEVICE &&
-            pull_device(e, w, d->dst + off, d->sge[i].addr, d->sge[i].length) != 0)
-            return -1;
+    for (uint32_t i = 0; i < d->nsge && !d->pull_failed; i++) {
+        if (d->sge[i].kind == GW_MEM_DEVICE) {
+            int by = pull_start(e, w, d, d->dst + off, d->sge[i].addr, d->sge[i].length);
+            d->pull_failed = by < 0;
+            copy_engine |= by == PULL_BY_COPY_ENGINE;
+        }
         off += d->sge[i].length;
     }
-    d->pulled = 1;
-    return 0;
+    return copy_engine;
+}
+
+/* GPU-memory sources are pulled whole when the message's first packet is scheduled: one
+ * copy-engine transfer per message rather than per packet. Waits for them (and for every
+ * other pull of the worker's). */
+int pull_whole(struct gw_engine *e, struct worker *w, struct desc *d)
+{
+    if (pull_post(e, w, d) && pull_sync(e, w) != 0)
+        d->pull_failed = 1;
+    pull_drain(e, w);
+    pull_settle(d);
+    return d->pull_failed ? -1 : 0;
 }
 
 /* With an unlimited link every fetched message goes out at once, so the pulls of up to
- * PULL_AHEAD of a QP's fetched messages are queued together and waited for once: a NIC
- * keeps many DMA reads in flight, and one stream synchronisation per message (several
- * microseconds, serialised in the driver across workers) made the stand-in's small-
- * message rate a measure of the CUDA driver rather than of the copy engine. */
+ * PULL_AHEAD of a QP's fetched messages are posted together: the agent's are waited for
+ * by later passes (pull_reap), the copy engine's by one stream synchronisation here (one
+ * per message, several microseconds serialised in the driver across workers, made the
+ * stand-in's small-message rate a measure of the CUDA driver rather than of the copy
+ * engine). A message whose pulls would not fit the worker's agent_tickets waits for a
+ * later pass, rather than going to the copy engine. */
 enum { PULL_AHEAD = 64 };
 
 void pull_ahead(struct gw_engine *e, struct worker *w, struct qp *q)
 {
-    /* Each queued message, with its agent tickets [first, end) among the worker's and
-     * whether it used the copy engine: a message fails alone, as a NIC's reads complete
-     * one by one (a message whose bytes arrived is not failed with a later one's). */
-    struct queued_pull {
-        struct desc *d;
-        uint32_t first, end;
-        int copy_engine;
-    } queued[PULL_AHEAD];
-    uint32_t n = 0;
-    int failed = 0;
-    /* Descriptors before pull_next have been looked at: pulled, or nothing to pull. */
+    /* Messages with a pull on the copy engine: a message fails alone, as a NIC's reads
+     * complete one by one (one whose bytes arrived is not failed with a later one's). */
+    struct desc *synced[PULL_AHEAD];
+    uint32_t n = 0, posted = 0;
+    /* Descriptors before pull_next have been looked at: posted, or nothing to pull. */
     if ((int32_t)(q->pull_next - q->desc_head) < 0)
         q->pull_next = q->desc_head;
-    for (; q->pull_next != q->desc_tail && n < PULL_AHEAD && !failed; q->pull_next++) {
+    while (q->pull_next != q->desc_tail && posted < PULL_AHEAD) {
         struct desc *d = &q->descs[q->pull_next % q->sq_bbs];
-        if (d->status != DESC_OK || d->pulled || d->bytes_dropped)
-            continue;
-        uint32_t off = 0, first = w->agent_pending;
-        int device = 0, copy_engine = 0;
-        for (uint32_t i = 0; i < d->nsge && !failed; i++) {
-            if (d->sge[i].kind == GW_MEM_DEVICE) {
-                device = 1;
-                int by = pull_start(e, w, d->dst + off, d->sge[i].addr, d->sge[i].length);
-                failed = by < 0;
-                copy_engine |= by == PULL_BY_COPY_ENGINE;
-            }
-            off += d->sge[i].length;
+        uint32_t device = 0;
+        for (uint32_t i = 0; i < d->nsge; i++)
+            device += d->sge[i].kind == GW_MEM_DEVICE;
+        if (d->status == DESC_OK && !d->pulled && !d->pulls_out && !d->bytes_dropped &&
+            device > 0) {
+            if (w->agent_pending + device > AGENT_TICKETS_MAX && w->agent_pending > 0)
+                break;           /* posted by a later pass, once answers free tickets */
+            posted++;
+            if (pull_post(e, w, d))
+                synced[n++] = d;
+            else if (d->pulls_out == 0)
+                pull_settle(d);  /* it failed before any pull was posted */
         }
-        if (failed)
-            desc_fail(d, GW_SYND_LOCAL_PROT_ERR, GW_REASON_PULL_FAILED);
-        else if (device)
-            queued[n++] = (struct queued_pull){d, first, w->agent_pending, copy_engine};
+        q->pull_next++;
+        if (d->pull_failed)
+            break;               /* the agent is gone or the driver failed: no more now */
     }
-    if (w->agent_pending == 0 && n == 0)
+    if (n == 0)
         return;
-    uint8_t answered[AGENT_TICKETS_MAX];
-    int copies_ok = pull_wait_each(e, w, answered) == 0;
+    int failed = pull_sync(e, w) != 0;
     for (uint32_t k = 0; k < n; k++) {
-        int ok = copies_ok || !queued[k].copy_engine;
-        for (uint32_t t = queued[k].first; t < queued[k].end; t++)
-            ok &= answered[t];
-        if (ok)
-            queued[k].d->pulled = 1;
-        else
-            desc_fail(queued[k].d, GW_SYND_LOCAL_PROT_ERR, GW_REASON_PULL_FAILED);
+        synced[k]->pull_failed |= failed;
+        if (synced[k]->pulls_out == 0)
+            pull_settle(synced[k]);
     }
 }

@@ -50,8 +50,8 @@ static int deliver_range(struct gw_engine *e, struct worker *w, struct qp *q, st
         if (n > len)
             n = len;
         if (s->kind == GW_MEM_DEVICE) {
-            if (!d->pulled && pull_device(e, w, d->dst + off, s->addr + start, n) != 0)
-                return -1;
+            if (!d->pulled)
+                return -1;       /* progress pulls a message whole before it delivers any */
             count(&w->c.bytes_pulled, n);
         } else {
             const void *src = (const void *)(uintptr_t)(s->addr + start);
@@ -85,10 +85,17 @@ static int deliver_range(struct gw_engine *e, struct worker *w, struct qp *q, st
 static int progress(struct gw_engine *e, struct worker *w, struct qp *q, uint64_t now)
 {
     int did = 0;
-    if (!e->link.limited && q->state != GW_QPS_ERR)
+    if (!e->link.limited && q->state != GW_QPS_ERR) {
         pull_ahead(e, w, q);
+        /* With no worker thread (gw_engine_poll) no later pass is sure to come and take
+         * the answers: they are waited for here, as every pull was before session 45. */
+        if (!atomic_load_explicit(&e->running, memory_order_relaxed))
+            pull_drain(e, w);
+    }
     for (int guard = 0; guard < 64 && desc_count(q) > 0; guard++) {
         struct desc *d = &q->descs[q->desc_head % q->sq_bbs];
+        if (d->pulls_out)
+            return did;          /* its pulls are in flight: it completes after them */
         if (d->status == DESC_OK && q->state == GW_QPS_ERR)
             desc_fail(d, GW_SYND_WR_FLUSH_ERR, GW_REASON_FLUSHED);
         uint32_t to_send = d->bytes_total - d->bytes_dropped;
@@ -138,7 +145,7 @@ int worker_pass(struct worker *w)
         w->gen_seen = gen;
     }
     uint64_t now = e->link.limited ? gw_now_ns() : 0;
-    int did = 0;
+    int did = pull_answers(e, w);
     if (w->index == 0)
         link_advance(&e->link, now, atomic_load_explicit(&e->stalled, memory_order_relaxed));
     uint32_t n = atomic_load_explicit(&w->nqps, memory_order_acquire);
@@ -176,5 +183,6 @@ void *worker_main(void *arg)
             __builtin_ia32_pause();
         }
     }
+    pull_drain(e, w);   /* the engine stops: no pull of its is left to land later */
     return NULL;
 }

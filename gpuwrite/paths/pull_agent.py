@@ -41,10 +41,10 @@ from numba import int64
 from gpuwrite._gw_cffi import ffi, lib
 from gpuwrite.cudaenv import SIMULATOR, cuda
 from gpuwrite.device.copy import copy_bytes
-from gpuwrite.device.verbs import KERNEL_OPTIONS, MAX_REGISTERS
 from gpuwrite.device.intrinsics import (fence_sys, globaltimer_ns, ld_acquire_gpu_u64,
                                         ld_acquire_sys_u64, st_relaxed_sys_u32, st_relaxed_sys_u64,
                                         warp_sync, words_at)
+from gpuwrite.device.verbs import KERNEL_OPTIONS, MAX_REGISTERS
 from gpuwrite.host.memory import mapped
 from gpuwrite.kernel_cache import cached
 
@@ -405,7 +405,7 @@ class PullAgent:
         if split_bytes < 1:
             raise ValueError(f"split_bytes={split_bytes}: at least 1")
         self.ctx = ctx
-        self.threads = threads or MAX_THREADS
+        self.threads = MAX_THREADS if threads is None else threads
         if self.threads % 32 or not 32 <= self.threads <= MAX_THREADS:
             raise ValueError(f"threads={self.threads}: a multiple of 32 from 32 to "
                              f"{MAX_THREADS} (the first warp polls the ring together; at "

@@ -188,6 +188,139 @@ def test_the_engine_times_its_round_trip_to_the_agent():
     assert 20e6 <= r.counters["pull_agent_ns"] / 3 < 5e9
 
 
+def _stand_in_agent(agent, slots, *, expect, patience_s):
+    """A host thread that plays the agent (on the simulator "GPU memory" is host memory):
+    it answers nothing until ``expect`` requests wait in the ring (or ``patience_s``
+    passes), then answers every one waiting, in ticket order, and so on until the stop
+    request. Returns the thread and the list of how many requests each round found."""
+    import ctypes
+    import threading
+
+    mask = (1 << lib.GW_PULL_ADDR_BITS) - 1
+    rounds = []
+
+    def posted(t):
+        return int(agent.ring.host[t % slots][0]) >> 32 == t + 1
+
+    def serve():
+        t = 0
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if not posted(t):
+                time.sleep(0.0005)
+                continue
+            waited = time.monotonic() + patience_s
+            while sum(posted(t + k) for k in range(slots)) < expect and \
+                    time.monotonic() < waited:
+                time.sleep(0.0005)
+            found = [t + k for k in range(slots) if posted(t + k)]
+            found = found[:next((i for i, x in enumerate(found) if x != t + i), len(found))]
+            rounds.append(len(found))
+            for u in found:
+                req = agent.ring.host[u % slots]
+                n = int(req[0]) & 0xFFFFFFFF
+                if n != lib.GW_PULL_STOP_BYTES:
+                    ctypes.memmove(int(req[2]) & mask, int(req[1]) & mask, n)
+                agent.done.host[u % slots] = u + 1
+                if n == lib.GW_PULL_STOP_BYTES:
+                    return
+            t = found[-1] + 1
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    return server, rounds
+
+
+def test_pulls_of_several_qps_are_in_flight_together():
+    """A NIC keeps the reads of all the QPs it serves in flight at once, and so does the
+    engine: four QPs of one worker, each with a 64-byte write from "GPU memory", rung
+    together. A stand-in agent answers nothing until all four requests wait in its ring:
+    an engine that waited for one QP's pull before posting the next QP's would show it one
+    at a time (it then answers after its patience, 1.5 s, so the run still ends). Every
+    write completes without error and delivers its bytes. (On a GPU: four QPs' 4 KiB
+    pulls took 20 us each where one took 8, before; BENCHMARKS.md, session 45.)"""
+    from gwtest import ACCESS_RW
+    from gpuwrite.host.wqe import HostPoster, rdma_write
+
+    if not SIMULATOR:
+        pytest.skip("the stand-in agent copies with memmove: the sources must be host memory")
+    n = 4
+    with Context(workers=1) as ctx:
+        agent = PullAgent(ctx, pull_timeout_s=5.0, slots=8).start(launch=False)
+        server, rounds = _stand_in_agent(agent, 8, expect=n, patience_s=1.5)
+        pd = ctx.alloc_pd()
+        src = np.arange(64 * n, dtype=np.uint8) + 1
+        dst = np.zeros(64 * n, dtype=np.uint8)
+        smr = pd.reg_mr(src, access=L.ACCESS_LOCAL_WRITE, kind=L.MEM_DEVICE)
+        dmr = pd.reg_mr(dst, access=ACCESS_RW)
+        qs = pd.create_queues(n, sq_bbs=16, ncqe=16)
+        posters = [HostPoster(qs, i) for i in range(n)]
+        for i, p in enumerate(posters):
+            p.write(rdma_write(0, qs.qpns[i], smr.address + 64 * i, smr.lkey, 64,
+                               dmr.address + 64 * i, dmr.rkey))
+        for p in posters:
+            p.ring()
+        ctx.start()
+        cqes = [None] * n
+        deadline = time.monotonic() + 20
+        while any(c is None for c in cqes) and time.monotonic() < deadline:
+            for i, p in enumerate(posters):
+                cqes[i] = cqes[i] or p.poll()
+            time.sleep(0.001)
+        ctx.stop()
+        agent.stop()
+        server.join(5)
+    assert all(c is not None and c.syndrome == 0 for c in cqes), cqes
+    assert np.array_equal(dst, src)
+    assert rounds[0] == n, rounds
+
+
+def test_a_region_deregistered_under_a_pull_in_flight_is_let_go_of_after_it_lands():
+    """The engine no longer waits for a pull in the pass that posted it, so a region can
+    be deregistered while the agent still owes a write into it: deregistration returns
+    only once that write has landed (and then no later pass writes there), and the WQE
+    completes with rkey_invalidated, after the write, as a NIC's would."""
+    import warnings
+    from gwtest import ACCESS_RW
+    from gpuwrite.host.wqe import HostPoster, rdma_write
+
+    if not SIMULATOR:
+        pytest.skip("the stand-in agent copies with memmove: the sources must be host memory")
+    with Context(workers=1) as ctx:
+        agent = PullAgent(ctx, pull_timeout_s=5.0, slots=4).start(launch=False)
+        # It waits for a second request that never comes: it answers 0.4 s after the first.
+        server, rounds = _stand_in_agent(agent, 4, expect=2, patience_s=0.4)
+        pd = ctx.alloc_pd()
+        src = np.arange(64, dtype=np.uint8) + 1
+        dst = np.zeros(64, dtype=np.uint8)
+        smr = pd.reg_mr(src, access=L.ACCESS_LOCAL_WRITE, kind=L.MEM_DEVICE)
+        dmr = pd.reg_mr(dst, access=ACCESS_RW)
+        qs = pd.create_queues(1, sq_bbs=16, ncqe=16)
+        poster = HostPoster(qs)
+        poster.write(rdma_write(0, qs.qpns[0], smr.address, smr.lkey, 64, dmr.address,
+                                dmr.rkey))
+        ctx.start()
+        poster.ring()
+        deadline = time.monotonic() + 10
+        while int(agent.ring.host[0][0]) >> 32 != 1 and time.monotonic() < deadline:
+            time.sleep(0.0005)
+        assert not dst.any()                 # posted, not answered
+        t0 = time.monotonic()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            dmr.deregister()
+        took = time.monotonic() - t0
+        assert np.array_equal(dst, src) and took >= 0.2, took
+        cqe = None
+        while cqe is None and time.monotonic() < deadline:
+            cqe = poster.poll()
+        ctx.stop()
+        agent.stop()
+        server.join(5)
+    assert cqe is not None and L.reason_name(cqe.reason) == "rkey_invalidated", cqe
+    assert rounds[0] == 1
+
+
 def test_late_pull_keeps_its_destination_until_the_agent_answers():
     from gpuwrite.host import verbs as hv
 
@@ -556,7 +689,7 @@ def test_detach_while_a_worker_waits_to_post_lets_it_finish_into_the_old_ring():
         ctx._eng.pins.pop(("pull_agent",), None)
 
 
-@pytest.mark.parametrize("threads", [16, 1024, pa.MAX_THREADS + 32])
+@pytest.mark.parametrize("threads", [0, 16, 1024, pa.MAX_THREADS + 32])
 def test_agent_refuses_a_block_that_would_not_launch(threads):
     """A block of more than 512 threads does not launch at the agent's 128 registers a
     thread (and one of 16 has no whole warp): a clear error naming the value, before any
