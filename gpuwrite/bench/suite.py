@@ -694,10 +694,14 @@ SWEEP_WQE_MAX_BYTES = 262144
 def sweep_wqe_bytes(path: str, size: int) -> int:
     """The WQE size (``chunk_bytes``) a sweep point sends its messages in: gpu_push and
     host_staged in WQEs of at most SWEEP_WQE_MAX_BYTES; nic_pull whole (a pull has no GPU
-    writes for the engine's work to overlap), and the inline path's messages fit one WQE."""
+    writes for the engine's work to overlap), and the inline path's messages fit one WQE.
+    A multiple of 4, as ``runner.run`` requires (a chunk starts on a source word): a size
+    that is not is sent in one WQE of its own size, rounded up."""
     if path in ("gpu_push", "host_staged"):
-        return max(65536, min(size, SWEEP_WQE_MAX_BYTES))
-    return max(size, 65536)
+        wqe = max(65536, min(size, SWEEP_WQE_MAX_BYTES))
+    else:
+        wqe = max(size, 65536)
+    return (wqe + 3) & ~3
 
 
 def _sweep_bound_us(path, size, threads, floor_us, ceilings):

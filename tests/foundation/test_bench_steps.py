@@ -838,3 +838,21 @@ def test_the_least_of_stores_writes_a_staging_header_for_gpu_push_only(monkeypat
     assert suite.least_push_stores_us(64, 32, 10, "gpu_push") == 3.0
     assert suite.least_push_stores_us(64, 32, 10, "host_staged") == 3.0
     assert asked == [1, 0]
+
+
+@pytest.mark.parametrize("path", ["gpu_push", "host_staged", "nic_pull", "gpu_push_inline"])
+@pytest.mark.parametrize("size", [1, 3, 64, 4097, 65535, 65537, 70001, 262143, 262145, 300001,
+                                  (1 << 20) + 3])
+def test_every_sweep_size_gets_a_wqe_size_the_runner_takes(path, size):
+    """``gpuwrite bench -s 300001`` once ran a minute and then died with a traceback: a
+    size above 64 KiB that is not a multiple of 4 was handed to ``runner.run`` as its
+    WQE size, which must be one (session 45). Every size now gets a WQE size the
+    runner's own check accepts, that holds the whole message up to the sweep's 256 KiB
+    WQEs."""
+    from gpuwrite.paths import runner
+
+    wqe = suite.sweep_wqe_bytes(path, size)
+    runner._validate_run(1, wqe, 256)          # raises for a WQE size it refuses
+    assert wqe >= min(size, suite.SWEEP_WQE_MAX_BYTES)
+    if path in ("gpu_push", "host_staged"):
+        assert wqe <= max(65536, suite.SWEEP_WQE_MAX_BYTES)
