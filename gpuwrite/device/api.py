@@ -65,6 +65,9 @@ from gpuwrite._gw_cffi import lib
 from gpuwrite.cudaenv import SIMULATOR, cuda
 from gpuwrite.device import verbs as dv
 from gpuwrite.device.verbs import KERNEL_OPTIONS  # noqa: F401  (re-exported: @cuda.jit(**api.KERNEL_OPTIONS))
+# Re-exported: -1 to -7 are the verbs' own (a put returns what its post or wait returned).
+from gpuwrite.device.verbs import (E_CQE_ERROR, E_QP_ERROR, E_TIMEOUT_BOUNCE,  # noqa: F401
+                                   E_TIMEOUT_CQE, E_TIMEOUT_SQ, E_TIMEOUT_STAGING, E_TOO_LARGE)
 from gpuwrite.device.copy import copy_bytes as _copy_bytes   # 16-byte vectors (issue 14)
 from gpuwrite.device.intrinsics import (address_of, backoff, bswap32, globaltimer_ns,
                                         ld_acquire_sys_u32, st_relaxed_sys_u32, st_v4_u32)

@@ -723,3 +723,18 @@ def test_session_refuses_more_bad_settings_by_name():
         assert s.qp_errors([api.OK, api.E_CLOSED])[1]["status"] == api.error_name(api.E_CLOSED)
         with pytest.raises(ValueError, match="status: 3 entries; allowed at most one per QP"):
             s.qp_errors([api.OK, api.OK, dv.E_CQE_ERROR])
+
+
+def test_every_code_a_call_can_return_has_a_name_in_api():
+    """README's table of codes names each one as ``api.<name>``: every code in
+    ``api.ERROR_NAMES`` other than the kernels' own E_NOT_ALONE (a put never sends from a
+    one-thread kernel) is a constant of ``api`` with that value, and each has a meaning."""
+    import re
+    from pathlib import Path
+
+    readme = Path(__file__).resolve().parents[2] / "README.md"
+    rows = re.findall(r"^\| (-\d+) \| `(E_[A-Z_]+)` \|", readme.read_text(), re.M)
+    assert len(rows) >= 10
+    for code, name in rows:
+        assert getattr(api, name) == int(code), name
+        assert api.error_name(int(code)) != api.error_name(-99)     # not "unknown status"
