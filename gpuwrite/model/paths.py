@@ -149,16 +149,46 @@ def read_ns(route: topo.Route, target: topo.Node, size_bytes: int, params: Param
     rest of the zero-load time until the last byte is in (round trip, first requests)."""
     if size_bytes <= 0:
         return 0.0, 0.0
-    busy = size_bytes * 8.0 / read_engine_gbps(route, target, size_bytes, params)
+    curve = _read_curve(route, target, size_bytes, params)
+    busy = size_bytes * 8.0 / curve[3]
+    return busy, max(0.0, _read_stream_ns(curve, size_bytes) - busy)
+
+
+def _read_curve(route: topo.Route, target: topo.Node, size_bytes: int, params: Params) -> tuple:
+    """(round trip, rate of the first window's completions, window bytes, engine rate) of
+    one read of ``size_bytes`` (> 0): what ``read_ns`` and ``read_arrivals_ns`` follow."""
     _, link_rate = route.narrowest("read", size_bytes)
     if params.nic.read_stream_gbps > 0:
         link_rate = min(link_rate, params.nic.read_stream_gbps)
     window = params.nic.read_outstanding * params.link.mrrs_bytes
-    # zero load: the first window's completions follow one round trip at link rate; beyond
-    # the window the engine's Little's-law rate paces the rest
-    zero_load = (_read_round_trip_ns(route, target) + min(size_bytes, window) * 8.0 / link_rate
-                 + max(0, size_bytes - window) * 8.0 / read_engine_gbps(route, target, size_bytes, params))
-    return busy, max(0.0, zero_load - busy)
+    return (_read_round_trip_ns(route, target), link_rate, window,
+            read_engine_gbps(route, target, size_bytes, params))
+
+
+def _read_stream_ns(curve: tuple, offset: float) -> float:
+    """Zero load: the first window's completions follow one round trip at link rate; beyond
+    the window the engine's Little's-law rate paces the rest."""
+    trip, link_rate, window, engine = curve
+    return trip + min(offset, window) * 8.0 / link_rate + max(0, offset - window) * 8.0 / engine
+
+
+def _read_arrival_ns(curve: tuple, offset: float) -> float:
+    """When the first ``offset`` bytes of a read are in, from its start: behind their
+    completions (``_read_stream_ns``) and never before the engine, at its bandwidth, has
+    moved them; at the read's end this is busy + first-byte of ``read_ns``."""
+    return max(_read_stream_ns(curve, offset), offset * 8.0 / curve[3])
+
+
+def read_arrivals_ns(route: topo.Route, target: topo.Node, size_bytes: int, params: Params,
+                     offsets) -> list[float]:
+    """For each of ``offsets``, when the first that many bytes of one read of ``size_bytes``
+    are in at the requester, from the read's start (zero load). A packet the NIC sends from
+    a read is ready once its last byte is: the first packets of a read are not ready a
+    share of the engine's busy time into it but a round trip into it."""
+    if size_bytes <= 0:
+        return [0.0 for _ in offsets]
+    curve = _read_curve(route, target, size_bytes, params)
+    return [_read_arrival_ns(curve, offset) for offset in offsets]
 
 
 def path_timing(path: str, topology: topo.Topology, size_bytes: int, params: Params) -> PathTiming:
@@ -173,6 +203,7 @@ def path_timing(path: str, topology: topo.Topology, size_bytes: int, params: Par
     processing = params.nic.processing_ns
     wqe = nicmod.WQE_BASIC_BLOCK_BYTES
     cqe = Transfer("CQE", nic_name, gpu_name, "write", nicmod.CQE_BYTES)
+    arrivals = None     # push paths: a packet is in once its share of the ingress is
     if path == "gpu_push":
         pushed = size_bytes + nicmod.STAGE_HEADER_BYTES
         steps = [
@@ -221,10 +252,22 @@ def path_timing(path: str, topology: topo.Topology, size_bytes: int, params: Par
         transfers = [Transfer("doorbell", gpu_name, nic_name, "write", nicmod.DOORBELL_BYTES),
                      Transfer("WQE fetch", nic_name, gpu_name, "read", wqe),
                      Transfer("payload", nic_name, gpu_name, "read", size_bytes), cqe]
+        arrivals = read_arrivals_ns(to_nic, gpu, size_bytes, params,
+                                    _packet_ends(params.network, size_bytes))
     else:  # host_staged
-        steps, transfers = _host_staged(topology, gpu_name, nic_name, size_bytes, params)
+        steps, transfers, arrivals = _host_staged(topology, gpu_name, nic_name, size_bytes, params)
         transfers.append(cqe)
-    return _with_network(path, size_bytes, steps, transfers, params, to_nic, topology, gpu_name, nic_name)
+    return _with_network(path, size_bytes, steps, transfers, params, to_nic, topology, gpu_name, nic_name,
+                         arrivals)
+
+
+def _packet_ends(network: nicmod.NetworkParams, size_bytes: int) -> list[int]:
+    """Where each packet of a message ends, in bytes from the message's start."""
+    ends, end = [], 0
+    for payload in nicmod.packet_payloads(network, size_bytes):
+        end += payload
+        ends.append(end)
+    return ends
 
 
 def staging_return_ns(route_nic_to_gpu: topo.Route, params: Params) -> float:
@@ -240,8 +283,14 @@ def stores_whole(path: str, params: Params) -> bool:
     return path == "gpu_push" and params.nic.push_forwarding == "after_doorbell"
 
 
-def _with_network(path, size_bytes, steps, transfers, params, to_nic, topology, gpu_name, nic_name) -> PathTiming:
-    """Cut the message into packets and add the network steps (cut-through at the NIC)."""
+def _with_network(path, size_bytes, steps, transfers, params, to_nic, topology, gpu_name, nic_name,
+                  arrivals=None) -> PathTiming:
+    """Cut the message into packets and add the network steps (cut-through at the NIC).
+
+    ``arrivals`` (read paths): when each packet's last byte is in at the NIC at zero load,
+    from the start of the ingress stage; each packet's share of the ingress is then what
+    makes it ready then (its bytes come a read round trip after their requests, not a
+    share of the read engine's busy time into the read)."""
     network = params.network
     payloads = nicmod.packet_payloads(network, size_bytes)
     ingress = sum(step.latency_ns for step in steps if step.stage == "ingress")
@@ -257,6 +306,8 @@ def _with_network(path, size_bytes, steps, transfers, params, to_nic, topology, 
         shares = staged if path == "gpu_push_inline" else payloads
     total_share = sum(shares)
     ingress_p = [ingress * share / total_share if total_share else ingress / len(shares) for share in shares]
+    if arrivals is not None:
+        ingress_p = _shares_arriving(arrivals, ingress, post)
     stored = stores_whole(path, params)
     if stored:
         # The NIC learns of the message from its doorbell, behind the whole payload: no
@@ -296,6 +347,19 @@ def _with_network(path, size_bytes, steps, transfers, params, to_nic, topology, 
     return PathTiming(path, size_bytes, tuple(steps), tuple(transfers), sum(drain_p), sum(credits_p),
                       tuple(payloads), tuple(ingress_p), tuple(wire_p), tuple(drain_p), tuple(credits_p),
                       tuple(staged), staging_return_ns(from_nic, params), credit_return)
+
+
+def _shares_arriving(arrivals, ingress: float, post: float) -> list[float]:
+    """Each packet's share of the ingress stage such that packet k is ready (its shares so
+    far, then ``post``) at ``arrivals[k]``: the last one at ingress + post, none before the
+    one ahead of it or before ``post``."""
+    shares, done = [], 0.0
+    for arrival in arrivals[:-1]:
+        through = min(ingress, max(done, arrival - post))
+        shares.append(through - done)
+        done = through
+    shares.append(ingress - done)
+    return shares
 
 
 def cut_through_ns(ingress_ns, post_ns, wire_ns, drain_ns, credits, credits_total, propagation_ns,
@@ -351,9 +415,11 @@ def _host_staged(topology, gpu_name, nic_name, size_bytes, params):
     # message is in once every chunk's last bytes are (a short last chunk's round trip can
     # end before a long one's before it)
     copy_done, read_busy_done, read_done = copy_fixed, 0.0, 0.0
+    read_starts = []
     for copy_ns, busy_ns, first_ns in zip(copy_ser, read_ser, read_first):
         copy_done += copy_ns
-        read_busy_done = max(copy_done + handoff, read_busy_done) + busy_ns
+        read_starts.append(max(copy_done + handoff, read_busy_done))
+        read_busy_done = read_starts[-1] + busy_ns
         read_done = max(read_done, read_busy_done + first_ns)
     busiest = max(sum(copy_ser), sum(read_ser))
     steps = [
@@ -368,7 +434,27 @@ def _host_staged(topology, gpu_name, nic_name, size_bytes, params):
                  Transfer("doorbell", gpu_name, nic_name, "write", nicmod.DOORBELL_BYTES, n),
                  Transfer("WQE fetch", nic_name, memory_name, "read", nicmod.WQE_BASIC_BLOCK_BYTES, n),
                  Transfer("payload read", nic_name, memory_name, "read", size_bytes)]
-    return steps, transfers
+    arrivals = _staged_arrivals(nic_to_memory, memory, chunks, read_starts, params)
+    return steps, transfers, [arrival - params.gpu.write_issue_ns for arrival in arrivals]
+
+
+def _staged_arrivals(route, memory, chunks, read_starts, params) -> list[float]:
+    """host_staged: when each packet's last byte is in at the NIC (from the message's issue):
+    every chunk it spans must have been read up to there; chunk c's read starts at
+    ``read_starts[c]`` and its bytes follow ``read_arrivals_ns``."""
+    curves = {size: _read_curve(route, memory, size, params) for size in set(chunks) if size > 0}
+    ends = [_read_arrival_ns(curves[size], size) if size > 0 else 0.0 for size in chunks]
+    arrivals, ready = [], 0.0
+    c, chunk_start = 0, 0
+    for end in _packet_ends(params.network, sum(chunks)):
+        while c + 1 < len(chunks) and chunk_start + chunks[c] < end:
+            ready = max(ready, read_starts[c] + ends[c])
+            chunk_start += chunks[c]
+            c += 1
+        offset = end - chunk_start
+        ready = max(ready, read_starts[c] + (_read_arrival_ns(curves[chunks[c]], offset) if offset > 0 else 0.0))
+        arrivals.append(ready)
+    return arrivals
 
 
 # --- the API the CLI, doctor and experiments use -------------------------------------
