@@ -38,6 +38,16 @@ def _ps(value_ns) -> np.ndarray:
     return np.rint(np.asarray(value_ns, dtype=np.float64) * PS_PER_NS).astype(np.int64)
 
 
+def _ps_steps(values_ns) -> np.ndarray:
+    """One message's packet times (ns) in ps, rounded so that their running sums are the
+    running sums in ns rounded once: the packets of a message follow one another on the
+    PCIe ingress, the link and the receiver, and each rounded alone put a message of many
+    packets up to half a picosecond per packet off its closed form (1.8 ns for 1 MiB in
+    256-byte packets)."""
+    through = _ps(np.cumsum(np.asarray(values_ns, dtype=np.float64)))
+    return np.diff(through, prepend=0)
+
+
 def message_sizes(workload: Workload, rng: np.random.Generator) -> np.ndarray:
     """Sizes of all messages, drawn from the workload's distribution."""
     n = workload.n_messages
@@ -181,6 +191,7 @@ def prepare(params: Params, workload: Workload, seed: int) -> Inputs:
     pre, post, first, count = [], [], [], []
     packets = {name: [] for name in ("ingress", "wire", "drain", "credits", "staging", "bytes")}
     pcie_per = {key: np.empty(len(unique), np.int64) for key in ("gpu_out", "gpu_in", "nic_in", "nic_out")}
+    packets_ps = {name: [] for name in ("ingress", "wire", "drain")}
     timing = None
     for k, size in enumerate(unique.tolist()):
         timing = paths.path_timing(params.path, topology, size, params)
@@ -194,6 +205,9 @@ def prepare(params: Params, workload: Workload, seed: int) -> Inputs:
         packets["credits"] += timing.packet_credits
         packets["staging"] += timing.packet_staging_bytes
         packets["bytes"] += timing.packet_payload_bytes
+        packets_ps["ingress"].append(_ps_steps(timing.packet_ingress_ns))
+        packets_ps["wire"].append(_ps_steps(timing.packet_wire_ns))
+        packets_ps["drain"].append(_ps_steps(timing.packet_drain_ns))
         if is_push and hold and max(timing.packet_staging_bytes) > params.nic.staging_buffer_bytes:
             raise ParamError("nic.staging_buffer_bytes", params.nic.staging_buffer_bytes,
                              f"at least one packet's staged bytes ({max(timing.packet_staging_bytes)} on "
@@ -211,7 +225,8 @@ def prepare(params: Params, workload: Workload, seed: int) -> Inputs:
     return Inputs(
         sizes=sizes, open_arrival=arrivals, open_qp=open_qp, size_index=inverse,
         pre_u=_ps(pre), post_u=_ps(post), first_u=np.asarray(first, np.int64), count_u=np.asarray(count, np.int64),
-        pkt_ingress=_ps(packets["ingress"]), pkt_wire=_ps(packets["wire"]), pkt_drain=_ps(packets["drain"]),
+        pkt_ingress=np.concatenate(packets_ps["ingress"]), pkt_wire=np.concatenate(packets_ps["wire"]),
+        pkt_drain=np.concatenate(packets_ps["drain"]),
         pkt_credits=np.asarray(packets["credits"], np.int64), pkt_staging=np.asarray(packets["staging"], np.int64),
         pkt_bytes=np.asarray(packets["bytes"], np.int64), pcie_bytes=pcie_per,
         flight=int(_ps(network.propagation_ns)), tail=int(_ps(tail)), error_tail=int(_ps(error_tail)),
