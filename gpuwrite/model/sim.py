@@ -170,6 +170,8 @@ def prepare(params: Params, workload: Workload, seed: int) -> Inputs:
     """Draw the workload and turn the path model into per-size and per-packet service times."""
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ParamError("seed", seed, "an integer >= 0")
+    # the seed goes into the summary and result tables: 64-bit signed, as a config file's
+    checks.check_seed(int(seed))
     rng = np.random.default_rng(int(seed))
     sizes = message_sizes(workload, rng)
     arrivals = open_arrivals_ps(workload, rng) if workload.arrival == "open" else np.zeros(0, np.int64)
@@ -346,7 +348,12 @@ class SimResult:
     def timeseries(self, samples: int | None = None) -> pd.DataFrame:
         """Books at evenly spaced times: sent = delivered + in flight + held + dropped."""
         raw, inputs = self.raw, self.inputs
-        samples = samples or self.workload.samples
+        if samples is None:
+            samples = self.workload.samples
+        else:
+            # 0 silently meant the workload's count, -5 and 2.5 raised numpy's errors, 10**9
+            # tried to allocate gigabytes: the same bounds as a workload's samples
+            checks.check_samples(samples)
         # Per packet: a dropped message's packets sent before the loss drain (and return
         # their credits) after every message-level time, so the books must run past them.
         end = int(max(raw["done"].max(), raw["p_drain_end"].max() + inputs.credit_return_delay))

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from gpuwrite.model import nic as nicmod
-from gpuwrite.model import paths, sim
+from gpuwrite.model import paths, pcie, sim
+from gpuwrite.model.errors import ParamError
 from gpuwrite.model.params import Params, Workload
 
 
@@ -100,3 +101,31 @@ def test_a_message_of_many_packets_agrees_with_the_closed_form_to_the_picosecond
         workload = Workload(n_messages=1, size_bytes=size)
         simulated = sim.simulate(params, workload, 0).messages["latency_ns"].iloc[0]
         assert simulated == pytest.approx(paths.latency_ns(path, "same_switch", size, params), abs=0.01), size
+
+
+@pytest.mark.parametrize("samples", [0, -5, 2.5, True, float("nan"), 10**9])
+def test_a_time_series_of_no_whole_number_of_samples_is_refused(samples):
+    # 0 silently gave the workload's 1000 samples, -5 and 2.5 numpy's own errors (naming no
+    # parameter), 10**9 allocated gigabytes
+    result = sim.simulate(Params(), Workload(n_messages=5), 0)
+    with pytest.raises(ParamError, match=r"samples=.*an integer from 1 to 1,000,000"):
+        result.timeseries(samples)
+    assert len(result.timeseries(7)) == 7 and len(result.timeseries()) == result.workload.samples
+
+
+def test_a_seed_past_what_a_result_table_holds_is_refused():
+    # 2**64 was simulated and written into the summary, which a config file (checks.check_seed)
+    # and the result tables (int64) refuse
+    with pytest.raises(ParamError, match=r"seed=18446744073709551616.*2\*\*63 - 1"):
+        sim.simulate(Params(), Workload(n_messages=2), 2**64)
+    assert sim.simulate(Params(), Workload(n_messages=2), np.int64(2**63 - 1)).summary["seed"] == 2**63 - 1
+
+
+def test_a_message_past_the_largest_is_refused_naming_its_size():
+    # 2**70 B was refused as "start_address=0 ... from 0 to -1,162,144,876,643,701,751,824"
+    with pytest.raises(ParamError, match=r"size_bytes=1180591620717411303424.*2,147,483,648"):
+        paths.latency_ns("gpu_push", "same_switch", 2**70)
+    with pytest.raises(ParamError, match=r"size_bytes=2147483649.*MAX_MESSAGE_BYTES"):
+        paths.path_timing("nic_pull", Params().build_topology(), 2**31 + 1, Params())
+    with pytest.raises(ParamError, match=r"size_bytes=8589934592.*32-bit"):
+        pcie.wire_bytes(pcie.LinkConfig(address_bits=32), "write", 2**33)
