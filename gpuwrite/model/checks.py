@@ -130,7 +130,11 @@ def check_samples(value) -> None:
 
 
 def check_start_address(start, size: int, address_bits: int) -> None:
-    """A PCIe transfer's start address: the transfer ends within the address space."""
+    """A PCIe transfer's start address: the transfer ends within the address space (a
+    transfer longer than the address space is the size's fault, not the address's)."""
+    if _is_int(size) and size > 1 << address_bits:
+        raise ParamError("size_bytes", size, f"an integer from 0 to {1 << address_bits:,} "
+                         f"(a transfer within {address_bits}-bit addresses)")
     if _is_int(start) and _is_int(size) and start >= 0 and start + size > 1 << address_bits:
         raise ParamError("start_address", start, f"an integer from 0 to {(1 << address_bits) - size:,} "
                          f"(a {size:,}-byte transfer within {address_bits}-bit addresses)")

@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from gpuwrite import MAX_MESSAGE_BYTES
 from gpuwrite.model import nic as nicmod
 from gpuwrite.model import pcie
 from gpuwrite.model import topology as topo
@@ -196,6 +197,11 @@ def path_timing(path: str, topology: topo.Topology, size_bytes: int, params: Par
     check_choice("path", path, PATHS)
     if isinstance(size_bytes, bool) or not isinstance(size_bytes, int) or size_bytes < 0:
         raise ParamError("size_bytes", size_bytes, "an integer >= 0")
+    if size_bytes > MAX_MESSAGE_BYTES:
+        # past it a message's TLP and packet lists alone take minutes and gigabytes; 2**70
+        # was refused as "start_address=0" with a negative range
+        raise ParamError("size_bytes", size_bytes,
+                         f"an integer from 0 to {MAX_MESSAGE_BYTES:,} (gpuwrite.MAX_MESSAGE_BYTES)")
     gpu_name, nic_name = params.endpoints(topology)
     to_nic = topology.route(gpu_name, nic_name)
     gpu = topology.node(gpu_name)
