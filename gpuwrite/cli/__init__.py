@@ -84,8 +84,26 @@ def error_fields(exc: BaseException) -> dict:
     return {"error": message, "value": value, "allowed": allowed}
 
 
+# What an option's value may look like when it starts with "-": argparse's own pattern
+# takes only -5 and -.5 for values, so "--share -inf", "--sizes -4K" and "--seed -1e3" were
+# "expected one argument", without the value; these reach the option's check instead.
+NEGATIVE_VALUE = re.compile(r"^-(?:\d|\.\d|(?:inf|infinity|nan)$)", re.IGNORECASE)
+
+
 class Parser(argparse.ArgumentParser):
-    """argparse with its usage errors routed through ``main``'s one error path."""
+    """argparse with its usage errors routed through ``main``'s one error path, and values
+    that start with "-" (``-inf``, ``-4K``, ``-1e30``) taken as values, to be refused by the
+    option's own check, which names them."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = NEGATIVE_VALUE
+
+    def _parse_optional(self, arg_string):
+        # before argparse's prefix matching, which read "--qps -nan" as "--qps" then "-n an"
+        if NEGATIVE_VALUE.match(arg_string) and arg_string not in self._option_string_actions:
+            return None
+        return super()._parse_optional(arg_string)
 
     def error(self, message):
         allowed = None
@@ -144,6 +162,24 @@ def _output_error(exc: OSError) -> UsageError:
                       value=str(path), allowed="a usable path")
 
 
+def _unrecognized(parser: argparse.ArgumentParser, args, extra: list[str]) -> UsageError:
+    """Arguments no parser took, named with the options of the command they were given to
+    (argparse named only the top-level ``gpuwrite`` and not what it takes)."""
+    while True:     # down to the (sub-)command that ran: model's questions are one more level
+        subparsers = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        name = getattr(args, subparsers[0].dest, None) if subparsers else None
+        if name is None or name not in subparsers[0].choices:
+            break
+        parser = subparsers[0].choices[name]
+    options = sorted({s for a in parser._actions for s in a.option_strings if s.startswith("--")})
+    shown = " ".join(extra)
+    allowed = f"the options of {parser.prog}: {', '.join(options)}" if options else "no more arguments"
+    exc = UsageError(f"{shown!r} is not allowed (unrecognized arguments); allowed: {allowed} "
+                     f"(see {parser.prog} --help)", value=shown, allowed=allowed)
+    exc.prog = parser.prog
+    return exc
+
+
 def _raise_terminated(signum, frame):
     raise Terminated()
 
@@ -192,7 +228,9 @@ def _run(argv: list[str], state: dict) -> int:
 
     try:
         parser = build_parser()
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:
+            raise _unrecognized(parser, args, extra)
         state["command"] = args.command
         state["json"] = bool(getattr(args, "json", state["json"]))
         return int(args.func(args) or 0)
