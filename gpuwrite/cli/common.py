@@ -244,6 +244,30 @@ def check_writable(path, name: str, *, folder: bool = False) -> Path:
     return path
 
 
+def _same_file(a, b) -> bool:
+    """Whether two paths name one file (through links and ``..``); False where either is
+    missing."""
+    try:
+        return Path(a).resolve() == Path(b).resolve() or Path(a).samefile(b)
+    except OSError:
+        return False
+
+
+def check_not_input(path, name: str, inputs: dict, written=None) -> None:
+    """A UsageError where the output ``path`` (or the file ``written`` under it) is one of
+    the ``inputs`` ({option: path}): writing it would overwrite the file the command reads,
+    its comments and its values, silently."""
+    if path is None:
+        return
+    target = path if written is None else written
+    for option, source in inputs.items():
+        if source is not None and str(source).strip() and _same_file(target, source):
+            where = "it" if written is None else f"its {Path(written).name}"
+            raise UsageError(f"{name}={str(path)!r} is not allowed ({where} is the {option} file this command "
+                             "reads, which writing would overwrite); allowed: another path",
+                             value=str(path), allowed=f"a path other than {option}'s")
+
+
 def check_result_path(path, name: str = "--out") -> Path | None:
     """A result file name (.parquet or .csv), checked before any work starts."""
     if path is None:

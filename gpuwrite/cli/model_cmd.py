@@ -13,8 +13,8 @@ import argparse
 import math
 
 from gpuwrite.cli import UsageError
-from gpuwrite.cli.common import (check_result_path, check_writable, parse_size, parse_sizes, print_json, provenance,
-                                 write_rows)
+from gpuwrite.cli.common import (check_not_input, check_result_path, check_writable, parse_size, parse_sizes,
+                                 print_json, provenance, write_rows)
 from gpuwrite.model import paths, pcie, sysfs
 from gpuwrite.model import topology as topo
 from gpuwrite.model.errors import ParamError
@@ -133,6 +133,7 @@ def cmd_compare(args) -> int:
     params = _params(args)
     sizes = parse_sizes(args.sizes, "--sizes")
     check_result_path(args.out)
+    check_not_input(args.out, "--out", {"--config": args.config, "--calibration": args.calibration})
     topologies = list(topo.PRESETS) if args.topology in (None, "all") else [args.topology]
     rows = []
     for topology_name in topologies:
@@ -198,6 +199,10 @@ def cmd_topology(args) -> int:
         topology = sysfs.from_sysfs(args.sysfs) if args.sysfs else topo.preset(args.preset or "same_switch")
     except ParamError as exc:
         raise UsageError(str(exc)) from None
+    except ValueError as exc:   # a file of the tree that is not what the kernel writes ("1.2.3 GT/s")
+        raise UsageError(f"--sysfs={args.sysfs!r} is not allowed (reading its PCI devices failed: {exc}); "
+                         "allowed: a sysfs devices directory whose files read as the kernel writes them",
+                         value=args.sysfs, allowed="a sysfs devices directory") from None
     pairs = []
     for gpu, nic, path_class in sysfs.gpu_nic_classes(topology):
         route = topology.route(gpu, nic)
@@ -229,6 +234,7 @@ def cmd_params(args) -> int:
         raise UsageError(f"--dump={args.dump!r} is not allowed; allowed: a file path this user can write",
                          value=args.dump, allowed="a writable path")
     if args.dump:
+        check_not_input(args.dump, "--dump", {"--config": args.config, "--calibration": args.calibration})
         check_writable(args.dump, "--dump").write_text(params.to_toml())
     table = _table("model parameters" + (f" (written to {args.dump})" if args.dump else ""),
                    ["parameter", "value", "source"])

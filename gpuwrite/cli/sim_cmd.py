@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from gpuwrite.cli import UsageError
-from gpuwrite.cli.common import _clean, print_json, provenance, write_rows
+from gpuwrite.cli.common import _clean, check_not_input, print_json, provenance, write_rows
 from gpuwrite.cli.sweep import check_dir
 from gpuwrite.model.errors import ParamError
 from gpuwrite.model.params import SimConfig
@@ -40,6 +40,8 @@ def cmd_sim(args) -> int:
     from gpuwrite.model.sim import simulate_config
 
     config = load_config(args)
+    if args.out is not None:    # --out DIR gets DIR/config.toml: not the CONFIG it reads
+        check_not_input(args.out, "--out", {"CONFIG": args.config}, written=Path(args.out) / "config.toml")
     out = check_dir(args.out, "--out") if args.out is not None else None
     try:
         if args.json:
