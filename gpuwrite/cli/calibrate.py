@@ -44,6 +44,8 @@ def main(args) -> int:
         raise UsageError(f"--out={args.out!r} is not allowed; allowed: a file ending in .toml "
                          "(calibrate writes TOML, which the model and every command read)",
                          value=args.out, allowed="a path ending in .toml")
+    # an --out that cannot be written is bad input too: status 2 before the GPU's 3
+    out = check_writable(args.out, "--out") if args.out is not None else None
     if SIMULATOR and not args.allow_simulator:
         raise NoGPUError("calibrate measures a real GPU and none was found (NUMBA_ENABLE_CUDASIM=1); the "
                          "simulator's timings are Python's. Run it on a GPU machine, or pass "
@@ -52,7 +54,6 @@ def main(args) -> int:
     from gpuwrite.bench import calib
     from gpuwrite.model.params import Params
 
-    out = check_writable(args.out, "--out") if args.out is not None else None
     with console.status("calibrating", spinner="dots") as status:
         data = calib.calibrate(args.runs, args.quick,
                                progress=None if args.json else lambda message: status.update(message))

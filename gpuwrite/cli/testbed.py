@@ -13,6 +13,7 @@ as ``{"error", "value", "allowed"}``).
 """
 from __future__ import annotations
 
+import re
 import sys
 
 from gpuwrite.cli import UsageError
@@ -65,7 +66,7 @@ def _check_inputs(args) -> list[str]:
         raise _BadInput(f"--paths {args.paths!r} names no path", args.paths, ", ".join(PATHS))
     for p in paths:
         if p not in PATHS:
-            raise _BadInput(f"path {p!r} is not one of {', '.join(PATHS)}", p, ", ".join(PATHS))
+            raise _BadInput(f"--paths: path {p!r} is not allowed", p, ", ".join(PATHS))
     for flag, value, low, high in (("--messages", args.messages, 1, 10_000_000),
                                    ("--qps", args.qps, 1, MAX_QPS),
                                    ("--batch", args.batch, 1, MAX_BATCH),
@@ -110,12 +111,15 @@ def main(args) -> int:
     try:
         paths = _check_inputs(args)
     except _BadInput as exc:
+        # what is allowed, in the line too where the message does not say it ("--paths ''
+        # names no path" named no path that is allowed)
+        line = str(exc) if re.search(r"[;:(]\s*allowed", str(exc)) else f"{exc}; allowed: {exc.allowed}"
         if args.json:   # the one error line, and the JSON error with what testbed adds to it
-            print(f"gpuwrite testbed: error: {exc}", file=sys.stderr)
-            print_json({"mode": "testbed", "ran": False, "error": str(exc), "value": exc.value,
+            print(f"gpuwrite testbed: error: {line}", file=sys.stderr)
+            print_json({"mode": "testbed", "ran": False, "error": line, "value": exc.value,
                         "allowed": exc.allowed, "exit_status": 2})
             return 2
-        raise UsageError(str(exc)) from None
+        raise UsageError(line, value=exc.value, allowed=exc.allowed) from None
     if args.selftest:
         return _selftest(args)
     from gpuwrite.backends.testbed import EXIT_UNAVAILABLE, probe
