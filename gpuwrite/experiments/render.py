@@ -35,7 +35,17 @@ def draw(spec: ExperimentSpec, results_dir: Path, other_code: list[str] | None =
     the code but cannot measure again), the figure says so under its axes, with the
     commits the rows name."""
     table = store.load_results(results_dir, spec.name)
-    fig = FIGURES[spec.figure_kind](table)
+    try:
+        fig = FIGURES[spec.figure_kind](table)
+    except (KeyError, ValueError, IndexError) as exc:
+        # a file of one's own naming a kind whose columns its sweeps do not make (no
+        # topology for latency_vs_size): pandas' or matplotlib's traceback, not the file
+        what = f"no column {exc.args[0]!r}" if isinstance(exc, KeyError) and exc.args else \
+            f"{type(exc).__name__}: {exc}"
+        raise SpecError(f"{spec.path}: figure.kind={spec.figure_kind!r} is not allowed for this file's "
+                        f"sweeps (drawing it from their table of {len(table)} rows failed: {what}); allowed: "
+                        "a kind whose columns the sweeps make, as in the experiment file of that kind "
+                        "under experiments/") from exc
     if spec.title:
         fig.suptitle(spec.title, fontsize=10)
     if other_code is None:

@@ -254,7 +254,9 @@ def expand_range(where: str, value) -> list:
                         "{from, to, step} or {from, to, factor}")
     count = range_count(where, value)
     if count > MAX_VARY_VALUES:
-        many = f"{count:,} values" if count < math.inf else "more values than a float counts"
+        # an integer of hundreds of digits (a step of 1e-300) is shown as what it is about
+        many = (f"{count:,} values" if count < 10**15 else f"about {float(count):.3g} values") \
+            if count < math.inf else "more values than a float counts"
         raise SpecError(f"{where}={value!r} is not allowed ({many}); allowed: at most "
                         f"{MAX_VARY_VALUES:,} values (a wider step or factor)")
     start, stop = value["from"], value["to"]
@@ -309,6 +311,11 @@ def _load_sweep(file: Path, index: int, data: dict) -> Sweep:
     require = data.get("require", "any")
     _choice(f"{where}: require", require, REQUIRES if backend == "emulated" else ("any",))
     allowed = allowed_keys(backend, measure)
+    for table in ("fixed", "vary"):
+        if not isinstance(data.get(table, {}), dict):
+            # _flatten of a number or a text failed with a traceback
+            raise SpecError(f"{where}: {table}={data[table]!r} is not allowed; allowed: a [sweep.{table}] "
+                            "table of key = value")
     fixed = _flatten(data.get("fixed", {}))
     vary_raw = _flatten(data.get("vary", {}))
     _check_keys(f"{where}: fixed", fixed, allowed)
@@ -335,6 +342,13 @@ def _load_sweep(file: Path, index: int, data: dict) -> Sweep:
         raise SpecError(f"{where}: exclude={exclude!r} is not allowed; allowed: a list of tables of key = value")
     for rule in exclude:
         _check_keys(f"{where}: exclude", rule, allowed)
+        for key in rule:
+            # a point is matched on the values the file gives it, not on defaults: a rule on
+            # a key neither fixed nor varied matched no point, and excluded nothing, silently
+            if key not in fixed and key not in vary:
+                raise SpecError(f"{where}: exclude={rule!r} is not allowed (key {key!r} is neither fixed nor "
+                                "varied, so the rule matches no point); allowed: rules on the keys of fixed and "
+                                f"vary: {', '.join([*fixed, *vary]) or 'none'}")
     sweep = Sweep(name, backend, measure, output, require, fixed, vary, tuple(exclude), file.parent, file)
     if exclude and not sweep.points():
         raise SpecError(f"{where}: exclude={exclude!r} is not allowed (it leaves no point); allowed: rules that "
@@ -359,6 +373,10 @@ def load_spec(path: str | Path) -> ExperimentSpec:
     if not isinstance(figure, dict):
         raise SpecError(f"{file}: figure={figure!r} is not allowed; allowed: a [figure] table")
     _check_keys(f"{file}: figure", figure, FIGURE_KEYS)
+    for key in ("title", "caption"):
+        if not isinstance(figure.get(key, ""), str):
+            raise SpecError(f"{file}: figure.{key}={figure[key]!r} is not allowed; allowed: a text "
+                            f"({key} = \"...\")")
     raw_sweeps = data.get("sweep", [])
     if not isinstance(raw_sweeps, list) or not raw_sweeps:
         raise SpecError(f"{file}: sweep={raw_sweeps!r} is not allowed; allowed: one or more [[sweep]] tables")
