@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpuwrite.cli import UsageError
-from gpuwrite.cli.common import (add_json_flag, check_range, check_result_path, check_writable, console, print_json,
-                                 provenance, table)
+from gpuwrite.cli.common import (add_json_flag, check_not_input, check_range, check_result_path, check_writable,
+                                 console, print_json, provenance, table)
 
 MAX_WORKERS = 1024
 
@@ -76,6 +76,13 @@ def main(args) -> int:
     check_dir(args.results, "--results")
     try:
         spec = load_spec(args.file)
+        if args.out is not None:
+            # --out writes this run's rows alone: onto the stored table (or its CSV), it
+            # replaced the table the run resumes from, other sweeps' rows lost, unmerged
+            from gpuwrite.experiments.store import table_path
+            stored = [table_path(args.results, spec.name, gpu=gpu) for gpu in (False, True)]
+            check_not_input(args.out, "--out", {f"stored table {path}": path for path in
+                                                [*stored, *(p.with_suffix(".csv") for p in stored)]})
         with progress_bar(args.json) as progress, Pool(workers) as pool:
             ran = run_spec(spec, args.results, only=args.sweeps, fresh=args.fresh,
                            pool=pool, progress=progress, csv=args.csv, out=args.out)

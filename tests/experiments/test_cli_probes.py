@@ -62,6 +62,10 @@ CASES = [
     ("params-dump-is-calibration-through-a-link",
      lambda t: ["model", "params", "--calibration", _file(t, "cal.toml", "[params.gpu]\nstore_rate_gbps = 100.0\n"),
                 "--dump", str(_link(t / "cal.toml", t / "link.toml"))], "it is the --calibration file"),
+    ("sweep-out-is-its-stored-table", lambda t: ["sweep", _file(t, "s.toml", SWEEP), "--results", str(t / "r"),
+                                                 "--out", str(t / "r" / "s.parquet")], "it is the stored table"),
+    ("sweep-out-is-its-stored-gpu-csv", lambda t: ["sweep", _file(t, "s.toml", SWEEP), "--results", str(t / "r"),
+                                                   "--out", str(t / "r" / "gpu" / "s.csv")], "it is the stored table"),
     # an unwritable --out is bad input (2), found before the missing GPU (3)
     ("calibrate-out-unwritable-no-gpu-flag", lambda t: ["calibrate", "--out", "/proc/nope.toml"], "/proc/nope.toml"),
     # experiment files: tables that are not tables, texts that are not texts
