@@ -7,8 +7,11 @@ bench's sweep settings; then Fig. 4's saturated runs (32 QPs, 4 messages in flig
 per pass).
 
 Run once per code version, in turn, each process on the package its PYTHONPATH finds:
-    python3 pull_inflight_ab.py LABEL ROUND >> out.log
+    python3 pull_inflight_ab.py LABEL ROUND [SLOTS] [fig4] >> out.log
+SLOTS: the agent's ring slots (``PullAgent(slots=...)``, default 64); ``fig4``: only
+Fig. 4's runs.
 """
+import functools
 import json
 import sys
 
@@ -19,10 +22,26 @@ from gpuwrite.paths import runner
 SIZES = (64, 4096, 65536)
 
 
-def main(label: str, rnd: int) -> None:
+def main(label: str, rnd: int, slots: int | None = None, only_fig4: bool = False) -> None:
     def out(**kw):
         print(json.dumps({"label": label, "round": rnd, **kw}), flush=True)
 
+    if slots is not None:
+        from gpuwrite.paths.pull_agent import PullAgent
+        runner.PullAgent = functools.partial(PullAgent, slots=slots)
+    if not only_fig4:
+        latency_runs(out)
+    for size, n in ((64, 32 * 1000), (4096, 32 * 400), (65536, 32 * 100), (1 << 20, 256)):
+        with Context(workers=8) as ctx:
+            r = runner.run("nic_pull", [size] * n, n_qps=32, batch=4, block_threads=256,
+                           chunk_bytes=1 << 20, context=ctx)
+            c = ctx.counters()
+        out(what="fig4", size=size, ok=r.delivered == r.messages and not r.qp_errors,
+            gbps=round(r.throughput_gbps, 2),
+            agent_us=round(c["pull_agent_ns"] / max(1, c["pull_agent_answers"]) / 1e3, 2))
+
+
+def latency_runs(out) -> None:
     r = runner.run("gpu_push", [64] * 2000, n_qps=1, wait_each=True, block_threads=32)
     out(what="push_64B", ok=r.delivered == r.messages and not r.qp_errors,
         p50_us=round(r.latency_p50_us, 3))
@@ -35,13 +54,8 @@ def main(label: str, rnd: int) -> None:
                 ok=r.delivered == r.messages and not r.qp_errors,
                 p50_us=round(r.latency_p50_us, 3), p99_us=round(r.latency_p99_us, 3),
                 engine_us=round(engine_split_us(r)["engine"], 3))
-    for size, n in ((64, 32 * 1000), (4096, 32 * 400), (65536, 32 * 100), (1 << 20, 256)):
-        with Context(workers=8) as ctx:
-            r = runner.run("nic_pull", [size] * n, n_qps=32, batch=4, block_threads=256,
-                           chunk_bytes=1 << 20, context=ctx)
-        out(what="fig4", size=size, ok=r.delivered == r.messages and not r.qp_errors,
-            gbps=round(r.throughput_gbps, 2))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]))
+    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else None,
+         "fig4" in sys.argv[4:])
