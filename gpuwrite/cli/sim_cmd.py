@@ -85,6 +85,9 @@ def register(subparsers) -> None:
     parser.add_argument("config", metavar="CONFIG", help="TOML file: seed, [params], [workload]")
     parser.add_argument("--seed", type=int, help="override the config's seed")
     parser.add_argument("--messages", type=int, help="override workload.n_messages")
-    parser.add_argument("--out", help="directory for messages.parquet, timeseries.parquet, summary.json")
+    parser.add_argument("--out", help="directory for messages.parquet, timeseries.parquet, "
+                        "summary.json and summary.parquet (the summary, the latter with its "
+                        "provenance), and config.toml (the configuration as run, overrides "
+                        "included)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.set_defaults(func=cmd_sim)

@@ -79,6 +79,12 @@ def test_sim_runs_an_example_config_and_writes_results(tmp_path, capsys):
     assert code == 0 and data["messages"] == 3000 and data["dropped"] > 0
     assert (tmp_path / "run" / "messages.parquet").is_file()
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["dropped"] == data["dropped"]
+    # --help names every file --out writes (it once left out summary.parquet and config.toml).
+    from gpuwrite.cli import build_parser
+    sim_help = " ".join(build_parser()._subparsers._group_actions[0].choices["sim"]
+                        .format_help().split())
+    for written in sorted(p.name for p in (tmp_path / "run").iterdir()):
+        assert written in sim_help, written
 
 
 def test_benchmark_agrees_and_reports_a_speedup():
