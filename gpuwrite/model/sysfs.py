@@ -62,7 +62,9 @@ def link_config_of(path: Path, default: pcie.LinkConfig | None = None) -> pcie.L
     generation, width = base.generation, base.width
     speed = _read(path, "current_link_speed")
     if speed:
-        match = re.match(r"([0-9.]+)\s*GT/s", speed)
+        # a number, then GT/s ("32.0 GT/s PCIe"); anything else ("Unknown", "1.2.3 GT/s",
+        # which float() refused with a ValueError) keeps the default, like a bad width
+        match = re.match(r"(\d+(?:\.\d+)?)\s*GT/s", speed)
         if match and float(match.group(1)) in _SPEED_TO_GENERATION:
             generation = _SPEED_TO_GENERATION[float(match.group(1))]
     text = _read(path, "current_link_width")
