@@ -13,6 +13,7 @@ Worked example (DESIGN.md): a 512-byte read answered by two 256-byte completions
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 from gpuwrite.model import checks
@@ -175,15 +176,34 @@ def _check_transfer(size_bytes: int, start_address: int) -> None:
         raise ParamError("start_address", start_address, "an integer >= 0")
 
 
+def split_aligned_runs(size_bytes: int, start_address: int, chunk_bytes: int) -> list[tuple[int, int]]:
+    """``split_aligned`` as runs, in order: (piece size, how many in a row). At most three
+    runs (a head up to the first boundary, whole chunks, a tail), whatever the size, so
+    counts and byte totals cost O(1) where the list of pieces costs one entry per piece."""
+    if size_bytes <= 0:
+        return []
+    end = start_address + size_bytes
+    boundary = (start_address // chunk_bytes + 1) * chunk_bytes
+    if end <= boundary:
+        return [(size_bytes, 1)]
+    head = boundary - start_address
+    body, tail = divmod(end - boundary, chunk_bytes)
+    runs = [(head, 1)]
+    if body:
+        if head == chunk_bytes:
+            runs[0] = (chunk_bytes, body + 1)
+        else:
+            runs.append((chunk_bytes, body))
+    if tail:
+        runs.append((tail, 1))
+    return runs
+
+
 def split_aligned(size_bytes: int, start_address: int, chunk_bytes: int) -> list[int]:
     """Split [start, start+size) at multiples of ``chunk_bytes``; return the piece sizes."""
     pieces = []
-    position, end = start_address, start_address + size_bytes
-    while position < end:
-        boundary = (position // chunk_bytes + 1) * chunk_bytes
-        piece_end = min(end, boundary)
-        pieces.append(piece_end - position)
-        position = piece_end
+    for piece, count in split_aligned_runs(size_bytes, start_address, chunk_bytes):
+        pieces += [piece] * count
     return pieces
 
 
@@ -223,6 +243,62 @@ def completion_sizes(link: LinkConfig, size_bytes: int, start_address: int = 0) 
     return pieces
 
 
+def write_tlp_count(link: LinkConfig, size_bytes: int, start_address: int = 0) -> int:
+    """``len(write_tlp_sizes(...))`` in O(1)."""
+    _check_transfer(size_bytes, start_address)
+    return sum(count for _, count in split_aligned_runs(size_bytes, start_address, link.mps_bytes))
+
+
+def read_request_count(link: LinkConfig, size_bytes: int, start_address: int = 0) -> int:
+    """``len(read_request_sizes(...))`` in O(1)."""
+    _check_transfer(size_bytes, start_address)
+    return sum(count for _, count in split_aligned_runs(size_bytes, start_address, link.mrrs_bytes))
+
+
+def _request_completions(position: int, request: int, limit: int, align: int) -> list[tuple[int, int]]:
+    """(payload, count) of the completions answering one request of ``request`` bytes at
+    ``position``, as ``completion_sizes`` cuts them: the first ends on the last ``align``
+    boundary within ``limit`` bytes (or at the request's end); from there on every
+    completion starts aligned, so all are ``limit`` bytes but a shorter last one."""
+    first = min(request, (position + limit) // align * align - position)
+    full, tail = divmod(request - first, limit)
+    runs = [(first, 1)]
+    if full:
+        runs.append((limit, full))
+    if tail:
+        runs.append((tail, 1))
+    return runs
+
+
+def completion_runs(link: LinkConfig, size_bytes: int, start_address: int = 0) -> list[tuple[int, int]]:
+    """The payloads of ``completion_sizes`` with their multiplicities, (payload, count),
+    without listing every completion: O(1) in the size (not in the completions' order).
+
+    Requests come as at most three runs of equal size (``split_aligned_runs``); the
+    requests of a run start ``request`` bytes apart, so their offsets from the completion
+    alignment repeat with a period of align / gcd(align, request) (1 where MRRS >= the
+    alignment, at most 4 otherwise), and requests of one offset are cut alike.
+    """
+    _check_transfer(size_bytes, start_address)
+    limit = min(link.rcb_bytes if link.rcb_chunks else link.mps_bytes, link.mps_bytes)
+    align = min(link.rcb_bytes, limit)
+    runs: list[tuple[int, int]] = []
+    position = start_address
+    for request, count in split_aligned_runs(size_bytes, start_address, link.mrrs_bytes):
+        period = align // math.gcd(align, request)
+        for j in range(min(period, count)):
+            same = (count - j + period - 1) // period     # requests j, j + period, ... of the run
+            for payload, n in _request_completions(position + j * request, request, limit, align):
+                runs.append((payload, n * same))
+        position += request * count
+    return runs
+
+
+def completion_count(link: LinkConfig, size_bytes: int, start_address: int = 0) -> int:
+    """``len(completion_sizes(...))`` in O(1)."""
+    return sum(count for _, count in completion_runs(link, size_bytes, start_address))
+
+
 @dataclass(frozen=True)
 class WireBytes:
     """Bytes on the wire for one transfer, per direction of a link.
@@ -239,18 +315,18 @@ class WireBytes:
 
 def write_wire_bytes(link: LinkConfig, size_bytes: int, start_address: int = 0) -> WireBytes:
     """Bytes on the wire for a posted write of ``size_bytes``: one direction only."""
-    sizes = write_tlp_sizes(link, size_bytes, start_address)
-    wire = size_bytes + len(sizes) * write_tlp_overhead_bytes(link)
-    return WireBytes(size_bytes, wire, 0, len(sizes))
+    count = write_tlp_count(link, size_bytes, start_address)
+    wire = size_bytes + count * write_tlp_overhead_bytes(link)
+    return WireBytes(size_bytes, wire, 0, count)
 
 
 def read_wire_bytes(link: LinkConfig, size_bytes: int, start_address: int = 0) -> WireBytes:
     """Bytes on the wire for a read: requests one way, completions the other."""
-    requests = read_request_sizes(link, size_bytes, start_address)
-    completions = completion_sizes(link, size_bytes, start_address)
-    data = size_bytes + len(completions) * completion_tlp_overhead_bytes(link)
-    other = len(requests) * read_request_tlp_bytes(link)
-    return WireBytes(size_bytes, data, other, len(requests) + len(completions))
+    requests = read_request_count(link, size_bytes, start_address)
+    completions = completion_count(link, size_bytes, start_address)
+    data = size_bytes + completions * completion_tlp_overhead_bytes(link)
+    other = requests * read_request_tlp_bytes(link)
+    return WireBytes(size_bytes, data, other, requests + completions)
 
 
 OPERATIONS = ("read", "write")
