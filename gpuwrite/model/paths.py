@@ -26,6 +26,9 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from itertools import accumulate
+
+import numpy as np
 
 from gpuwrite import MAX_MESSAGE_BYTES
 from gpuwrite.model import nic as nicmod
@@ -133,7 +136,7 @@ def read_engine_gbps(route: topo.Route, target: topo.Node, size_bytes: int, para
     if size_bytes <= 0:
         return float("inf")
     link = route.pcie_links()[0].pcie
-    request_bytes = size_bytes / len(pcie.read_request_sizes(link, size_bytes))
+    request_bytes = size_bytes / pcie.read_request_count(link, size_bytes)
     _, link_rate = route.narrowest("read", size_bytes)
     # the engine keeps its requests outstanding across messages, so saturated reads of any
     # size fill the window: outstanding x request size in flight per round trip
@@ -189,7 +192,21 @@ def read_arrivals_ns(route: topo.Route, target: topo.Node, size_bytes: int, para
     if size_bytes <= 0:
         return [0.0 for _ in offsets]
     curve = _read_curve(route, target, size_bytes, params)
-    return [_read_arrival_ns(curve, offset) for offset in offsets]
+    return _read_arrivals_of(curve, offsets)
+
+
+def _read_arrivals_of(curve: tuple, offsets) -> list[float]:
+    """``_read_arrival_ns`` of each of ``offsets``, as whole arrays: the same operations in
+    the same order on each element (IEEE doubles), so the same floats, one per packet of a
+    message without a Python call per packet."""
+    offsets = list(offsets)
+    if (not offsets or not all(type(offset) is int and 0 <= offset < 1 << 53 for offset in offsets)
+            or not isinstance(curve[2], int) or curve[2] >= 1 << 53):
+        return [_read_arrival_ns(curve, offset) for offset in offsets]
+    trip, link_rate, window, engine = curve
+    at = np.array(offsets, dtype=np.int64)
+    stream = trip + np.minimum(at, window) * 8.0 / link_rate + np.maximum(0, at - window) * 8.0 / engine
+    return np.maximum(stream, at * 8.0 / engine).tolist()
 
 
 def path_timing(path: str, topology: topo.Topology, size_bytes: int, params: Params) -> PathTiming:
@@ -269,11 +286,7 @@ def path_timing(path: str, topology: topo.Topology, size_bytes: int, params: Par
 
 def _packet_ends(network: nicmod.NetworkParams, size_bytes: int) -> list[int]:
     """Where each packet of a message ends, in bytes from the message's start."""
-    ends, end = [], 0
-    for payload in nicmod.packet_payloads(network, size_bytes):
-        end += payload
-        ends.append(end)
-    return ends
+    return list(accumulate(nicmod.packet_payloads(network, size_bytes)))
 
 
 def staging_return_ns(route_nic_to_gpu: topo.Route, params: Params) -> float:
@@ -311,7 +324,10 @@ def _with_network(path, size_bytes, steps, transfers, params, to_nic, topology, 
     else:
         shares = staged if path == "gpu_push_inline" else payloads
     total_share = sum(shares)
-    ingress_p = [ingress * share / total_share if total_share else ingress / len(shares) for share in shares]
+    # a message's packets have at most three distinct sizes: each value is worked out once
+    share_of = {share: ingress * share / total_share if total_share else ingress / len(shares)
+                for share in set(shares)}
+    ingress_p = [share_of[share] for share in shares]
     if arrivals is not None:
         ingress_p = _shares_arriving(arrivals, ingress, post)
     stored = stores_whole(path, params)
@@ -325,9 +341,14 @@ def _with_network(path, size_bytes, steps, transfers, params, to_nic, topology, 
                              "headers: nic.push_forwarding = after_doorbell holds a whole message before "
                              "its doorbell")
         ingress_p = [ingress] + [0.0] * (len(shares) - 1)
-    wire_p = [(payload + network.header_bytes) * 8.0 / network.rate_gbps for payload in payloads]
-    drain_p = [(payload + network.header_bytes) * 8.0 / params.receiver.drain_rate_gbps for payload in payloads]
-    credits_p = [nicmod.packet_credits(network, payload) for payload in payloads]
+    distinct = set(payloads)
+    wire_of = {payload: (payload + network.header_bytes) * 8.0 / network.rate_gbps for payload in distinct}
+    drain_of = {payload: (payload + network.header_bytes) * 8.0 / params.receiver.drain_rate_gbps
+                for payload in distinct}
+    credits_of = {payload: nicmod.packet_credits(network, payload) for payload in distinct}
+    wire_p = [wire_of[payload] for payload in payloads]
+    drain_p = [drain_of[payload] for payload in payloads]
+    credits_p = [credits_of[payload] for payload in payloads]
     if max(credits_p) > network.credits_total:
         raise ParamError("network.vl_buffer_bytes", network.vl_buffer_bytes,
                          f"at least one packet ({max(credits_p)} credits of {network.credit_block_bytes} B)")
@@ -359,12 +380,13 @@ def _shares_arriving(arrivals, ingress: float, post: float) -> list[float]:
     """Each packet's share of the ingress stage such that packet k is ready (its shares so
     far, then ``post``) at ``arrivals[k]``: the last one at ingress + post, none before the
     one ahead of it or before ``post``."""
-    shares, done = [], 0.0
-    for arrival in arrivals[:-1]:
-        through = min(ingress, max(done, arrival - post))
-        shares.append(through - done)
-        done = through
-    shares.append(ingress - done)
+    # Packet k is through min(ingress, max(0, arrival_j - post for j <= k)) of the ingress
+    # (min and max round nothing): a running maximum, then the differences.
+    if len(arrivals) < 2:
+        return [ingress - 0.0]
+    through = np.minimum(ingress, np.maximum.accumulate(np.maximum(0.0, np.asarray(arrivals[:-1], dtype=float) - post)))
+    shares = np.diff(through, prepend=0.0).tolist()
+    shares.append(ingress - float(through[-1]))
     return shares
 
 
@@ -378,23 +400,32 @@ def cut_through_ns(ingress_ns, post_ns, wire_ns, drain_ns, credits, credits_tota
     drained it).
     """
     ready = link_free = drain_free = 0.0
-    returns: list[tuple[float, int]] = []
+    return_at: list[float] = []         # when each packet's credits are back, in send order
+    return_n: list[int] = []
     in_use = 0
     head = 0
-    for k, (ingress, wire, drain, need) in enumerate(zip(ingress_ns, wire_ns, drain_ns, credits)):
+    for ingress, wire, drain, need in zip(ingress_ns, wire_ns, drain_ns, credits):
         ready += ingress
-        start = max(ready + post_ns, link_free)
-        while head < len(returns) and returns[head][0] <= start:
-            in_use -= returns[head][1]
+        start = ready + post_ns
+        if link_free > start:
+            start = link_free
+        sent = len(return_at)
+        while head < sent and return_at[head] <= start:
+            in_use -= return_n[head]
             head += 1
         while credits_total - in_use < need:
-            start = max(start, returns[head][0])
-            in_use -= returns[head][1]
+            if return_at[head] > start:
+                start = return_at[head]
+            in_use -= return_n[head]
             head += 1
         in_use += need
         link_free = start + wire
-        drain_free = max(link_free + propagation_ns, drain_free) + drain
-        returns.append((drain_free + credit_return_ns, need))
+        drained = link_free + propagation_ns
+        if drain_free > drained:
+            drained = drain_free
+        drain_free = drained + drain
+        return_at.append(drain_free + credit_return_ns)
+        return_n.append(need)
     return link_free
 
 
@@ -414,9 +445,12 @@ def _host_staged(topology, gpu_name, nic_name, size_bytes, params):
     # After a chunk lands in host memory the GPU rings the doorbell for it; the NIC
     # fetches the WQE, then reads the chunk.
     handoff = to_nic.one_way_latency_ns + _doorbell_ns(to_nic) + params.nic.processing_ns + wqe_fetch
-    copy_ser = [_ser_ns(gpu_to_memory, "write", c, params.gpu.copy_rate_gbps) for c in chunks]
-    read_ser = [read_ns(nic_to_memory, memory, c, params)[0] for c in chunks]
-    read_first = [read_ns(nic_to_memory, memory, c, params)[1] for c in chunks]
+    # every chunk but the last has the same size: work out each distinct size once
+    copy_of = {c: _ser_ns(gpu_to_memory, "write", c, params.gpu.copy_rate_gbps) for c in set(chunks)}
+    read_of = {c: read_ns(nic_to_memory, memory, c, params) for c in set(chunks)}
+    copy_ser = [copy_of[c] for c in chunks]
+    read_ser = [read_of[c][0] for c in chunks]
+    read_first = [read_of[c][1] for c in chunks]
     # two-stage flow shop: the copy of chunk k, then (after the handoff) its read; the
     # message is in once every chunk's last bytes are (a short last chunk's round trip can
     # end before a long one's before it)
@@ -449,16 +483,26 @@ def _staged_arrivals(route, memory, chunks, read_starts, params) -> list[float]:
     every chunk it spans must have been read up to there; chunk c's read starts at
     ``read_starts[c]`` and its bytes follow ``read_arrivals_ns``."""
     curves = {size: _read_curve(route, memory, size, params) for size in set(chunks) if size > 0}
-    ends = [_read_arrival_ns(curves[size], size) if size > 0 else 0.0 for size in chunks]
+    # chunks share sizes and packets share offsets into them: each arrival once
+    end_of = {size: _read_arrival_ns(curves[size], size) if size > 0 else 0.0 for size in set(chunks)}
+    arrival_of: dict[tuple[int, int], float] = {}
     arrivals, ready = [], 0.0
-    c, chunk_start = 0, 0
+    c, chunk_start, last = 0, 0, len(chunks) - 1
     for end in _packet_ends(params.network, sum(chunks)):
-        while c + 1 < len(chunks) and chunk_start + chunks[c] < end:
-            ready = max(ready, read_starts[c] + ends[c])
+        while c < last and chunk_start + chunks[c] < end:
+            done = read_starts[c] + end_of[chunks[c]]
+            if done > ready:
+                ready = done
             chunk_start += chunks[c]
             c += 1
         offset = end - chunk_start
-        ready = max(ready, read_starts[c] + (_read_arrival_ns(curves[chunks[c]], offset) if offset > 0 else 0.0))
+        into = arrival_of.get((chunks[c], offset))
+        if into is None:
+            into = _read_arrival_ns(curves[chunks[c]], offset) if offset > 0 else 0.0
+            arrival_of[(chunks[c], offset)] = into
+        done = read_starts[c] + into
+        if done > ready:
+            ready = done
         arrivals.append(ready)
     return arrivals
 
