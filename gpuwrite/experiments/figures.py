@@ -641,10 +641,8 @@ class _FastCell(Cell):
 
     def _extent_edges(self) -> tuple[float, float, float, float]:
         """(x0, x1, y0, y1) of ``Cell.get_window_extent``, from the memo where it can be."""
-        transform = Artist.get_transform(self)
-        matrix = transform.get_matrix()
-        if (not transform.is_affine or matrix[0, 1] != 0 or matrix[1, 0] != 0 or self.angle != 0
-                or getattr(self, "_aspect_ratio_correction", 1) != 1):
+        matrix = Artist.get_transform(self).get_matrix()
+        if matrix[0, 1] != 0 or matrix[1, 0] != 0 or self.angle != 0 or self._aspect_ratio_correction != 1:
             box = super().get_window_extent()
             return box.x0, box.x1, box.y0, box.y1
         key = matrix.tobytes()
