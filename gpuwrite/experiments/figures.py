@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from matplotlib.artist import Artist
 from matplotlib.patches import Rectangle
-from matplotlib.table import Cell, Table
-from matplotlib.transforms import Bbox
 
 from gpuwrite.calibfiles import newest_first
 from gpuwrite.experiments import style
@@ -620,98 +617,6 @@ def throughput_vs_buffer(df: pd.DataFrame):
 
 # --- figure 8: the validation table ---------------------------------------------------
 
-class _FastCell(Cell):
-    """A table cell whose window extent is looked up rather than recomputed.
-
-    Fig. 8 is a table of some 800 rows x 9 columns. Saving it (PNG and PDF, each a layout
-    pass, a tight-bbox pass and a drawing) makes matplotlib compute every cell's extent
-    about 20 times, through a fresh composite transform and ``Path.get_extents`` each
-    time: most of the figure's CPU time. The extent is a pure function of the cell's
-    rectangle and the table's transform (``transAxes``, affine): while that transform
-    neither rotates nor shears (its off-diagonal entries are 0) and the cell is not
-    rotated, the x edges depend only on (matrix, x, width) and the y edges only on
-    (matrix, y, height). So the edges matplotlib's own code computes for one cell are
-    reused for every cell of that column (row) under the same matrix: the same numbers,
-    bit for bit (tests/experiments/test_fig8_speed.py compares them with matplotlib's).
-    The memo lives with the table (one figure), keyed on the exact matrix and floats, so
-    nothing stale can be returned; in any other case matplotlib computes the extent.
-    """
-
-    _memo: dict
-
-    def _extent_edges(self) -> tuple[float, float, float, float]:
-        """(x0, x1, y0, y1) of ``Cell.get_window_extent``, from the memo where it can be."""
-        matrix = Artist.get_transform(self).get_matrix()
-        if matrix[0, 1] != 0 or matrix[1, 0] != 0 or self.angle != 0 or self._aspect_ratio_correction != 1:
-            box = super().get_window_extent()
-            return box.x0, box.x1, box.y0, box.y1
-        key = matrix.tobytes()
-        xs = self._memo.get((key, "x", self._x0, self._width))
-        ys = self._memo.get((key, "y", self._y0, self._height))
-        if xs is None or ys is None:
-            box = super().get_window_extent()
-            xs = self._memo[(key, "x", self._x0, self._width)] = (box.x0, box.x1)
-            ys = self._memo[(key, "y", self._y0, self._height)] = (box.y0, box.y1)
-        return xs[0], xs[1], ys[0], ys[1]
-
-    def get_window_extent(self, renderer=None):
-        x0, x1, y0, y1 = self._extent_edges()
-        return Bbox([[x0, y0], [x1, y1]])
-
-
-def _union(cells) -> Bbox:
-    """``Bbox.union`` of the cells' extents, without a Bbox (and four numpy reductions) per cell."""
-    edges = [cell._extent_edges() for cell in cells]
-    return Bbox([[np.min([e[0] for e in edges]), np.min([e[2] for e in edges])],
-                 [np.max([e[1] for e in edges]), np.max([e[3] for e in edges])]])
-
-
-def _paints_nothing(renderer) -> bool:
-    """Whether ``renderer`` is in the pass ``savefig`` makes before drawing (constrained
-    layout, the tight bounding box): matplotlib's ``RendererBase._draw_disabled`` puts no-op
-    ``draw_*`` methods on the instance (on the PDF renderer that a MixedModeRenderer wraps).
-    No other renderer holds them there, so a miss only costs time, never a cell."""
-    for each in (renderer, getattr(renderer, "_renderer", None)):
-        if {"draw_path", "draw_text"} <= getattr(each, "__dict__", {}).keys():
-            return True
-    return False
-
-
-class _FastTable(Table):
-    """``Table`` of ``_FastCell``s: the cells' extents are looked up (see ``_FastCell``), and
-    in the pass before drawing (``_paints_nothing``) the cells are placed but not drawn.
-    That pass paints nothing; what it leaves for the drawing is the layout and the bounding
-    box, and neither reads a cell's text (the table's extent is its cells' rectangles,
-    ``get_window_extent``), while the drawing places the cells and their text again."""
-
-    def draw(self, renderer):
-        if renderer is not None and self.get_visible() and _paints_nothing(renderer):
-            self._update_positions(renderer)
-            self.stale = False
-            return
-        super().draw(renderer)
-
-    def _get_grid_bbox(self, renderer):
-        bbox = _union([cell for (row, col), cell in self._cells.items() if row >= 0 and col >= 0])
-        return bbox.transformed(self.get_transform().inverted())
-
-    def get_window_extent(self, renderer=None):
-        if renderer is None:
-            renderer = self.get_figure(root=True)._get_renderer()
-        self._update_positions(renderer)
-        return _union(self._cells.values())
-
-
-def _fast_table(shown: Table) -> Table:
-    """``shown`` (made by ``ax.table``) drawing the same pixels, its cells' extents looked up."""
-    memo: dict = {}
-    for cell in shown.get_celld().values():
-        cell.__class__ = _FastCell      # adds methods only: no state of its own besides the memo
-        cell._memo = memo
-    shown.__class__ = _FastTable
-    return shown
-
-
 @style.styled
 def validation_table(df: pd.DataFrame):
     """The model against measurements (gpuwrite.model.validation), as a table.
@@ -744,7 +649,6 @@ def validation_table(df: pd.DataFrame):
     shown.set_fontsize(5.5)
     shown.scale(1.0, 0.9)
     shown.set_gid("validation")
-    _fast_table(shown)
     style.caveat(fig, validation.summary(frame) + ". Sources: pcie-bench/data (Neugebauer et al., SIGCOMM 2018) "
                  "NFP6000 on a Xeon E5-2630v4, one parameter set (gpuwrite/model/validation_data/"
                  "nfp6000_e5-2630v4.toml, four constants fitted on the marked rows); this project's calibrate "
