@@ -81,11 +81,6 @@ CASES = [
     ("sweep-exclude-on-a-default", lambda t: ["sweep", _file(t, "s.toml", SWEEP + "exclude = [{size_bytes = 4096}]\n"),
                                               "--results", str(t / "r")],
      "key 'size_bytes' is neither fixed nor varied"),
-    # a sysfs file that is not what the kernel writes: ValueError from float()
-    ("doctor-link-speed-garbled", lambda t: ["doctor", "--sysfs-root", str(_bad_link_speed(t) / "sys"),
-                                             "--proc-root", str(t / "fx" / "proc")], "'1.2.3'"),
-    ("topology-link-speed-garbled", lambda t: ["model", "topology", "--sysfs",
-                                               str(_bad_link_speed(t) / "sys" / "devices")], "'1.2.3'"),
     # testbed's lines say what is allowed, as every other command's do
     ("testbed-paths-empty", lambda t: ["testbed", "--paths", ""], "allowed: gpu_push, gpu_push_inline"),
     ("testbed-path-unknown", lambda t: ["testbed", "--paths", "warp"], "--paths: path 'warp' is not allowed; allowed:"),
@@ -112,6 +107,24 @@ def test_probed_input_is_one_line_naming_the_value(name, argv, named, as_json, t
         assert named in data["error"] and data["exit_status"] == 2 and data["allowed"], out
     else:
         assert out == "", out
+
+
+def test_a_garbled_sysfs_link_speed_reads_as_unknown_not_a_traceback(tmp_path, capsys):
+    """A link speed that is no number ("1.2.3 GT/s", which float() refused with a
+    ValueError, a traceback until session 45) reads as an unknown one, as "Unknown" does:
+    doctor says the NIC's link (the device the fixture garbles) is unknown, and the model
+    takes the default generation for it (gpuwrite.model.sysfs.link_config_of)."""
+    tree = _bad_link_speed(tmp_path)
+    assert main(["doctor", "--sysfs-root", str(tree / "sys"), "--proc-root", str(tree / "proc"),
+                 "--json"]) in (0, 1)      # 1: no GPU or NIC can run here (the fixture's are read)
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    data = json.loads(out)
+    assert [nic["link"] for nic in data["nics"]] == ["unknown"]
+    assert [gpu["link"] for gpu in data["gpus"]] == ["Gen5 x16"]
+    assert main(["model", "topology", "--sysfs", str(tree / "sys" / "devices"), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err and json.loads(out)
 
 
 def test_an_unknown_option_is_named_with_the_commands_options(capsys):
