@@ -443,7 +443,12 @@ class SimResult:
 
     @cached_property
     def summary(self) -> pd.Series:
-        """Latency percentiles, throughput, drops, PCIe bytes per direction, peak buffer use."""
+        """Latency percentiles, throughput, drops, PCIe bytes per direction, peak buffer use.
+
+        ``throughput_gbps`` is the delivered bytes over the span from the first message's
+        arrival to the last one's reception at the remote NIC, not its drain into the
+        receiver's memory: a short run into a slow receiver can report more than the drain
+        rate while the receive buffer absorbs the difference (a long run converges to it)."""
         raw, inputs = self.raw, self.inputs
         dropped = raw["dropped"].astype(bool)
         ok = ~dropped
