@@ -56,17 +56,20 @@ def _numa_node(path: Path) -> int:
         return 0
 
 
+def generation_of(speed: str | None) -> int | None:
+    """The PCIe generation of a ``current_link_speed`` text ("32.0 GT/s PCIe"): a number,
+    then GT/s, of a known generation; None for anything else ("Unknown", "1.2.3 GT/s",
+    which float() refused with a ValueError)."""
+    match = re.match(r"(\d+(?:\.\d+)?)\s*GT/s", speed or "")
+    return _SPEED_TO_GENERATION.get(float(match.group(1))) if match else None
+
+
 def link_config_of(path: Path, default: pcie.LinkConfig | None = None) -> pcie.LinkConfig:
-    """The link above a device, from its current speed and width (defaults where absent)."""
+    """The link above a device, from its current speed and width (defaults where absent
+    or unreadable)."""
     base = default or pcie.LinkConfig()
-    generation, width = base.generation, base.width
-    speed = _read(path, "current_link_speed")
-    if speed:
-        # a number, then GT/s ("32.0 GT/s PCIe"); anything else ("Unknown", "1.2.3 GT/s",
-        # which float() refused with a ValueError) keeps the default, like a bad width
-        match = re.match(r"(\d+(?:\.\d+)?)\s*GT/s", speed)
-        if match and float(match.group(1)) in _SPEED_TO_GENERATION:
-            generation = _SPEED_TO_GENERATION[float(match.group(1))]
+    generation = generation_of(_read(path, "current_link_speed")) or base.generation
+    width = base.width
     text = _read(path, "current_link_width")
     if text and text.isdigit() and int(text) in pcie.LINK_WIDTHS:
         width = int(text)
