@@ -106,13 +106,18 @@ class Parser(argparse.ArgumentParser):
         return super()._parse_optional(arg_string)
 
     def error(self, message):
-        allowed = None
+        allowed = value = None
         for action in self._actions:    # a missing command: say which there are
             if isinstance(action, argparse._SubParsersAction) and message.startswith("the following arguments "
                                                                                      "are required"):
                 allowed = ", ".join(action.choices)
                 message = f"{message}; allowed: {allowed}"
-        exc = UsageError(f"{message} (see {self.prog} --help)", allowed=allowed)
+        # two options of a mutually exclusive group: name the second and what is allowed
+        clash = re.match(r"argument (\S+): not allowed with argument (\S+)$", message)
+        if clash:
+            value, allowed = clash[1], f"{clash[2]} or {clash[1]}, not both"
+            message = f"{message}; allowed: {allowed}"
+        exc = UsageError(f"{message} (see {self.prog} --help)", value=value, allowed=allowed)
         exc.prog = self.prog
         raise exc
 

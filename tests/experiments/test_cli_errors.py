@@ -241,15 +241,22 @@ if SIMULATOR:   # without a GPU these commands refuse, and must say so in JSON t
 def test_bad_input_is_one_line_naming_the_value(name, argv, named, as_json, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     args = argv(tmp_path) + (["--json"] if as_json else [])
+    assert_one_error_line(args, named, capsys)
+
+
+def assert_one_error_line(args: list[str], named: str, capsys) -> None:
+    """``gpuwrite args`` is a usage error: status 2, no traceback, one error line on stderr
+    naming ``named``; under ``--json`` the JSON error (its error, value and what is allowed,
+    and status 2) on stdout, else nothing there (test_cli_probes.py checks its cases so too)."""
     assert main(args) == 2, capsys.readouterr()
     out, err = capsys.readouterr()
     assert "Traceback" not in err
     errors = [line for line in err.splitlines() if ": error: " in line]
     assert len(errors) == 1 and named in errors[0], err
-    if as_json:
+    if "--json" in args:
         data = json.loads(out)
         assert set(data) >= {"error", "value", "allowed"} and named in data["error"], out
-        assert data["exit_status"] == 2
+        assert data["exit_status"] == 2 and data["allowed"], out
     else:
         assert out == "", out
 
