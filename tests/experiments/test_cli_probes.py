@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpuwrite.cli import main
+from test_cli_errors import assert_one_error_line
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "testbed" / "fixtures"
@@ -96,17 +97,7 @@ def _link(target: Path, link: Path) -> Path:
 @pytest.mark.parametrize("name, argv, named", CASES, ids=[c[0] for c in CASES])
 def test_probed_input_is_one_line_naming_the_value(name, argv, named, as_json, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    args = argv(tmp_path) + (["--json"] if as_json else [])
-    assert main(args) == 2, capsys.readouterr()
-    out, err = capsys.readouterr()
-    assert "Traceback" not in err
-    errors = _errors(err)
-    assert len(errors) == 1 and named in errors[0], err
-    if as_json:
-        data = json.loads(out)
-        assert named in data["error"] and data["exit_status"] == 2 and data["allowed"], out
-    else:
-        assert out == "", out
+    assert_one_error_line(argv(tmp_path) + (["--json"] if as_json else []), named, capsys)
 
 
 def test_a_garbled_sysfs_link_speed_reads_as_unknown_not_a_traceback(tmp_path, capsys):
