@@ -143,55 +143,11 @@ def _answer_late(agent, src, dst):
     agent.done.host[slot] = 1            # ticket 0 answered
 
 
-def test_the_engine_times_its_round_trip_to_the_agent():
-    """``pull_agent_ns``: every pull the agent answers adds the time from its request to its
-    answer as the engine saw them (``pull_agent_answers`` counts them). A stand-in agent, a
-    host thread that answers each request 20 ms after it sees it (and the stop request at
-    once), makes the mean at least 20 ms; the bytes it copies land. On the simulator only,
-    where "GPU memory" is host memory that a host thread can copy (on a GPU the engine's
-    count beside the real agent's answers: BENCHMARKS.md, session 43)."""
-    import ctypes
-    import threading
-
-    if not SIMULATOR:
-        pytest.skip("the stand-in agent copies with memmove: the sources must be host memory")
-
-    mask = (1 << lib.GW_PULL_ADDR_BITS) - 1
-    with Context() as ctx:
-        agent = PullAgent(ctx, pull_timeout_s=5.0, slots=4).start(launch=False)
-
-        def serve():
-            t = 0
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                req = agent.ring.host[t % 4]
-                if int(req[0]) >> 32 != t + 1:
-                    time.sleep(0.0005)
-                    continue
-                n = int(req[0]) & 0xFFFFFFFF
-                if n == lib.GW_PULL_STOP_BYTES:
-                    agent.done.host[t % 4] = t + 1
-                    return
-                time.sleep(0.02)
-                ctypes.memmove(int(req[2]) & mask, int(req[1]) & mask, n)
-                agent.done.host[t % 4] = t + 1
-                t += 1
-
-        server = threading.Thread(target=serve, daemon=True)
-        server.start()
-        r = runner.run("nic_pull", [64, 256, 100], n_qps=1, context=ctx,
-                       pull_agent="copy_engine", wait_each=True, timeout_s=10)
-        report = agent.stop()
-        server.join(5)
-    assert r.delivered == r.messages == 3 and not r.qp_errors, r.qp_errors
-    assert r.counters["pull_agent_answers"] == 3 == report["engine_answered"]
-    assert 20e6 <= r.counters["pull_agent_ns"] / 3 < 5e9
-
-
-def _stand_in_agent(agent, slots, *, expect, patience_s):
+def _stand_in_agent(agent, slots, *, expect=1, patience_s=0.0, delay_s=0.0):
     """A host thread that plays the agent (on the simulator "GPU memory" is host memory):
     it answers nothing until ``expect`` requests wait in the ring (or ``patience_s``
-    passes), then answers every one waiting, in ticket order, and so on until the stop
+    passes), then answers the run of them from the next ticket, in ticket order, each
+    ``delay_s`` after the last (the stop request at once), and so on until the stop
     request. Returns the thread and the list of how many requests each round found."""
     import ctypes
     import threading
@@ -202,6 +158,13 @@ def _stand_in_agent(agent, slots, *, expect, patience_s):
     def posted(t):
         return int(agent.ring.host[t % slots][0]) >> 32 == t + 1
 
+    def waiting(t):
+        """How many requests wait from ticket t on, one after another."""
+        n = 0
+        while n < slots and posted(t + n):
+            n += 1
+        return n
+
     def serve():
         t = 0
         deadline = time.monotonic() + 30
@@ -210,25 +173,46 @@ def _stand_in_agent(agent, slots, *, expect, patience_s):
                 time.sleep(0.0005)
                 continue
             waited = time.monotonic() + patience_s
-            while sum(posted(t + k) for k in range(slots)) < expect and \
-                    time.monotonic() < waited:
+            while waiting(t) < expect and time.monotonic() < waited:
                 time.sleep(0.0005)
-            found = [t + k for k in range(slots) if posted(t + k)]
-            found = found[:next((i for i, x in enumerate(found) if x != t + i), len(found))]
-            rounds.append(len(found))
-            for u in found:
+            found = waiting(t)
+            rounds.append(found)
+            for u in range(t, t + found):
                 req = agent.ring.host[u % slots]
                 n = int(req[0]) & 0xFFFFFFFF
-                if n != lib.GW_PULL_STOP_BYTES:
-                    ctypes.memmove(int(req[2]) & mask, int(req[1]) & mask, n)
-                agent.done.host[u % slots] = u + 1
                 if n == lib.GW_PULL_STOP_BYTES:
+                    agent.done.host[u % slots] = u + 1
                     return
-            t = found[-1] + 1
+                time.sleep(delay_s)
+                ctypes.memmove(int(req[2]) & mask, int(req[1]) & mask, n)
+                agent.done.host[u % slots] = u + 1
+            t += found
 
     server = threading.Thread(target=serve, daemon=True)
     server.start()
     return server, rounds
+
+
+def test_the_engine_times_its_round_trip_to_the_agent():
+    """``pull_agent_ns``: every pull the agent answers adds the time from its request to its
+    answer as the engine saw them (``pull_agent_answers`` counts them). A stand-in agent, a
+    host thread that answers each request 20 ms after it sees it (and the stop request at
+    once), makes the mean at least 20 ms; the bytes it copies land. On the simulator only,
+    where "GPU memory" is host memory that a host thread can copy (on a GPU the engine's
+    count beside the real agent's answers: BENCHMARKS.md, session 43)."""
+    if not SIMULATOR:
+        pytest.skip("the stand-in agent copies with memmove: the sources must be host memory")
+
+    with Context() as ctx:
+        agent = PullAgent(ctx, pull_timeout_s=5.0, slots=4).start(launch=False)
+        server, _ = _stand_in_agent(agent, 4, delay_s=0.02)
+        r = runner.run("nic_pull", [64, 256, 100], n_qps=1, context=ctx,
+                       pull_agent="copy_engine", wait_each=True, timeout_s=10)
+        report = agent.stop()
+        server.join(5)
+    assert r.delivered == r.messages == 3 and not r.qp_errors, r.qp_errors
+    assert r.counters["pull_agent_answers"] == 3 == report["engine_answered"]
+    assert 20e6 <= r.counters["pull_agent_ns"] / 3 < 5e9
 
 
 def test_pulls_of_several_qps_are_in_flight_together():
