@@ -695,8 +695,8 @@ def sweep_wqe_bytes(path: str, size: int) -> int:
     """The WQE size (``chunk_bytes``) a sweep point sends its messages in: gpu_push and
     host_staged in WQEs of at most SWEEP_WQE_MAX_BYTES; nic_pull whole (a pull has no GPU
     writes for the engine's work to overlap), and the inline path's messages fit one WQE.
-    A multiple of 4, as ``runner.run`` requires (a chunk starts on a source word): a size
-    that is not is sent in one WQE of its own size, rounded up."""
+    A multiple of 4, as ``runner.run`` requires (a chunk starts on a source word): a message
+    sent in one WQE whose size is not gets its size rounded up."""
     if path in ("gpu_push", "host_staged"):
         wqe = max(65536, min(size, SWEEP_WQE_MAX_BYTES))
     else:
