@@ -75,6 +75,15 @@ AGENT_BATCH = 8
 # 17-18 to 19-20 us and 64 KiB pulls of 32 QPs (batches of 512 KiB) from 200 to 184 Gb/s.
 SPLIT_BYTES = 1 << 20
 MIN_CHUNK_BYTES = 32 << 10
+# A batch whose requests are each at most WARP_COPY_BYTES is copied side by side, each
+# request by a group of the block's warps (a batch of one by the whole block). Copied by
+# the whole block one after another, each request waited for its loads' trip to HBM before
+# the next began, so a batch of eight small pulls cost eight of them: Fig. 4's 64 B to 4
+# KiB pulls of 32 QPs ran at about 0.8 M pulls/s whatever the size, and a request to a
+# warp took 64 B from 0.42 to 0.61 Gb/s and 4 KiB from 24.3 to 34.2 (an H200, BENCHMARKS.md,
+# session 45; that variant copied a lone request with one warp too, 4 KiB up to 0.4 us
+# slower on one QP, so a group is now as many warps as the batch leaves each request).
+WARP_COPY_BYTES = 8192
 BLOCKS = 4
 # A block of the agent: compiled for at most 128 registers a thread (KERNEL_OPTIONS), so
 # 512 threads launch; uncapped, the compiler gave it 127, and a block of 1024 threads
@@ -338,8 +347,23 @@ def _agent(ring, done, idle_timeout_ns, split_bytes, min_chunk, ctl, desc, outco
                     st_relaxed_sys_u64(ctl, C_EXIT, 1)
                 return
         else:
+            small = True
             for j in range(m):
-                _copy(sh[j, 2], sh[j, 1], sh[j, 0], tid, cuda.blockDim.x)
+                if sh[j, 0] > WARP_COPY_BYTES:
+                    small = False
+            if small:
+                # Request j is copied by group j of warps, side by side (a batch of one by
+                # the whole block, eight on sixteen warps two warps each; with fewer
+                # warps than requests, group g copies requests g, g + groups, ...).
+                group = 32 * max(1, (cuda.blockDim.x >> 5) // max(m, 1))
+                groups = cuda.blockDim.x // group
+                j = tid // group
+                while j < m:
+                    _copy(sh[j, 2], sh[j, 1], sh[j, 0], tid % group, group)
+                    j += groups
+            else:
+                for j in range(m):
+                    _copy(sh[j, 2], sh[j, 1], sh[j, 0], tid, cuda.blockDim.x)
         stopped = m < k
         answered = m + 1 if stopped else m
         # Every thread's stores precede the barrier. Then lane j answers ticket t + j with

@@ -463,13 +463,14 @@ def _feed(ring, slots, t, nbytes, src, dst, lap=None):
     ring.host[t % slots] = [(t + 1) << 32 | nbytes, lap << 48 | src, lap << 48 | dst, 0]
 
 
-def _run_agent(ring, done, idle_s=0.05, blocks=1, split_bytes=1 << 40, min_chunk=16):
+def _run_agent(ring, done, idle_s=0.05, blocks=1, split_bytes=1 << 40, min_chunk=16,
+               threads=32):
     from gpuwrite.cudaenv import cuda
 
     outcome = cuda.to_device(np.zeros(4, dtype=np.int64))
     ctl = cuda.to_device(np.zeros(4, dtype=np.int64))
     desc = cuda.to_device(np.zeros((pa.AGENT_BATCH + 1, 4), dtype=np.int64))
-    pa._agent[blocks, 32](ring.kernel, done.kernel, int(idle_s * 1e9), split_bytes, min_chunk,
+    pa._agent[blocks, threads](ring.kernel, done.kernel, int(idle_s * 1e9), split_bytes, min_chunk,
                           ctl, desc, outcome)
     cuda.synchronize()
     out = outcome.copy_to_host()
@@ -508,6 +509,42 @@ def test_agent_answers_whole_requests_in_ticket_order_and_stops_at_the_stop():
     got, canary = dst.host.view(np.uint8), np.full(4096, 0xDEADBEEF, np.uint32).view(np.uint8)
     a = int(off[stop])
     assert np.array_equal(got[a:], canary[a:])                       # after the stop
+
+
+@pytest.mark.parametrize("sizes", [
+    [4, 7, 64, 100, 3000, 1, pa.WARP_COPY_BYTES, 48],            # a request to a warp
+    [64, pa.WARP_COPY_BYTES + 4, 100, 5, 4096, 9, 33, 1000],     # one too large: the block
+    [pa.WARP_COPY_BYTES - 12, 4097, 3],                           # three groups of one warp
+    [4100, 61],                                                   # two groups of two warps
+    [pa.WARP_COPY_BYTES],                                         # one: the whole block
+], ids=["small", "mixed", "three", "two", "one"])
+def test_a_batch_is_copied_a_request_to_a_group_of_warps_or_by_the_whole_block(sizes):
+    """Where each request of a batch is at most WARP_COPY_BYTES, groups of warps copy
+    one each side by side (on a GPU four warps: eight requests in two rounds of a warp
+    each, two requests two warps each, one the whole block), else the whole block copies
+    them one after another; either way every byte lands, not a byte more, in order. (The
+    simulator's warp barrier is the block's: there the agent runs one warp.)"""
+    from gpuwrite.host.memory import mapped
+
+    slots = 16
+    words = 16384
+    src = mapped((words,), np.uint32)
+    src.host[:] = np.arange(1, words + 1, dtype=np.uint32)
+    dst = mapped((words,), np.uint32)
+    dst.host[:] = 0xDEADBEEF
+    off = np.cumsum([0] + [-(-n // 16) * 16 + 16 for n in sizes])
+    ring, done = mapped((slots, 4), np.uint64), mapped((slots,), np.uint32)
+    for t, n in enumerate(sizes):
+        _feed(ring, slots, t, n, src.address + int(off[t]), dst.address + int(off[t]))
+    _feed(ring, slots, len(sizes), pa.STOP_BYTES, 0, 0)
+    exit_, pulls, nbytes = _run_agent(ring, done, threads=32 if SIMULATOR else 128)
+    assert (exit_, pulls, nbytes) == ("stopped", len(sizes), sum(sizes))
+    got, want = dst.host.view(np.uint8), src.host.view(np.uint8)
+    canary = np.full(words, 0xDEADBEEF, dtype=np.uint32).view(np.uint8)
+    for t, n in enumerate(sizes):
+        a, b = int(off[t]), int(off[t + 1])
+        assert np.array_equal(got[a:a + n], want[a:a + n]), t
+        assert np.array_equal(got[a + n:b], canary[a + n:b]), t
 
 
 def _check_copies(dst, src, off, sizes):
