@@ -849,6 +849,16 @@ def _inline_unit(sq, mask, pi, u, lead, v, chunks, units):
 
 
 @cuda.jit(device=True, inline="always")
+def _inline_vectors(sq, mask, pi, u, lead, x, chunks, units):
+    """``_inline_unit`` for units u to u + 3 with payload vectors ``x[0]`` to ``x[3]``;
+    returns the word unit u + 4 leads with."""
+    lead = _inline_unit(sq, mask, pi, u, lead, x[0], chunks, units)
+    lead = _inline_unit(sq, mask, pi, u + 1, lead, x[1], chunks, units)
+    lead = _inline_unit(sq, mask, pi, u + 2, lead, x[2], chunks, units)
+    return _inline_unit(sq, mask, pi, u + 3, lead, x[3], chunks, units)
+
+
+@cuda.jit(device=True, inline="always")
 def _inline_head(Q, i, nbytes, raddr, rkey, signaled):
     """Writes the control and remote-address segments of an inline write of ``nbytes`` at
     the producer index (one thread, ``sq_reserve`` taken); returns (the send queue, its
@@ -891,10 +901,7 @@ def inline_small(Q, i, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns)
         return st
     units = inline_units(nbytes)
     sq, mask, pi, w = _inline_head(Q, i, nbytes, raddr, rkey, signaled)
-    w = _inline_unit(sq, mask, pi, 0, w, x[0], chunks, units)
-    w = _inline_unit(sq, mask, pi, 1, w, x[1], chunks, units)
-    w = _inline_unit(sq, mask, pi, 2, w, x[2], chunks, units)
-    w = _inline_unit(sq, mask, pi, 3, w, x[3], chunks, units)
+    w = _inline_vectors(sq, mask, pi, 0, w, x, chunks, units)
     _inline_unit(sq, mask, pi, 4, w, x[3], chunks, units)   # the last unit's padding, at 64 B
     _inline_commit(Q, i, pi, nbytes)
     return OK
@@ -919,14 +926,8 @@ def inline_mid(Q, i, src, src_word, nbytes, raddr, rkey, signaled, timeout_ns, b
         return st
     units = inline_units(nbytes)
     sq, mask, pi, w = _inline_head(Q, i, nbytes, raddr, rkey, signaled)
-    w = _inline_unit(sq, mask, pi, 0, w, x0[0], chunks, units)
-    w = _inline_unit(sq, mask, pi, 1, w, x0[1], chunks, units)
-    w = _inline_unit(sq, mask, pi, 2, w, x0[2], chunks, units)
-    w = _inline_unit(sq, mask, pi, 3, w, x0[3], chunks, units)
-    w = _inline_unit(sq, mask, pi, 4, w, x1[0], chunks, units)
-    w = _inline_unit(sq, mask, pi, 5, w, x1[1], chunks, units)
-    w = _inline_unit(sq, mask, pi, 6, w, x1[2], chunks, units)
-    w = _inline_unit(sq, mask, pi, 7, w, x1[3], chunks, units)
+    w = _inline_vectors(sq, mask, pi, 0, w, x0, chunks, units)
+    w = _inline_vectors(sq, mask, pi, 4, w, x1, chunks, units)
     for k in range(MID_LATE_VECTORS):
         w = _inline_unit(sq, mask, pi, MID_REG_VECTORS + k, w, ld_v4_u32(buf, 4 * k), chunks,
                          units)

@@ -177,8 +177,12 @@ def _send_messages(path: int, scope: int = BLOCK):
                 # same way (one thread, the first warp, the block, by size); they differ in
                 # the ring it goes to and the NIC's reading of it.
                 pushed = path == PUSH or path == STAGED
-                small = path != PULL and dv.push_small_ok(src, src_word, n)
-                if small or (path != PULL and dv.push_mid_ok(src, src_word, n)):
+                small = False
+                one_thread = False
+                if path != PULL:
+                    small = dv.push_small_ok(src, src_word, n)
+                    one_thread = small or dv.push_mid_ok(src, src_word, n)
+                if one_thread:
                     # One thread posts it, with 16-byte stores and no barrier: a block
                     # barrier after stores to host memory costs 0.2 to 0.5 us on an H200
                     # (run 13), and on an H100 one thread is 0.2 us faster than the first
