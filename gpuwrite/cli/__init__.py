@@ -122,14 +122,33 @@ class Parser(argparse.ArgumentParser):
         raise exc
 
 
-def build_parser() -> argparse.ArgumentParser:
+class VersionAction(argparse.Action):
+    """``--version``: ``gpuwrite VERSION``, or under ``--json`` the same as a JSON object
+    (``{"gpuwrite": VERSION}``), as every other answer is. argparse's own version action
+    prints text only, and it runs before a later ``--json`` is read, so whether JSON was
+    asked for comes from the command line as a whole (``build_parser(as_json=...)``)."""
+
+    def __init__(self, option_strings, version: str, as_json: bool = False, dest=argparse.SUPPRESS,
+                 default=argparse.SUPPRESS, help="print the version (a JSON object under --json) and exit"):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+        self.version = version
+        self.as_json = as_json
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(json.dumps({"gpuwrite": self.version}) if self.as_json else f"gpuwrite {self.version}")
+        parser.exit()
+
+
+def build_parser(as_json: bool = False) -> argparse.ArgumentParser:
+    """The parser of every command; ``as_json``: ``--json`` is on the command line (for
+    ``--version``, which answers before the rest is parsed)."""
     from gpuwrite.experiments.store import gpuwrite_version
 
     parser = Parser(
         prog="gpuwrite",
         description="Prototype and evaluate GPU-initiated DMA writes into RDMA NICs.",
     )
-    parser.add_argument("--version", action="version", version=f"gpuwrite {gpuwrite_version()}")
+    parser.add_argument("--version", action=VersionAction, version=gpuwrite_version(), as_json=as_json)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
     for name in COMMANDS:
@@ -232,7 +251,7 @@ def _run(argv: list[str], state: dict) -> int:
     from gpuwrite.model.errors import ParamError
 
     try:
-        parser = build_parser()
+        parser = build_parser(as_json=state["json"])
         args, extra = parser.parse_known_args(argv)
         if extra:
             raise _unrecognized(parser, args, extra)
