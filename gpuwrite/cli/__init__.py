@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import math
 import os
 import re
 import signal
@@ -81,6 +82,8 @@ def error_fields(exc: BaseException) -> dict:
                 break
     if value is not None and not isinstance(value, (str, int, float, bool)):
         value = str(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        value = str(value)  # "inf", not json's Infinity, which no strict JSON reader takes
     return {"error": message, "value": value, "allowed": allowed}
 
 

@@ -78,6 +78,15 @@ def check_range(name: str, value: int, minimum: int | None = None, maximum: int 
     return value
 
 
+def check_number(name: str, value: float, minimum: float, maximum: float, allowed: str) -> float:
+    """``value`` unchanged when finite and within [minimum, maximum], else a UsageError
+    naming ``name`` and the value, with ``allowed`` (what the bounds mean) as the rule:
+    for a float option, which argparse takes as ``1e30``, ``inf`` or ``nan`` alike."""
+    if not (math.isfinite(value) and minimum <= value <= maximum):
+        raise UsageError(f"{name}={value} is not allowed; allowed: {allowed}", value=value, allowed=allowed)
+    return value
+
+
 def _clean(value):
     if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
         return None

@@ -10,12 +10,11 @@
 from __future__ import annotations
 
 import argparse
-import math
 
 from gpuwrite.cli import UsageError
-from gpuwrite.cli.common import (check_not_input, check_result_path, check_writable, parse_size, parse_sizes,
-                                 print_json, provenance, write_rows)
-from gpuwrite.model import paths, pcie, sysfs
+from gpuwrite.cli.common import (check_not_input, check_number, check_result_path, check_writable, parse_size,
+                                 parse_sizes, print_json, provenance, write_rows)
+from gpuwrite.model import checks, paths, pcie, sysfs
 from gpuwrite.model import topology as topo
 from gpuwrite.model.errors import ParamError
 from gpuwrite.model.params import PATHS, Params
@@ -245,11 +244,11 @@ def cmd_buffer(args) -> int:
     from gpuwrite.model import buffer
 
     params = _params(args)
+    # finite was not enough: --poll-interval 1e30 answered with a 4.7e31-byte buffer
     for flag, value in (("--stall-period", args.stall_period), ("--stall-duration", args.stall_duration),
                         ("--poll-interval", args.poll_interval)):
-        if value is not None and not math.isfinite(value):
-            raise UsageError(f"{flag}={value} is not allowed; allowed: a finite number of ns", value=value,
-                             allowed="a finite number")
+        if value is not None:
+            check_number(flag, value, 0.0, checks.MAX_TIME_NS, checks.TIME_NS_ALLOWED)
     overrides = {}
     # only what is given: the other of the two stays as --config set it
     receiver = {key: value for key, value in (("stall_period_ns", args.stall_period),
@@ -396,9 +395,10 @@ def register(subparsers) -> None:
     p.add_argument("--share", type=float, default=0.95, help="share of line rate to sustain, in (0, 1]")
     p.add_argument("--topology", choices=(*topo.PRESETS, "all"), default="all")
     p.add_argument("--size", default="4096", help="message size")
-    p.add_argument("--stall-period", type=float, help="receiver stall period, ns")
-    p.add_argument("--stall-duration", type=float, help="receiver stall duration, ns")
-    p.add_argument("--poll-interval", type=float, help="GPU poll interval of the staging credits, ns")
+    most = f"0 to {checks.MAX_TIME_NS:.2g}: the simulator's clock"     # cmd_buffer checks it
+    p.add_argument("--stall-period", type=float, help=f"receiver stall period, ns ({most})")
+    p.add_argument("--stall-duration", type=float, help=f"receiver stall duration, ns ({most})")
+    p.add_argument("--poll-interval", type=float, help=f"GPU poll interval of the staging credits, ns ({most})")
     p.add_argument("--check", action="store_true", help="simulate the GPU offering that share with that buffer")
     machine_options(p)
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gpuwrite.model import paths
+from gpuwrite.model import checks, paths
 from gpuwrite.model.errors import ParamError
 from gpuwrite.model.params import Params, Workload
 
@@ -84,6 +84,12 @@ def need(params: Params, share: float, size_bytes: int = 4096) -> BufferNeed:
     if isinstance(size_bytes, bool) or not isinstance(size_bytes, int) or size_bytes < 1:
         # an empty message carries no payload: there is no line rate to take a share of
         raise ParamError("size_bytes", size_bytes, "an integer >= 1")
+    # Params takes any finite time; past the simulator's clock the answer (a poll interval
+    # of 1e30 ns: a 4.7e31-byte buffer) could not be checked by simulation, nor be sensible
+    for name, value in (("gpu.poll_interval_ns", params.gpu.poll_interval_ns),
+                        ("receiver.stall_period_ns", params.receiver.stall_period_ns),
+                        ("receiver.stall_duration_ns", params.receiver.stall_duration_ns)):
+        checks.check_time_ns(name, value)
     params = params.updated({"path": "gpu_push", "nic": {"policy": "hold", "scheduler": "fifo",
                                                           "staging_buffer_bytes": 1 << 40}})
     topology = params.build_topology()

@@ -113,6 +113,20 @@ def check_workload(data) -> None:
                          f"(n_qps x outstanding <= {MAX_IN_FLIGHT:,}: the simulator's issue heap)")
 
 
+# The longest time the model takes as one parameter (a poll interval, a stall): the
+# simulator counts int64 picoseconds below 2**62 (sim.LATEST_NS, about 53 days), so a
+# longer one can be neither simulated nor checked by simulation (``buffer --check``);
+# ``buffer.need`` answered for a poll interval of 1e30 ns with a 4.7e31-byte buffer.
+MAX_TIME_NS = (1 << 62) / 1000
+TIME_NS_ALLOWED = f"a number of ns from 0 to {MAX_TIME_NS:.4g} (2**62 ps, the simulator's clock)"
+
+
+def check_time_ns(name: str, value) -> None:
+    """A time in ns: a finite number from 0 to MAX_TIME_NS (NaN fails both comparisons)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_TIME_NS:
+        raise ParamError(name, value, TIME_NS_ALLOWED)
+
+
 # Seeds are written into TOML files and result tables, whose integers are 64-bit signed.
 MAX_SEED = 2**63 - 1
 
