@@ -15,6 +15,12 @@ from gpuwrite.model.errors import ParamError
 from gpuwrite.model.params import SimConfig
 
 
+# One line on throughput_gbps against drained_gbps, printed with them (text and --json).
+DRAINED_NOTE = ("throughput_gbps counts delivered bytes until they reach the remote NIC, drained_gbps until the "
+                "receiver drained them: into a slow receiver a short run's throughput can pass its drain rate "
+                "while its buffer fills; drained_gbps cannot")
+
+
 def load_config(args) -> SimConfig:
     from gpuwrite.model import checks
 
@@ -53,7 +59,11 @@ def cmd_sim(args) -> int:
         summary = result.summary
     except ParamError as exc:
         raise UsageError(f"{args.config}: {exc}") from None
-    data = {key: (value.item() if hasattr(value, "item") else value) for key, value in summary.items()}
+    data = {}
+    for key, value in summary.items():
+        data[key] = value.item() if hasattr(value, "item") else value
+        if key == "throughput_gbps":    # beside it: what the receiver took, not the link
+            data["drained_gbps"] = result.drained_gbps
     data["provenance"] = provenance("sim", config.to_dict(), "model")
     if out is not None:
         result.messages.to_parquet(out / "messages.parquet")
@@ -64,7 +74,12 @@ def cmd_sim(args) -> int:
         (out / "config.toml").write_text(config.to_toml())
         data["out"] = str(out)
     if args.json:
-        print_json(data)
+        shown = {}
+        for key, value in data.items():     # the note beside the two figures, on stdout only
+            shown[key] = value
+            if key == "drained_gbps":
+                shown["drained_note"] = DRAINED_NOTE
+        print_json(shown)
         return 0
     from rich.console import Console
     from rich.table import Table
@@ -77,6 +92,7 @@ def cmd_sim(args) -> int:
             continue
         table.add_row(key, f"{value:,.2f}" if isinstance(value, float) else str(value))
     Console().print(table)
+    Console().print(DRAINED_NOTE, soft_wrap=True)
     return 0
 
 

@@ -440,13 +440,29 @@ class SimResult:
         return int(max(0, np.cumsum(deltas[order]).max()))
 
     @cached_property
+    def drained_gbps(self) -> float:
+        """The delivered bytes over the span from the first message's arrival until the
+        receiver drained the last of them (``drain_end``, where the cores' receiver finished
+        the message's last packet): at most the receiver's drain rate, which
+        ``throughput_gbps`` is not. The same bytes and the same start as it, so never more
+        than it; with a receiver as fast as the link the two differ by one packet's drain.
+        Kept out of ``summary``, whose keys are the columns of the sweeps' stored tables."""
+        raw, inputs = self.raw, self.inputs
+        ok = raw["dropped"] == 0
+        if not ok.any():
+            return 0.0
+        span_ps = raw["drain_end"][ok].max() - raw["arrival"].min()
+        return int(inputs.sizes[ok].sum()) * 8.0 * PS_PER_NS / span_ps if span_ps > 0 else 0.0
+
+    @cached_property
     def summary(self) -> pd.Series:
         """Latency percentiles, throughput, drops, PCIe bytes per direction, peak buffer use.
 
         ``throughput_gbps`` is the delivered bytes over the span from the first message's
         arrival to the last one's reception at the remote NIC, not its drain into the
         receiver's memory: a short run into a slow receiver can report more than the drain
-        rate while the receive buffer absorbs the difference (a long run converges to it)."""
+        rate while the receive buffer absorbs the difference (a long run converges to it).
+        ``drained_gbps`` (a property beside this) counts them until they were drained."""
         raw, inputs = self.raw, self.inputs
         dropped = raw["dropped"].astype(bool)
         ok = ~dropped
