@@ -75,14 +75,16 @@ AGENT_BATCH = 8
 # 17-18 to 19-20 us and 64 KiB pulls of 32 QPs (batches of 512 KiB) from 200 to 184 Gb/s.
 SPLIT_BYTES = 1 << 20
 MIN_CHUNK_BYTES = 32 << 10
-# A batch whose requests are each at most WARP_COPY_BYTES is copied side by side, each
-# request by a group of the block's warps (a batch of one by the whole block). Copied by
-# the whole block one after another, each request waited for its loads' trip to HBM before
-# the next began, so a batch of eight small pulls cost eight of them: Fig. 4's 64 B to 4
-# KiB pulls of 32 QPs ran at about 0.8 M pulls/s whatever the size, and a request to a
-# warp took 64 B from 0.42 to 0.61 Gb/s and 4 KiB from 24.3 to 34.2 (an H200, BENCHMARKS.md,
-# session 45; that variant copied a lone request with one warp too, 4 KiB up to 0.4 us
-# slower on one QP, so a group is now as many warps as the batch leaves each request).
+# A batch of two or more requests of at most WARP_COPY_BYTES each is copied a request to a
+# warp, side by side; a batch of one, or one with a larger request, by the whole block.
+# Copied by the whole block one after another, each request waited for its loads' trip to
+# HBM before the next began, so a batch of eight small pulls cost eight of them: Fig. 4's
+# 64 B to 4 KiB pulls of 32 QPs ran at about 0.8 M pulls/s whatever the size. On an H200
+# (BENCHMARKS.md, session 46, three rounds against the code before): Fig. 4's 64 B 0.41 ->
+# 0.58 Gb/s, 4 KiB 24 -> 34, 64 KiB and 1 MiB level; 16 QPs' one pull in flight each 18 ->
+# 14 to 17 us at 64 B, 19 -> 16 at 4 KiB; one and four QPs level. Groups of several warps
+# a request (a lone request by the whole block in the same loop) were slower: one QP's 64 B
+# pull 0.7 us, Fig. 4's 4 KiB 31 Gb/s (the group's size not a constant in the copy).
 WARP_COPY_BYTES = 8192
 BLOCKS = 4
 # A block of the agent: compiled for at most 128 registers a thread (KERNEL_OPTIONS), so
@@ -351,16 +353,13 @@ def _agent(ring, done, idle_timeout_ns, split_bytes, min_chunk, ctl, desc, outco
             for j in range(m):
                 if sh[j, 0] > WARP_COPY_BYTES:
                     small = False
-            if small:
-                # Request j is copied by group j of warps, side by side (a batch of one by
-                # the whole block, eight on sixteen warps two warps each; with fewer
-                # warps than requests, group g copies requests g, g + groups, ...).
-                group = 32 * max(1, (cuda.blockDim.x >> 5) // max(m, 1))
-                groups = cuda.blockDim.x // group
-                j = tid // group
+            if small and m > 1:
+                # Warp w copies requests w, w + warps, ...: their loads are in flight at once.
+                warps = cuda.blockDim.x >> 5
+                j = tid >> 5
                 while j < m:
-                    _copy(sh[j, 2], sh[j, 1], sh[j, 0], tid % group, group)
-                    j += groups
+                    _copy(sh[j, 2], sh[j, 1], sh[j, 0], tid & 31, 32)
+                    j += warps
             else:
                 for j in range(m):
                     _copy(sh[j, 2], sh[j, 1], sh[j, 0], tid, cuda.blockDim.x)

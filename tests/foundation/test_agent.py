@@ -514,16 +514,15 @@ def test_agent_answers_whole_requests_in_ticket_order_and_stops_at_the_stop():
 @pytest.mark.parametrize("sizes", [
     [4, 7, 64, 100, 3000, 1, pa.WARP_COPY_BYTES, 48],            # a request to a warp
     [64, pa.WARP_COPY_BYTES + 4, 100, 5, 4096, 9, 33, 1000],     # one too large: the block
-    [pa.WARP_COPY_BYTES - 12, 4097, 3],                           # three groups of one warp
-    [4100, 61],                                                   # two groups of two warps
+    [pa.WARP_COPY_BYTES - 12, 4097, 3],                           # three warps
     [pa.WARP_COPY_BYTES],                                         # one: the whole block
-], ids=["small", "mixed", "three", "two", "one"])
-def test_a_batch_is_copied_a_request_to_a_group_of_warps_or_by_the_whole_block(sizes):
-    """Where each request of a batch is at most WARP_COPY_BYTES, groups of warps copy
-    one each side by side (on a GPU four warps: eight requests in two rounds of a warp
-    each, two requests two warps each, one the whole block), else the whole block copies
-    them one after another; either way every byte lands, not a byte more, in order. (The
-    simulator's warp barrier is the block's: there the agent runs one warp.)"""
+], ids=["small", "mixed", "three", "one"])
+def test_a_batch_is_copied_a_request_to_a_warp_or_by_the_whole_block(sizes):
+    """Where a batch has two or more requests, each at most WARP_COPY_BYTES, the warps copy
+    one each side by side (on a GPU four warps: eight requests in two rounds), else the
+    whole block copies them one after another; either way every byte lands, not a byte
+    more, in order. (The simulator's warp barrier is the block's: there the agent runs one
+    warp.)"""
     from gpuwrite.host.memory import mapped
 
     slots = 16
