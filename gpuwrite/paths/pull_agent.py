@@ -337,7 +337,16 @@ def _agent(ring, done, idle_timeout_ns, split_bytes, min_chunk, ctl, desc, outco
         while m < k and sh[m, 0] != STOP_BYTES:
             nbytes += sh[m, 0]
             m += 1
-        if cuda.gridDim.x > 1 and nbytes >= split_bytes:
+        # Pulls whose destinations overlap (a QP's writes to one range: the later must
+        # land last, as a NIC places a QP's writes in order) are copied one after another
+        # with a barrier between them, never split or side by side: threads of one block,
+        # or blocks, storing the same bytes in no order would let an earlier write win.
+        ordered = False
+        for j in range(1, m):
+            for i in range(j):
+                if sh[i, 2] < sh[j, 2] + sh[j, 0] and sh[j, 2] < sh[i, 2] + sh[i, 0]:
+                    ordered = True
+        if cuda.gridDim.x > 1 and nbytes >= split_bytes and not ordered:
             seq += 1
             finished = _split(sh, m, nbytes, desc, ctl, seq, finished, min_chunk, idle_timeout_ns,
                               shc)
@@ -349,7 +358,7 @@ def _agent(ring, done, idle_timeout_ns, split_bytes, min_chunk, ctl, desc, outco
                     st_relaxed_sys_u64(ctl, C_EXIT, 1)
                 return
         else:
-            small = True
+            small = not ordered
             for j in range(m):
                 if sh[j, 0] > WARP_COPY_BYTES:
                     small = False
@@ -363,6 +372,8 @@ def _agent(ring, done, idle_timeout_ns, split_bytes, min_chunk, ctl, desc, outco
             else:
                 for j in range(m):
                     _copy(sh[j, 2], sh[j, 1], sh[j, 0], tid, cuda.blockDim.x)
+                    if ordered:
+                        cuda.syncthreads()      # the same for the whole block
         stopped = m < k
         answered = m + 1 if stopped else m
         # Every thread's stores precede the barrier. Then lane j answers ticket t + j with
