@@ -360,12 +360,30 @@ void pull_drain(struct gw_engine *e, struct worker *w)
     pull_reap(e, w, 1);
 }
 
+/* Whether a pull of d's goes to the copy engine although the agent runs (a source or
+ * destination not 4-byte aligned, agent_copies). */
+static int pull_bypasses_agent(const struct desc *d)
+{
+    uint32_t off = 0;
+    for (uint32_t i = 0; i < d->nsge; i++) {
+        if (d->sge[i].kind == GW_MEM_DEVICE && !agent_copies(d->dst + off, d->sge[i].addr))
+            return 1;
+        off += d->sge[i].length;
+    }
+    return 0;
+}
+
 /* Posts the pulls of descriptor d's GPU-memory sources; returns whether any went to the
- * copy engine. A pull that cannot be posted fails d (pull_failed) and posts no more. */
+ * copy engine. A pull that cannot be posted fails d (pull_failed) and posts no more.
+ * A NIC places a QP's writes in order, the later over the earlier where they overlap; a
+ * pull on the copy engine lands when the worker syncs its stream, ahead of pulls still
+ * at the agent, so those (of earlier messages) are waited for first. */
 static int pull_post(struct gw_engine *e, struct worker *w, struct desc *d)
 {
     int copy_engine = 0;
     uint32_t off = 0;
+    if (w->agent_pending > 0 && pull_bypasses_agent(d))
+        pull_drain(e, w);
     for (uint32_t i = 0; i < d->nsge && !d->pull_failed; i++) {
         if (d->sge[i].kind == GW_MEM_DEVICE) {
             int by = pull_start(e, w, d, d->dst + off, d->sge[i].addr, d->sge[i].length);
