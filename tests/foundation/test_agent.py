@@ -305,6 +305,47 @@ def test_a_region_deregistered_under_a_pull_in_flight_is_let_go_of_after_it_land
     assert rounds[0] == 1
 
 
+def test_a_later_write_on_the_copy_engine_lands_after_an_earlier_one_at_the_agent():
+    """A NIC places a QP's writes in order: where two overlap, the later's bytes are what
+    stays. The engine sends a pull the agent cannot take (a source not 4-byte aligned) to
+    the copy engine, whose copy lands when the worker syncs its stream; a stand-in agent
+    answering 50 ms after each request holds the earlier write's pull, so an engine that
+    did not wait for it first would let the earlier write land last. Both complete."""
+    from gwtest import ACCESS_RW
+    from gpuwrite.host.wqe import HostPoster, rdma_write
+
+    if not SIMULATOR:
+        pytest.skip("the stand-in agent copies with memmove: the sources must be host memory")
+    with Context(workers=1) as ctx:
+        agent = PullAgent(ctx, pull_timeout_s=5.0, slots=4).start(launch=False)
+        server, _ = _stand_in_agent(agent, 4, delay_s=0.05)
+        pd = ctx.alloc_pd()
+        src = np.arange(256, dtype=np.uint8) + 1
+        dst = np.zeros(64, dtype=np.uint8)
+        smr = pd.reg_mr(src, access=L.ACCESS_LOCAL_WRITE, kind=L.MEM_DEVICE)
+        dmr = pd.reg_mr(dst, access=ACCESS_RW)
+        qs = pd.create_queues(1, sq_bbs=16, ncqe=16)
+        poster = HostPoster(qs)
+        poster.write(rdma_write(0, qs.qpns[0], smr.address, smr.lkey, 64, dmr.address,
+                                dmr.rkey))
+        poster.write(rdma_write(1, qs.qpns[0], smr.address + 130, smr.lkey, 64, dmr.address,
+                                dmr.rkey))
+        poster.ring()
+        ctx.start()
+        cqes = []
+        deadline = time.monotonic() + 10
+        while len(cqes) < 2 and time.monotonic() < deadline:
+            cqe = poster.poll()
+            if cqe is not None:
+                cqes.append(cqe)
+            time.sleep(0.001)
+        ctx.stop()
+        agent.stop()
+        server.join(5)
+    assert len(cqes) == 2 and all(c.syndrome == 0 for c in cqes), cqes
+    assert np.array_equal(dst, src[130:194])
+
+
 def test_late_pull_keeps_its_destination_until_the_agent_answers():
     from gpuwrite.host import verbs as hv
 
@@ -573,6 +614,35 @@ def test_agent_split_batches_deliver_every_chunk_and_answer_in_order():
     assert (exit_, pulls, nbytes) == ("stopped", len(sizes), sum(sizes))
     assert list(done.host[:len(sizes) + 1]) == list(range(1, len(sizes) + 2))
     _check_copies(dst, src, off, sizes)
+
+
+@pytest.mark.parametrize("blocks,split_bytes", [(1, 1 << 40), (8, 64)], ids=["one-block", "split"])
+def test_overlapping_pulls_of_a_batch_land_in_ticket_order(blocks, split_bytes):
+    """Pulls of one batch whose destinations overlap (a QP's writes to one range) land in
+    ticket order, the later over the earlier, at any word offset: never side by side a
+    warp each, nor split among blocks, where threads storing the same bytes in no order
+    would let an earlier pull's bytes win (a GPU's four warps, or eight blocks, fail that;
+    the simulator runs one warp and its blocks one after another)."""
+    from gpuwrite.host.memory import mapped
+
+    slots = 16
+    # (source byte, destination byte, bytes): each later one over part of the ones before
+    reqs = [(0, 0, 4000), (4096, 20, 100), (8192, 996, 64), (12288, 500, 3000), (16384, 3996, 61),
+            (20480, 8, 7)]
+    src = mapped((8192,), np.uint32)
+    src.host[:] = np.arange(1, 8193, dtype=np.uint32) * 2654435761
+    dst = mapped((2048,), np.uint32)
+    dst.host[:] = 0xDEADBEEF
+    ring, done = mapped((slots, 4), np.uint64), mapped((slots,), np.uint32)
+    want = dst.host.view(np.uint8).copy()
+    for t, (s_at, d_at, n) in enumerate(reqs):
+        _feed(ring, slots, t, n, src.address + s_at, dst.address + d_at)
+        want[d_at:d_at + n] = src.host.view(np.uint8)[s_at:s_at + n]
+    _feed(ring, slots, len(reqs), pa.STOP_BYTES, 0, 0)
+    exit_, pulls, nbytes = _run_agent(ring, done, blocks=blocks, split_bytes=split_bytes,
+                                      threads=32 if SIMULATOR else 128)
+    assert (exit_, pulls, nbytes) == ("stopped", len(reqs), sum(n for _, _, n in reqs))
+    assert np.array_equal(dst.host.view(np.uint8), want)
 
 
 def _published_batch():
