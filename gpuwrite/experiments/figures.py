@@ -617,6 +617,124 @@ def throughput_vs_buffer(df: pd.DataFrame):
 
 # --- figure 8: the validation table ---------------------------------------------------
 
+VALIDATION_HEADER = ["machine", "quantity", "size", "measured", "model", "unit", "error %", "within 10 %",
+                     "link-bound Gb/s"]
+MISS_COLOUR = "#f4d6d6"
+TABLE_FONT_PT = 5.5      # the cells' size, smaller only where the widest cells would not fit the page
+TABLE_PAD_PT = 2.0       # blank between a cell's border and its text
+
+
+def _validation_cells(frame: pd.DataFrame, link_rate: dict) -> tuple[list[list[str]], list[list[str]]]:
+    """The text and the colour of each cell, one row per comparison of ``frame``."""
+    cells, colours = [], []
+    for row in frame.itertuples():
+        size = "bulk" if row.size_bytes is None or pd.isna(row.size_bytes) else f"{int(row.size_bytes)} B"
+        link = link_rate.get(row.size_bytes) if row.unit == "Gb/s" else None
+        verdict = {True: "yes", False: "NO"}.get(row.within_goal, "fitted" if row.kind == "fitted" else "< 256 B")
+        cells.append([row.machine, row.quantity, size, f"{row.measured:,.1f}", f"{row.model:,.1f}", row.unit,
+                      f"{row.error_pct:+.1f}", verdict, "" if link is None else f"{link:.1f}"])
+        colours.append([MISS_COLOUR if verdict == "NO" else "white"] * len(VALIDATION_HEADER))
+    return cells, colours
+
+
+def _two_lines(label: str) -> str:
+    """``label`` broken at the space nearest its middle (a header wider than its column's cells)."""
+    spaces = [i for i, ch in enumerate(label) if ch == " "]
+    if not spaces:
+        return label
+    cut = min(spaces, key=lambda i: abs(2 * i - len(label)))
+    return label[:cut] + "\n" + label[cut + 1:]
+
+
+def _text_width(path) -> float:
+    """A path's width in its units (its vertices' span: for curves a little over, never under)."""
+    vertices = path.vertices
+    return float(vertices[:, 0].max() - vertices[:, 0].min()) if len(vertices) else 0.0
+
+
+def _draw_cell_table(ax, header: list[str], cells: list[list[str]], colours: list[list[str]], gid: str):
+    """``cells`` (rows of strings) under ``header``, filling ``ax``; each cell's background
+    from ``colours`` (rows of matplotlib colours, as ``cells``).
+
+    Drawn with few artists: the backgrounds and borders one ``pcolormesh`` of an RGBA array
+    (gid ``<gid>|colours``, row 0 the header), each string shown in several cells one
+    ``PathCollection`` of its glyph outlines (``TextPath``) stamped at each of them, the
+    strings shown once one more (gid ``<gid>|text``; offsets: a cell's left edge, its row's
+    middle), the header ``Text`` (gid ``<gid>|header``). Columns are fractions of the axes'
+    width, rows data units down from the top (the header two), so text and colours stay
+    aligned whatever the layout does. Returns the mesh.
+    """
+    # Why not ax.table: matplotlib's Table measures each cell's text about 20 times per save;
+    # for Fig. 8's ~7,100 cells saving PNG and PDF took about 60 s of CPU (measured). And why
+    # outlines rather than a Text per column: rasterising text costs about 0.1 ms a glyph
+    # (matplotlib 3.11, measured), ~20 s for the table's ~68,000 glyphs; an outline is
+    # rasterised once per distinct string, and the PDF holds it once. The price: the cells'
+    # text is not selectable in the PDF (the header and caveat are).
+    from matplotlib import rcParams
+    from matplotlib.collections import PathCollection
+    from matplotlib.colors import to_rgba_array
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.path import Path
+    from matplotlib.textpath import TextPath
+    from matplotlib.transforms import Affine2D
+
+    fig = ax.get_figure()
+    n_rows, n_cols = len(cells), len(header)
+    prop = FontProperties(size=TABLE_FONT_PT)     # rcParams' family, as ax.table's cells had
+
+    def outline(text):
+        return TextPath((0, 0), text, size=TABLE_FONT_PT, prop=prop)
+
+    outlines = {text: outline(text) for text in dict.fromkeys(t for row in cells for t in row) if text}
+    widest = [max([_text_width(outlines[row[j]]) for row in cells if row[j]], default=0.0) for j in range(n_cols)]
+    labels = [label if _text_width(outline(label)) <= widest[j] else _two_lines(label)
+              for j, label in enumerate(header)]
+    widest = [max([wide] + [_text_width(outline(line)) for line in label.split("\n")])
+              for wide, label in zip(widest, labels)]
+    # the axes' width (the figure's less constrained layout's pads), with a margin: the font
+    # shrinks where the widest cells would not fit it
+    room_pt = 0.97 * (fig.get_figwidth() - 2 * rcParams["figure.constrained_layout.w_pad"]) * 72
+    scale = min(1.0, (room_pt - 2 * TABLE_PAD_PT * n_cols) / sum(widest))
+    need = np.array(widest) * scale + 2 * TABLE_PAD_PT
+    edges_x = np.concatenate([[0.0], np.cumsum(need) / need.sum()])
+    edges_y = np.concatenate([[0.0], np.arange(2, n_rows + 3, dtype=float)])
+
+    rgba = to_rgba_array(["white"] * n_cols + [c for row in colours for c in row]).reshape(n_rows + 1, n_cols, 4)
+    mesh = ax.pcolormesh(edges_x, edges_y, rgba, edgecolors="black", linewidth=0.4, gid=f"{gid}|colours")
+    mesh.set_in_layout(False)          # inside the axes: nothing for the layout to measure
+    mesh.set_clip_on(False)            # the outer borders lie on the axes' edges: whole, not halved
+
+    # Outlines in points, at the font's size, centred on a digit's middle, as polygons (curves
+    # flattened at 1/16 pt): matplotlib finds a curved path's extents in Python before each
+    # draw, ~5 ms a string.
+    digit = outline("0").get_extents()
+    place = Affine2D().scale(scale / 16).translate(TABLE_PAD_PT, -scale * (digit.y0 + digit.y1) / 2)
+    shapes = {text: place.transform_path(Path.make_compound_path(*map(Path, path.to_polygons(Affine2D().scale(16)))))
+              for text, path in outlines.items()}
+    anchors = {}
+    for i, row in enumerate(cells):
+        for j, text in enumerate(row):
+            if text:
+                anchors.setdefault(text, []).append((edges_x[j], i + 2.5))
+    groups = [([shapes[text]], where) for text, where in anchors.items() if len(where) > 1]
+    once = [text for text, where in anchors.items() if len(where) == 1]
+    if once:
+        groups.append(([shapes[text] for text in once], [anchors[text][0] for text in once]))
+    points = Affine2D().scale(1 / 72) + fig.dpi_scale_trans
+    for paths, offsets in groups:
+        stamp = PathCollection(paths, offsets=offsets, offset_transform=ax.transData, transform=points,
+                               facecolors="black", edgecolors="face", linewidths=0, gid=f"{gid}|text")
+        stamp.set_in_layout(False)
+        ax.add_collection(stamp, autolim=False)
+    for j, label in enumerate(labels):
+        ax.text((edges_x[j] + edges_x[j + 1]) / 2, 1.0, label, ha="center", va="center",
+                fontsize=TABLE_FONT_PT * scale, linespacing=1.1, gid=f"{gid}|header").set_in_layout(False)
+    ax.set_xlim(0.0, 1.0)
+    ax.set_ylim(n_rows + 2, 0.0)
+    ax.set_axis_off()
+    return mesh
+
+
 @style.styled
 def validation_table(df: pd.DataFrame):
     """The model against measurements (gpuwrite.model.validation), as a table.
@@ -630,25 +748,9 @@ def validation_table(df: pd.DataFrame):
     frame = validation.table()
     link_rows = _select(df, backend="model", measure="efficiency")
     link_rate = dict(zip(link_rows["size_bytes"], link_rows["effective_rate_gbps"])) if len(link_rows) else {}
-    cells, colours = [], []
-    for row in frame.itertuples():
-        size = "bulk" if row.size_bytes is None or pd.isna(row.size_bytes) else f"{int(row.size_bytes)} B"
-        link = link_rate.get(row.size_bytes) if row.unit == "Gb/s" else None
-        verdict = {True: "yes", False: "NO"}.get(row.within_goal, "fitted" if row.kind == "fitted" else "< 256 B")
-        cells.append([row.machine, row.quantity, size, f"{row.measured:,.1f}", f"{row.model:,.1f}", row.unit,
-                      f"{row.error_pct:+.1f}", verdict, "" if link is None else f"{link:.1f}"])
-        colours.append(["#f4d6d6" if verdict == "NO" else "white"] * 9)
+    cells, colours = _validation_cells(frame, link_rate)
     fig, axes = style.new_figure(1, 1, height=0.19 * len(cells) + 1.0)
-    ax = axes[0, 0]
-    ax.set_axis_off()
-    shown = ax.table(cellText=cells, cellColours=colours, loc="upper center", cellLoc="left",
-                     colLabels=["machine", "quantity", "size", "measured", "model", "unit", "error %",
-                                "within 10 %", "link-bound Gb/s"],
-                     colWidths=[0.25, 0.24, 0.06, 0.08, 0.08, 0.06, 0.07, 0.07, 0.09])
-    shown.auto_set_font_size(False)
-    shown.set_fontsize(5.5)
-    shown.scale(1.0, 0.9)
-    shown.set_gid("validation")
+    _draw_cell_table(axes[0, 0], VALIDATION_HEADER, cells, colours, gid="validation")
     style.caveat(fig, validation.summary(frame) + ". Sources: pcie-bench/data (Neugebauer et al., SIGCOMM 2018) "
                  "NFP6000 on a Xeon E5-2630v4, one parameter set (gpuwrite/model/validation_data/"
                  "nfp6000_e5-2630v4.toml, four constants fitted on the marked rows); this project's calibrate "
