@@ -113,23 +113,26 @@ def _late_pull(ctx, agent):
     return src, dst, dmr, poster.poll(), keep
 
 
-def _device_writes(ctx, n):
+def _device_writes(ctx, n=1, at=None):
     """``n`` 64-byte RDMA writes from "GPU memory" (host memory registered as device
-    memory: the engine sends their pulls to the agent), written but not rung; returns the
-    source, the destination, its region, the poster and what must stay alive."""
+    memory: the engine sends their pulls to the agent), written but not rung, write k from
+    byte 64 k of the source to byte 64 k of the destination, or from ``at[k]`` = (source
+    byte, destination byte); returns the source, the destination, its region, the poster
+    and what must stay alive."""
     from gwtest import ACCESS_RW
     from gpuwrite.host.wqe import HostPoster, rdma_write
 
+    at = [(64 * k, 64 * k) for k in range(n)] if at is None else at
     pd = ctx.alloc_pd()
-    src = np.arange(64 * n, dtype=np.uint8) + 1
-    dst = np.zeros(64 * n, dtype=np.uint8)
+    src = np.arange(max(s for s, _ in at) + 64, dtype=np.uint8) + 1
+    dst = np.zeros(max(d for _, d in at) + 64, dtype=np.uint8)
     smr = pd.reg_mr(src, access=L.ACCESS_LOCAL_WRITE, kind=L.MEM_DEVICE)
     dmr = pd.reg_mr(dst, access=ACCESS_RW)
     qs = pd.create_queues(1, sq_bbs=16, ncqe=16)
     poster = HostPoster(qs)
-    for k in range(n):
-        poster.write(rdma_write(k, qs.qpns[0], smr.address + 64 * k, smr.lkey, 64,
-                                dmr.address + 64 * k, dmr.rkey))
+    for k, (s_at, d_at) in enumerate(at):
+        poster.write(rdma_write(k, qs.qpns[0], smr.address + s_at, smr.lkey, 64,
+                                dmr.address + d_at, dmr.rkey))
     return src, dst, dmr, poster, (pd, smr, qs)
 
 
@@ -265,8 +268,6 @@ def test_a_region_deregistered_under_a_pull_in_flight_is_let_go_of_after_it_land
     only once that write has landed (and then no later pass writes there), and the WQE
     completes with rkey_invalidated, after the write, as a NIC's would."""
     import warnings
-    from gwtest import ACCESS_RW
-    from gpuwrite.host.wqe import HostPoster, rdma_write
 
     if not SIMULATOR:
         pytest.skip("the stand-in agent copies with memmove: the sources must be host memory")
@@ -274,15 +275,7 @@ def test_a_region_deregistered_under_a_pull_in_flight_is_let_go_of_after_it_land
         agent = PullAgent(ctx, pull_timeout_s=5.0, slots=4).start(launch=False)
         # It waits for a second request that never comes: it answers 0.4 s after the first.
         server, rounds = _stand_in_agent(agent, 4, expect=2, patience_s=0.4)
-        pd = ctx.alloc_pd()
-        src = np.arange(64, dtype=np.uint8) + 1
-        dst = np.zeros(64, dtype=np.uint8)
-        smr = pd.reg_mr(src, access=L.ACCESS_LOCAL_WRITE, kind=L.MEM_DEVICE)
-        dmr = pd.reg_mr(dst, access=ACCESS_RW)
-        qs = pd.create_queues(1, sq_bbs=16, ncqe=16)
-        poster = HostPoster(qs)
-        poster.write(rdma_write(0, qs.qpns[0], smr.address, smr.lkey, 64, dmr.address,
-                                dmr.rkey))
+        src, dst, dmr, poster, _keep = _device_writes(ctx)
         ctx.start()
         poster.ring()
         deadline = time.monotonic() + 10
@@ -311,25 +304,12 @@ def test_a_later_write_on_the_copy_engine_lands_after_an_earlier_one_at_the_agen
     the copy engine, whose copy lands when the worker syncs its stream; a stand-in agent
     answering 50 ms after each request holds the earlier write's pull, so an engine that
     did not wait for it first would let the earlier write land last. Both complete."""
-    from gwtest import ACCESS_RW
-    from gpuwrite.host.wqe import HostPoster, rdma_write
-
     if not SIMULATOR:
         pytest.skip("the stand-in agent copies with memmove: the sources must be host memory")
     with Context(workers=1) as ctx:
         agent = PullAgent(ctx, pull_timeout_s=5.0, slots=4).start(launch=False)
         server, _ = _stand_in_agent(agent, 4, delay_s=0.05)
-        pd = ctx.alloc_pd()
-        src = np.arange(256, dtype=np.uint8) + 1
-        dst = np.zeros(64, dtype=np.uint8)
-        smr = pd.reg_mr(src, access=L.ACCESS_LOCAL_WRITE, kind=L.MEM_DEVICE)
-        dmr = pd.reg_mr(dst, access=ACCESS_RW)
-        qs = pd.create_queues(1, sq_bbs=16, ncqe=16)
-        poster = HostPoster(qs)
-        poster.write(rdma_write(0, qs.qpns[0], smr.address, smr.lkey, 64, dmr.address,
-                                dmr.rkey))
-        poster.write(rdma_write(1, qs.qpns[0], smr.address + 130, smr.lkey, 64, dmr.address,
-                                dmr.rkey))
+        src, dst, _dmr, poster, _keep = _device_writes(ctx, at=[(0, 0), (130, 0)])
         poster.ring()
         ctx.start()
         cqes = []
