@@ -11,6 +11,17 @@ import tomllib
 from pathlib import Path
 
 
+def calibration_dir() -> Path:
+    """The checkout's experiments/calibration/, where ``gpuwrite calibrate`` writes: beside
+    this package where it runs from a checkout (an editable install, ``python -m`` in the
+    checkout), else under the working directory, as the figures' experiment files are (a
+    package installed with ``pip install .``, as README says, and run in the checkout: the
+    folder beside it, in site-packages, does not exist, and Fig. 8 lost every calibration
+    file's rows, Fig. 9 its physical line)."""
+    beside = Path(__file__).resolve().parents[1] / "experiments" / "calibration"
+    return beside if beside.is_dir() else Path.cwd() / "experiments" / "calibration"
+
+
 def measured_at(path: Path) -> str:
     """When ``path`` was measured, as an ISO-8601 UTC string that sorts in time order:
     ``[device] measured_at_utc``, else its ``date`` at midnight, else ''."""

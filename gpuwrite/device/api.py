@@ -60,7 +60,7 @@ import numpy as np
 from numba import uint32
 
 from gpuwrite import layouts as L
-from gpuwrite.calibfiles import newest_first
+from gpuwrite.calibfiles import calibration_dir, newest_first
 from gpuwrite._gw_cffi import lib
 from gpuwrite.cudaenv import SIMULATOR, cuda
 from gpuwrite.device import verbs as dv
@@ -837,14 +837,13 @@ def default_thresholds() -> Thresholds:
 
 def newest_calibration(folder: str | None = None, device: str | None = None) -> str | None:
     """The newest ``gpuwrite calibrate`` file in ``folder`` (default: the checkout's
-    experiments/calibration/ beside this package; an installed package has none) that was
+    experiments/calibration/, ``calibfiles.calibration_dir``) that was
     measured on a GPU; with ``device``, on a GPU of that name (``[device] name``), None if
     there is none: one GPU's crossovers are not another's."""
     import tomllib
 
     if folder is None:
-        here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        folder = os.path.join(here, "experiments", "calibration")
+        folder = calibration_dir()
     for file in newest_first(folder):
         head = tomllib.loads(file.read_text()).get("device", {})
         if head.get("simulator", False):    # the simulator's timings are Python's

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.patches import Rectangle
 
-from gpuwrite.calibfiles import newest_first
+from gpuwrite.calibfiles import calibration_dir, newest_first
 from gpuwrite.experiments import style
 from gpuwrite.experiments.backends import MODEL_DEVICE, SIMULATOR_DEVICE
 from gpuwrite.model.topology import PRESETS
@@ -353,7 +353,7 @@ def newest_calibration(folder=None, devices=None) -> dict | None:
     import tomllib
     from pathlib import Path
 
-    folder = Path(folder or Path(__file__).resolve().parents[2] / "experiments" / "calibration")
+    folder = Path(folder) if folder else calibration_dir()
     for f in newest_first(folder):
         data = tomllib.loads(f.read_text())
         m = data.get("measurements", {})

@@ -31,10 +31,8 @@ import pandas as pd
 from gpuwrite.model import paths, pcie, requester
 from gpuwrite.model.params import Params, _load_toml
 
-ROOT = Path(__file__).resolve().parents[2]
 # Shipped with the package (pyproject package-data): the model is checked wherever it is installed.
 VALIDATION_DIR = Path(__file__).resolve().parent / "validation_data"
-CALIBRATION_DIR = ROOT / "experiments" / "calibration"
 PCIE_BENCH_DATA = VALIDATION_DIR / "pcie_bench_nfp6000_e5-2630v4.csv"
 PCIE_BENCH_PARAMS = VALIDATION_DIR / "nfp6000_e5-2630v4.toml"
 GOAL_PCT = 10.0
@@ -281,8 +279,12 @@ def summary(frame: pd.DataFrame) -> str:
     return text
 
 
-def table(calibration_dir: Path = CALIBRATION_DIR) -> pd.DataFrame:
-    """Every comparison, published NIC first, then each calibrate file."""
+def table(calibration_dir: Path | None = None) -> pd.DataFrame:
+    """Every comparison, published NIC first, then each calibrate file (of
+    ``calibration_dir``, default the checkout's, ``calibfiles.calibration_dir``)."""
+    from gpuwrite.calibfiles import calibration_dir as checkout_dir
+
+    calibration_dir = checkout_dir() if calibration_dir is None else calibration_dir
     rows = pcie_bench_rows()
     for file in sorted(Path(calibration_dir).glob("*.toml")):
         data = _load_toml(file)
