@@ -272,9 +272,9 @@ def _agent(ring, done, idle_timeout_ns, split_bytes, min_chunk, ctl, desc, outco
     # leader claims whatever chunks nobody else has.
     # words: what the first warp's poll read, request by request. sh[j]: request j of the
     # batch (bytes, source, destination, 1 where its destination overlaps an earlier
-    # request's); shk[0]: the batch's size (-1: the idle timeout
-    # passed), shk[1]: lane 0's verdict on the idle timeout, for the whole warp. shc: two
-    # claimed chunks, a helper's batch, the split's count (S_*).
+    # request's); shk[0]: the batch's size (-1: the idle timeout passed), shk[1]: lane 0's
+    # verdict on the idle timeout, for the whole warp. shc: two claimed chunks, a helper's
+    # batch, the split's count (S_*).
     # Shared memory rather than shuffles: the CUDA simulator has no shuffles, and there
     # the agent's batching is tested (alone, fed by the test).
     words = cuda.shared.array((AGENT_BATCH, 4), dtype=int64)
