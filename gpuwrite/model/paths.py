@@ -25,6 +25,7 @@ platform's optional P2P read cap (``platform.p2p_read_cap_gbps``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from itertools import accumulate
 
@@ -210,7 +211,12 @@ def _read_arrivals_of(curve: tuple, offsets) -> list[float]:
 
 
 def path_timing(path: str, topology: topo.Topology, size_bytes: int, params: Params) -> PathTiming:
-    """Steps, transfers and credit cost of one message of ``size_bytes`` on ``path``."""
+    """Steps, transfers and credit cost of one message of ``size_bytes`` on ``path``.
+
+    The last two answers are kept (all four arguments are frozen, the timing too): latency,
+    throughput and PCIe bytes each ask for the same message's timing in turn, and a 1 GiB
+    message's takes about a second (its per-packet tuples); ``model compare`` and ``model
+    path`` computed it two and four times per message."""
     check_choice("path", path, PATHS)
     if isinstance(size_bytes, bool) or not isinstance(size_bytes, int) or size_bytes < 0:
         raise ParamError("size_bytes", size_bytes, "an integer >= 0")
@@ -219,6 +225,11 @@ def path_timing(path: str, topology: topo.Topology, size_bytes: int, params: Par
         # was refused as "start_address=0" with a negative range
         raise ParamError("size_bytes", size_bytes,
                          f"an integer from 0 to {MAX_MESSAGE_BYTES:,} (gpuwrite.MAX_MESSAGE_BYTES)")
+    return _path_timing(path, topology, size_bytes, params)
+
+
+@functools.lru_cache(maxsize=2)     # two: a 1 GiB message's timing holds tens of MB
+def _path_timing(path: str, topology: topo.Topology, size_bytes: int, params: Params) -> PathTiming:
     gpu_name, nic_name = params.endpoints(topology)
     to_nic = topology.route(gpu_name, nic_name)
     gpu = topology.node(gpu_name)
