@@ -21,6 +21,17 @@ DRAINED_NOTE = ("throughput_gbps counts delivered bytes until they reach the rem
                 "while its buffer fills; drained_gbps cannot")
 
 
+def _beside(data: dict, key: str, extra: dict) -> dict:
+    """``data`` with ``extra``'s items right after ``key`` (the JSON and the table keep that
+    order)."""
+    out = {}
+    for name, value in data.items():
+        out[name] = value
+        if name == key:
+            out.update(extra)
+    return out
+
+
 def load_config(args) -> SimConfig:
     from gpuwrite.model import checks
 
@@ -59,11 +70,9 @@ def cmd_sim(args) -> int:
         summary = result.summary
     except ParamError as exc:
         raise UsageError(f"{args.config}: {exc}") from None
-    data = {}
-    for key, value in summary.items():
-        data[key] = value.item() if hasattr(value, "item") else value
-        if key == "throughput_gbps":    # beside it: what the receiver took, not the link
-            data["drained_gbps"] = result.drained_gbps
+    # beside throughput: what the receiver took, not the link
+    data = _beside({key: (value.item() if hasattr(value, "item") else value) for key, value in summary.items()},
+                   "throughput_gbps", {"drained_gbps": result.drained_gbps})
     data["provenance"] = provenance("sim", config.to_dict(), "model")
     if out is not None:
         result.messages.to_parquet(out / "messages.parquet")
@@ -74,12 +83,7 @@ def cmd_sim(args) -> int:
         (out / "config.toml").write_text(config.to_toml())
         data["out"] = str(out)
     if args.json:
-        shown = {}
-        for key, value in data.items():     # the note beside the two figures, on stdout only
-            shown[key] = value
-            if key == "drained_gbps":
-                shown["drained_note"] = DRAINED_NOTE
-        print_json(shown)
+        print_json(_beside(data, "drained_gbps", {"drained_note": DRAINED_NOTE}))   # on stdout only
         return 0
     from rich.console import Console
     from rich.table import Table
