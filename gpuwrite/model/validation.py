@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from gpuwrite import calibfiles
 from gpuwrite.model import paths, pcie, requester
 from gpuwrite.model.params import Params, _load_toml
 
@@ -282,9 +283,7 @@ def summary(frame: pd.DataFrame) -> str:
 def table(calibration_dir: Path | None = None) -> pd.DataFrame:
     """Every comparison, published NIC first, then each calibrate file (of
     ``calibration_dir``, default the checkout's, ``calibfiles.calibration_dir``)."""
-    from gpuwrite.calibfiles import calibration_dir as checkout_dir
-
-    calibration_dir = checkout_dir() if calibration_dir is None else calibration_dir
+    calibration_dir = calibfiles.calibration_dir() if calibration_dir is None else calibration_dir
     rows = pcie_bench_rows()
     for file in sorted(Path(calibration_dir).glob("*.toml")):
         data = _load_toml(file)
