@@ -303,7 +303,8 @@ int gw_engine_add_qp(struct gw_engine *e, const struct gw_qp_desc *desc, char *e
 }
 
 int gw_engine_add_mr(struct gw_engine *e, uint32_t key, uint64_t addr, uint64_t length,
-                     uint32_t access, uint32_t mem_kind, char *err, size_t errlen)
+                     uint32_t access, uint32_t mem_kind, uint32_t flags, char *err,
+                     size_t errlen)
 {
     uint32_t index = key >> 8;
     if (index >= e->cfg.max_mrs) {
@@ -318,6 +319,11 @@ int gw_engine_add_mr(struct gw_engine *e, uint32_t key, uint64_t addr, uint64_t 
     if (access & ~(uint32_t)GW_ACCESS_ALL) {
         set_err(err, errlen, "access=0x%x has unknown bits 0x%x: allowed local write (1), remote "
                 "write (2), remote read (4)", access, access & ~(uint32_t)GW_ACCESS_ALL);
+        return -1;
+    }
+    if (flags & ~(uint32_t)GW_MR_FLAGS_ALL) {
+        set_err(err, errlen, "flags=0x%x has unknown bits 0x%x: allowed GPU-mapped (1)", flags,
+                flags & ~(uint32_t)GW_MR_FLAGS_ALL);
         return -1;
     }
     if (length == 0 || !addr || addr + length < addr) {
@@ -338,6 +344,7 @@ int gw_engine_add_mr(struct gw_engine *e, uint32_t key, uint64_t addr, uint64_t 
     m->length = length;
     m->access = access;
     m->kind = mem_kind;
+    m->flags = flags;
     atomic_store_explicit(&m->valid, 1, memory_order_release);
     pthread_mutex_unlock(&e->lock);
     return 0;

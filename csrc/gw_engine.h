@@ -152,13 +152,21 @@ enum {
     GW_MAX_CQE = 4194304,             /* CQ entries (mlx5: log_max_cq_sz 22); the consumer
                                        * index has 24 bits, so a CQ of 2^24 never looks full */
     GW_ACCESS_ALL = 7,                /* every GW_ACCESS_* bit */
+    /* gw_engine_add_mr's flags: host memory the GPU can store into at the same addresses
+     * (pinned and mapped under unified addressing, or any memory where the GPU reaches
+     * pageable memory). The pull agent writes a pull's bytes straight into its
+     * destination; into other host memory the copy engine pulls (a GPU store to an
+     * address it has no mapping for faults, and the fault ends the CUDA context). */
+    GW_MR_GPU_MAPPED = 1,
+    GW_MR_FLAGS_ALL = 1,
 };
 
 struct gw_engine *gw_engine_create(const struct gw_engine_config *config, char *err, size_t errlen);
 int gw_engine_add_cq(struct gw_engine *engine, const struct gw_cq_desc *cq, char *err, size_t errlen);
 int gw_engine_add_qp(struct gw_engine *engine, const struct gw_qp_desc *qp, char *err, size_t errlen);
 int gw_engine_add_mr(struct gw_engine *engine, uint32_t key, uint64_t addr, uint64_t length,
-                     uint32_t access, uint32_t mem_kind, char *err, size_t errlen);
+                     uint32_t access, uint32_t mem_kind, uint32_t flags, char *err,
+                     size_t errlen);
 /* Returns once no engine thread can write into (or read from) the region again: WQEs
  * that still target it complete with a protection error. -1: unknown key; -2: an
  * engine thread did not answer in 10 s; -3: the pull agent has not answered a pull into

@@ -96,6 +96,7 @@ struct mr {
     uint64_t length;
     uint32_t access;
     uint32_t kind;
+    uint32_t flags;               /* GW_MR_* */
 };
 
 struct cq {
@@ -133,6 +134,7 @@ struct desc {
     uint8_t inline_data;
     uint8_t held;                 /* counted in held_msgs/held_bytes */
     uint8_t dst_cached;           /* the destination region fits the cache (cached_dst_max_bytes) */
+    uint8_t dst_gpu_mapped;       /* the GPU can store into the destination (GW_MR_GPU_MAPPED) */
     uint16_t nbb;
     uint32_t bytes_total;
     uint32_t bytes_done;          /* sent or dropped so far */

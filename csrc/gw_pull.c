@@ -76,12 +76,13 @@ static struct gw_pull_req *agent_ring(const struct gw_engine *e)
     return (struct gw_pull_req *)__atomic_load_n(&e->cfg.pull_ring, __ATOMIC_ACQUIRE);
 }
 
-/* Whether the agent can copy this pull: 4-byte words (other alignments, and addresses
- * the tag would overwrite, go to the copy engine). */
-static int agent_copies(void *dst, uint64_t src)
+/* Whether the agent can copy this pull of message d's: into a destination the GPU can
+ * store into (GW_MR_GPU_MAPPED), in 4-byte words (other alignments, and addresses the
+ * tag would overwrite, go to the copy engine). */
+static int agent_copies(const struct desc *d, void *dst, uint64_t src)
 {
-    uint64_t d = (uint64_t)(uintptr_t)dst;
-    return ((d | src) & 3) == 0 && ((d | src) >> GW_PULL_ADDR_BITS) == 0;
+    uint64_t a = (uint64_t)(uintptr_t)dst;
+    return d->dst_gpu_mapped && ((a | src) & 3) == 0 && ((a | src) >> GW_PULL_ADDR_BITS) == 0;
 }
 
 static volatile uint32_t *agent_done_word(struct gw_engine *e, uint64_t t)
@@ -263,14 +264,14 @@ uint64_t gw_engine_agent_pulls(struct gw_engine *e, uint64_t *failed)
 
 enum { PULL_BY_AGENT = 0, PULL_BY_COPY_ENGINE = 1 };
 
-/* Queues a copy of GPU memory to the destination, to the agent (counted in owner's
- * pulls_out, if owner) or on the worker's copy stream (there after pull_sync); returns
+/* Queues a copy of GPU memory to message owner's destination, to the agent (counted in
+ * owner's pulls_out) or on the worker's copy stream (there after pull_sync); returns
  * which, or -1. */
 static int pull_start(struct gw_engine *e, struct worker *w, struct desc *owner, void *dst,
                       uint64_t src, uint32_t len)
 {
     struct gw_pull_req *ring = agent_ring(e);
-    if (ring && agent_copies(dst, src) && w->agent_pending < AGENT_TICKETS_MAX) {
+    if (ring && agent_copies(owner, dst, src) && w->agent_pending < AGENT_TICKETS_MAX) {
         uint64_t t = agent_post(e, ring, (uint64_t)(uintptr_t)dst, src, len);
         if (t == UINT64_MAX) {
             atomic_fetch_add(&e->agent_failed, 1);
@@ -278,8 +279,7 @@ static int pull_start(struct gw_engine *e, struct worker *w, struct desc *owner,
         }
         w->agent_tickets[w->agent_pending++] =
             (struct agent_ticket){t, (uint64_t)(uintptr_t)dst, len, gw_now_ns(), owner};
-        if (owner)
-            owner->pulls_out++;
+        owner->pulls_out++;
         return PULL_BY_AGENT;
     }
     if (!e->have_cuda) {
@@ -360,13 +360,14 @@ void pull_drain(struct gw_engine *e, struct worker *w)
     pull_reap(e, w, 1);
 }
 
-/* Whether a pull of d's goes to the copy engine although the agent runs (a source or
- * destination not 4-byte aligned, agent_copies). */
+/* Whether a pull of d's goes to the copy engine although the agent runs (agent_copies:
+ * a destination the GPU cannot store into, a source or destination not 4-byte
+ * aligned). */
 static int pull_bypasses_agent(const struct desc *d)
 {
     uint32_t off = 0;
     for (uint32_t i = 0; i < d->nsge; i++) {
-        if (d->sge[i].kind == GW_MEM_DEVICE && !agent_copies(d->dst + off, d->sge[i].addr))
+        if (d->sge[i].kind == GW_MEM_DEVICE && !agent_copies(d, d->dst + off, d->sge[i].addr))
             return 1;
         off += d->sge[i].length;
     }
@@ -413,13 +414,39 @@ int pull_whole(struct gw_engine *e, struct worker *w, struct desc *d)
  * per message, several microseconds serialised in the driver across workers, made the
  * stand-in's small-message rate a measure of the CUDA driver rather than of the copy
  * engine). A message whose pulls would not fit the worker's agent_tickets waits for a
- * later pass, rather than going to the copy engine. */
+ * later pass, rather than going to the copy engine. While an agent is attached, a
+ * message's copy-engine pulls are waited for before the next message's are posted: the
+ * agent would land a later message's bytes before the copy engine lands the earlier's
+ * (pull_post's drain keeps the other order). */
 enum { PULL_AHEAD = 64 };
+
+/* Whether d (with `device` GPU-memory sources) has bytes the engine itself places when it
+ * delivers d, still to place: inline, staged or host-memory sources. A NIC places a QP's
+ * writes in order; a pull lands when the agent or the copy engine copies it, so no later
+ * message's pull is posted before such bytes are placed. */
+static int places_later(const struct desc *d, uint32_t device)
+{
+    return d->status == DESC_OK && d->bytes_done < d->bytes_total - d->bytes_dropped &&
+           (d->inline_data || device < d->nsge);
+}
+
+/* Waits for the copy engine's pulls of the n messages in `synced`; each fails alone (a
+ * NIC's reads complete one by one: a message whose bytes arrived is not failed with a
+ * later one's) and is settled once none of its pulls is left at the agent either. */
+static void pull_sync_settle(struct gw_engine *e, struct worker *w, struct desc **synced,
+                             uint32_t n)
+{
+    int failed = pull_sync(e, w) != 0;
+    for (uint32_t k = 0; k < n; k++) {
+        synced[k]->pull_failed |= failed;
+        if (synced[k]->pulls_out == 0)
+            pull_settle(synced[k]);
+    }
+}
 
 void pull_ahead(struct gw_engine *e, struct worker *w, struct qp *q)
 {
-    /* Messages with a pull on the copy engine: a message fails alone, as a NIC's reads
-     * complete one by one (one whose bytes arrived is not failed with a later one's). */
+    /* Messages with a pull on the copy engine, not yet waited for. */
     struct desc *synced[PULL_AHEAD];
     uint32_t n = 0, posted = 0;
     /* Descriptors before pull_next have been looked at: posted, or nothing to pull. */
@@ -427,6 +454,9 @@ void pull_ahead(struct gw_engine *e, struct worker *w, struct qp *q)
         q->pull_next = q->desc_head;
     while (q->pull_next != q->desc_tail && posted < PULL_AHEAD) {
         struct desc *d = &q->descs[q->pull_next % q->sq_bbs];
+        if (d->status != DESC_OK && d->reason != GW_REASON_DROPPED)
+            break;               /* its completion puts the QP in error: what follows is
+                                  * flushed, and none of its bytes may land */
         uint32_t device = 0;
         for (uint32_t i = 0; i < d->nsge; i++)
             device += d->sge[i].kind == GW_MEM_DEVICE;
@@ -435,21 +465,23 @@ void pull_ahead(struct gw_engine *e, struct worker *w, struct qp *q)
             if (w->agent_pending + device > AGENT_TICKETS_MAX && w->agent_pending > 0)
                 break;           /* posted by a later pass, once answers free tickets */
             posted++;
-            if (pull_post(e, w, d))
+            if (pull_post(e, w, d)) {
                 synced[n++] = d;
-            else if (d->pulls_out == 0)
+                if (agent_ring(e)) {
+                    pull_sync_settle(e, w, synced, n);
+                    n = 0;
+                }
+            } else if (d->pulls_out == 0)
                 pull_settle(d);  /* it failed before any pull was posted */
         }
+        if (places_later(d, device))
+            break;               /* the engine places its other bytes when it delivers
+                                  * it: no later message's pull may land first (pull_next
+                                  * stays, and is looked at again until it is placed) */
         q->pull_next++;
         if (d->pull_failed)
             break;               /* the agent is gone or the driver failed: no more now */
     }
-    if (n == 0)
-        return;
-    int failed = pull_sync(e, w) != 0;
-    for (uint32_t k = 0; k < n; k++) {
-        synced[k]->pull_failed |= failed;
-        if (synced[k]->pulls_out == 0)
-            pull_settle(synced[k]);
-    }
+    if (n > 0)
+        pull_sync_settle(e, w, synced, n);
 }

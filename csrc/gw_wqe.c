@@ -200,6 +200,7 @@ static uint32_t fetch_wqe(struct gw_engine *e, struct worker *w, struct qp *q, s
     d->dst = (uint8_t *)(uintptr_t)remote;
     d->dst_key = rkey;
     d->dst_cached = dst->length <= e->cfg.cached_dst_max_bytes;
+    d->dst_gpu_mapped = (dst->flags & GW_MR_GPU_MAPPED) != 0;
 
     /* A pushed payload must sit where the GPU's slot protocol says it does. */
     uint32_t staged = 0;

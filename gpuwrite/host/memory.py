@@ -9,6 +9,8 @@ threads and the engine share.
 """
 from __future__ import annotations
 
+import ctypes
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,6 +43,51 @@ def mapped(shape, dtype) -> Mapped:
     host = arr._ary if SIMULATOR else np.ndarray.view(arr, np.ndarray)
     host[...] = 0
     return Mapped(arr, host)
+
+
+# cuda.h: CUdevice_attribute and CUpointer_attribute values the check below reads.
+_CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS = 88
+_CU_POINTER_ATTRIBUTE_DEVICE_POINTER = 3
+_CU_POINTER_ATTRIBUTE_RANGE_START_ADDR = 11
+_CU_POINTER_ATTRIBUTE_RANGE_SIZE = 12
+
+
+@functools.lru_cache(maxsize=1)
+def _libcuda():
+    return ctypes.CDLL("libcuda.so.1")
+
+
+def _pointer_attribute(attribute: int, address: int) -> int | None:
+    value = ctypes.c_uint64()
+    rc = _libcuda().cuPointerGetAttribute(ctypes.byref(value), ctypes.c_int(attribute),
+                                          ctypes.c_uint64(address))
+    return value.value if rc == 0 else None
+
+
+def gpu_stores_reach(address: int, nbytes: int) -> bool:
+    """Whether a kernel can store into host memory [address, address + nbytes) at those
+    same addresses: one allocation of pinned memory mapped into the GPU (``cuda.mapped_array``,
+    :func:`mapped`) whose device address is its host address under unified addressing, or
+    any host memory where the GPU reaches pageable memory (HMM, ATS). The pull agent
+    writes a pull's bytes straight into its destination; a kernel's store to an address
+    it has no mapping for faults, and the fault ends the CUDA context, so into other
+    memory (a plain numpy array) the engine pulls with the copy engine. Numba exposes no
+    pointer attributes beyond the device pointer, so the driver is asked directly. Under
+    the simulator the "GPU" is the host: it reaches every host address."""
+    if SIMULATOR:
+        return True
+    lib = _libcuda()
+    device, pageable = ctypes.c_int(), ctypes.c_int()
+    if (lib.cuCtxGetDevice(ctypes.byref(device)) == 0
+            and lib.cuDeviceGetAttribute(ctypes.byref(pageable),
+                                         _CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS,
+                                         device) == 0 and pageable.value):
+        return True
+    start = _pointer_attribute(_CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, address)
+    size = _pointer_attribute(_CU_POINTER_ATTRIBUTE_RANGE_SIZE, address)
+    return (_pointer_attribute(_CU_POINTER_ATTRIBUTE_DEVICE_POINTER, address) == address
+            and start is not None and size is not None
+            and start <= address and address + nbytes <= start + size)
 
 
 # Bytes a device-side fill writes to push other data out of the GPU's L2 (50 MB on an

@@ -31,7 +31,7 @@ from gpuwrite import layouts as L
 from gpuwrite._gw_cffi import ffi, lib
 from gpuwrite.cudaenv import SIMULATOR, cuda, lazy_loading
 from gpuwrite.device import verbs as dv
-from gpuwrite.host.memory import describe, device_zeros, mapped
+from gpuwrite.host.memory import describe, device_zeros, gpu_stores_reach, mapped
 
 POLICIES = {"hold": L.POLICY_HOLD, "drop": L.POLICY_DROP}
 _ERRLEN = 256
@@ -553,8 +553,11 @@ class MemoryRegion:
         self.kind = detected if kind is None else kind
         self.key = pd.context._new_key()
         self._pd = None
+        # Whether the pull agent may write here (host memory the GPU can store into).
+        self.gpu_mapped = self.kind == L.MEM_HOST and gpu_stores_reach(addr, nbytes)
+        flags = lib.GW_MR_GPU_MAPPED if self.gpu_mapped else 0
         err = ffi.new("char[]", _ERRLEN)
-        if lib.gw_engine_add_mr(engine, self.key, addr, nbytes, access, self.kind, err,
+        if lib.gw_engine_add_mr(engine, self.key, addr, nbytes, access, self.kind, flags, err,
                                 _ERRLEN) != 0:
             pd.context._free_key(self.key)
             raise VerbsError(ffi.string(err).decode())

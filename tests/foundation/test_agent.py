@@ -8,6 +8,7 @@ import pytest
 from gpuwrite import layouts as L
 from gpuwrite._gw_cffi import lib
 from gpuwrite.cudaenv import SIMULATOR, cuda
+from gpuwrite.host.memory import mapped
 from gpuwrite.host.verbs import Context
 from gpuwrite.paths import runner
 from gpuwrite.paths import pull_agent as pa
@@ -119,21 +120,45 @@ def _device_writes(ctx, n=1, at=None):
     byte 64 k of the source to byte 64 k of the destination, or from ``at[k]`` = (source
     byte, destination byte); returns the source, the destination, its region, the poster
     and what must stay alive."""
-    from gwtest import ACCESS_RW
-    from gpuwrite.host.wqe import HostPoster, rdma_write
+    from gpuwrite.host.wqe import rdma_write
 
     at = [(64 * k, 64 * k) for k in range(n)] if at is None else at
+    src, dst, smr, dmr, poster, keep = _one_qp(ctx, max(s for s, _ in at) + 64,
+                                               max(d for _, d in at) + 64)
+    for k, (s_at, d_at) in enumerate(at):
+        poster.write(rdma_write(k, poster.q.qpns[0], smr.address + s_at, smr.lkey, 64,
+                                dmr.address + d_at, dmr.rkey))
+    return src, dst, dmr, poster, keep
+
+
+def _one_qp(ctx, nsrc, ndst):
+    """A QP, a source of ``nsrc`` bytes of "GPU memory" (host memory registered as device
+    memory) and a zeroed destination of ``ndst`` in mapped memory (which the agent may
+    write into); returns the source, the destination, their regions, the QP's poster and
+    what must stay alive."""
+    from gwtest import ACCESS_RW
+    from gpuwrite.host.wqe import HostPoster
+
     pd = ctx.alloc_pd()
-    src = np.arange(max(s for s, _ in at) + 64, dtype=np.uint8) + 1
-    dst = np.zeros(max(d for _, d in at) + 64, dtype=np.uint8)
+    src = (np.arange(nsrc) % 251 + 1).astype(np.uint8)
+    dst = mapped(ndst, np.uint8).host
     smr = pd.reg_mr(src, access=L.ACCESS_LOCAL_WRITE, kind=L.MEM_DEVICE)
     dmr = pd.reg_mr(dst, access=ACCESS_RW)
     qs = pd.create_queues(1, sq_bbs=16, ncqe=16)
-    poster = HostPoster(qs)
-    for k, (s_at, d_at) in enumerate(at):
-        poster.write(rdma_write(k, qs.qpns[0], smr.address + s_at, smr.lkey, 64,
-                                dmr.address + d_at, dmr.rkey))
-    return src, dst, dmr, poster, (pd, smr, qs)
+    return src, dst, smr, dmr, HostPoster(qs), (pd, smr, qs)
+
+
+def _completions(ctx, poster, n, timeout_s=10):
+    """Starts the engine's worker and collects n completions (fewer if they do not come)."""
+    ctx.start()
+    cqes = []
+    deadline = time.monotonic() + timeout_s
+    while len(cqes) < n and time.monotonic() < deadline:
+        cqe = poster.poll()
+        if cqe is not None:
+            cqes.append(cqe)
+        time.sleep(0.001)
+    return cqes
 
 
 def _answer_late(agent, src, dst):
@@ -311,19 +336,191 @@ def test_a_later_write_on_the_copy_engine_lands_after_an_earlier_one_at_the_agen
         server, _ = _stand_in_agent(agent, 4, delay_s=0.05)
         src, dst, _dmr, poster, _keep = _device_writes(ctx, at=[(0, 0), (130, 0)])
         poster.ring()
-        ctx.start()
-        cqes = []
-        deadline = time.monotonic() + 10
-        while len(cqes) < 2 and time.monotonic() < deadline:
-            cqe = poster.poll()
-            if cqe is not None:
-                cqes.append(cqe)
-            time.sleep(0.001)
+        cqes = _completions(ctx, poster, 2)
         ctx.stop()
         agent.stop()
         server.join(5)
     assert len(cqes) == 2 and all(c.syndrome == 0 for c in cqes), cqes
     assert np.array_equal(dst, src[130:194])
+
+
+def test_a_later_pull_lands_after_an_earlier_write_the_engine_places_itself():
+    """Write 0 pulls into one range, write 1 (inline: the engine places its bytes when it
+    delivers it, after write 0) into another, write 2 pulls into write 1's range. The
+    stand-in agent answers requests two at a time (or one after 0.2 s): an engine that
+    pulled write 2 ahead with write 0 would see its bytes land before write 1's, and
+    write 1's would stay."""
+    from gpuwrite.host.wqe import rdma_write, rdma_write_inline
+
+    with Context(workers=1) as ctx:
+        agent = PullAgent(ctx, pull_timeout_s=5.0, slots=4).start(launch=False)
+        server, rounds = _stand_in_agent(agent, 4, expect=2, patience_s=0.2)
+        src, dst, smr, dmr, poster, _keep = _one_qp(ctx, 128, 128)
+        qpn = poster.q.qpns[0]
+        poster.write(rdma_write(poster.pi, qpn, smr.address, smr.lkey, 64, dmr.address + 64,
+                                dmr.rkey))
+        poster.write(rdma_write_inline(poster.pi, qpn, bytes([0xAB]) * 64, dmr.address,
+                                       dmr.rkey))         # two basic blocks
+        poster.write(rdma_write(poster.pi, qpn, smr.address + 64, smr.lkey, 64, dmr.address,
+                                dmr.rkey))
+        poster.ring()
+        cqes = _completions(ctx, poster, 3)
+        ctx.stop()
+        agent.stop()
+        server.join(5)
+    assert len(cqes) == 3 and all(c.syndrome == 0 for c in cqes), cqes
+    assert np.array_equal(dst[64:], src[:64])
+    assert np.array_equal(dst[:64], src[64:]), "write 1's bytes stayed over write 2's"
+    assert rounds[:2] == [1, 1], rounds      # write 2 was posted once write 1 was placed
+
+
+def test_no_pull_lands_for_a_write_flushed_behind_a_failed_one():
+    """Write 0 names a remote key that does not exist: its error completion puts the QP in
+    error, so write 1 (a pull) is flushed, and a NIC places none of a flushed write's
+    bytes. The engine does not post write 1's pull behind write 0."""
+    from gpuwrite.host.wqe import rdma_write
+
+    with Context(workers=1) as ctx:
+        agent = PullAgent(ctx, pull_timeout_s=5.0, slots=4).start(launch=False)
+        server, rounds = _stand_in_agent(agent, 4)
+        src, dst, smr, dmr, poster, _keep = _one_qp(ctx, 64, 64)
+        qpn = poster.q.qpns[0]
+        poster.write(rdma_write(0, qpn, smr.address, smr.lkey, 64, dmr.address,
+                                dmr.rkey ^ 0x5A5A00))
+        poster.write(rdma_write(1, qpn, smr.address, smr.lkey, 64, dmr.address, dmr.rkey))
+        poster.ring()
+        cqes = _completions(ctx, poster, 2)
+        ctx.stop()
+        agent.stop()
+        server.join(5)
+    assert [L.reason_name(c.reason) for c in cqes] == ["bad_rkey", "flushed"], cqes
+    assert not dst.any(), "a flushed write's bytes landed"
+    assert rounds == [1], rounds             # the stop request alone
+
+
+@gpu
+def test_a_later_write_at_the_agent_lands_after_an_earlier_one_on_the_copy_engine():
+    """The other order, on a GPU: the earlier write's source is not 4-byte aligned, so its
+    pull (8 MiB) goes to the copy engine, whose last bytes land a few hundred microseconds
+    after the driver call; the later write (64 B, aligned: the agent's) covers those last
+    bytes. An engine that posted the agent's pull before waiting for the copy engine's
+    would let the earlier write land last."""
+    from gwtest import ACCESS_RW
+    from gpuwrite.host.wqe import HostPoster, rdma_write
+
+    n = 8 << 20
+    earlier = (np.arange(n + 1) % 251).astype(np.uint8)
+    later = np.full(64, 0xEE, dtype=np.uint8)
+    with cuda.defer_cleanup(), Context(workers=1) as ctx:
+        # Device memory is allocated before the agent runs, and freed after it has
+        # stopped (a cuMemFree waits for every running kernel).
+        d_earlier, d_later = cuda.to_device(earlier), cuda.to_device(later)
+        dst = mapped(n, np.uint8).host       # the agent writes only where the GPU can
+        pd = ctx.alloc_pd()
+        emr = pd.reg_mr(d_earlier, access=L.ACCESS_LOCAL_WRITE)
+        lmr = pd.reg_mr(d_later, access=L.ACCESS_LOCAL_WRITE)
+        dmr = pd.reg_mr(dst, access=ACCESS_RW)
+        assert emr.kind == lmr.kind == L.MEM_DEVICE and dmr.gpu_mapped
+        qs = pd.create_queues(1, sq_bbs=16, ncqe=16)
+        poster = HostPoster(qs)
+        poster.write(rdma_write(0, qs.qpns[0], emr.address + 1, emr.lkey, n, dmr.address,
+                                dmr.rkey))
+        poster.write(rdma_write(1, qs.qpns[0], lmr.address, lmr.lkey, 64,
+                                dmr.address + n - 64, dmr.rkey))
+        agent = PullAgent(ctx, pull_timeout_s=5.0).start()
+        try:
+            poster.ring()
+            ctx.start()
+            cqes = []
+            deadline = time.monotonic() + 10
+            while len(cqes) < 2 and time.monotonic() < deadline:
+                cqe = poster.poll()
+                if cqe is not None:
+                    cqes.append(cqe)
+        finally:
+            report = agent.stop()
+    assert len(cqes) == 2 and all(c.syndrome == 0 for c in cqes), cqes
+    assert report["engine_answered"] == 1, report      # the later write's pull alone
+    assert np.array_equal(dst[n - 64:], later)
+    assert np.array_equal(dst[:n - 64], earlier[1:n - 63])
+
+
+@gpu
+def test_a_pull_into_memory_the_gpu_cannot_store_into_goes_to_the_copy_engine():
+    """A destination of plain (pageable, unregistered) host memory: a GPU without access
+    to pageable memory has no mapping for it, and the agent's store there would fault and
+    end the CUDA context. The engine pulls into it with the copy engine instead, the
+    agent running; into mapped memory beside it the agent still pulls."""
+    from gwtest import ACCESS_RW
+    from gpuwrite.host.memory import gpu_stores_reach
+    from gpuwrite.host.wqe import HostPoster, rdma_write
+
+    data = (np.arange(4096) % 251 + 1).astype(np.uint8)
+    with cuda.defer_cleanup(), Context(workers=1) as ctx:
+        d_src = cuda.to_device(data)
+        plain = np.zeros(4096, dtype=np.uint8)
+        mapped_dst = mapped(4096, np.uint8).host
+        pd = ctx.alloc_pd()
+        smr = pd.reg_mr(d_src, access=L.ACCESS_LOCAL_WRITE)
+        pmr = pd.reg_mr(plain, access=ACCESS_RW)
+        mmr = pd.reg_mr(mapped_dst, access=ACCESS_RW)
+        pageable = gpu_stores_reach(plain.ctypes.data, plain.nbytes)
+        assert pmr.gpu_mapped == pageable and mmr.gpu_mapped
+        qs = pd.create_queues(1, sq_bbs=16, ncqe=16)
+        poster = HostPoster(qs)
+        for k, mr in enumerate([pmr, mmr, pmr]):
+            poster.write(rdma_write(k, qs.qpns[0], smr.address + 1024 * k, smr.lkey, 1024,
+                                    mr.address + 1024 * k, mr.rkey))
+        agent = PullAgent(ctx, pull_timeout_s=5.0).start()
+        try:
+            poster.ring()
+            cqes = _completions(ctx, poster, 3)
+        finally:
+            report = agent.stop()
+    assert len(cqes) == 3 and all(c.syndrome == 0 for c in cqes), cqes
+    assert report["exit"] == "stopped" and report["engine_failed"] == 0, report
+    assert report["engine_answered"] == (3 if pageable else 1), report
+    assert np.array_equal(plain[:1024], data[:1024])
+    assert np.array_equal(mapped_dst[1024:2048], data[1024:2048])
+    assert np.array_equal(plain[2048:3072], data[2048:3072])
+
+
+def test_a_pull_into_a_region_the_gpu_cannot_reach_is_not_sent_to_the_agent(monkeypatch):
+    """The engine sends the agent no pull into a region registered as one the GPU cannot
+    store into (here every host region, as plain numpy memory on a GPU without access to
+    pageable memory): the stand-in agent sees the stop request alone, and the copy
+    engine's stand-in delivers the bytes."""
+    from gpuwrite.host import verbs as hv
+
+    if not SIMULATOR:
+        pytest.skip("the copy engine's stand-in copies with memmove: the sources must be "
+                    "host memory")
+    monkeypatch.setattr(hv, "gpu_stores_reach", lambda address, nbytes: False)
+    with Context(workers=1) as ctx:
+        agent = PullAgent(ctx, pull_timeout_s=5.0, slots=4).start(launch=False)
+        server, rounds = _stand_in_agent(agent, 4)
+        src, dst, dmr, poster, _keep = _device_writes(ctx, 2)
+        assert not dmr.gpu_mapped
+        poster.ring()
+        cqes = _completions(ctx, poster, 2)
+        ctx.stop()
+        agent.stop()
+        server.join(5)
+    assert len(cqes) == 2 and all(c.syndrome == 0 for c in cqes), cqes
+    assert np.array_equal(dst, src)
+    assert rounds == [1], rounds             # the stop request alone
+
+
+def test_the_simulator_agent_reaches_every_host_buffer():
+    """Under the simulator the "GPU" is the host: every host region is one the (stand-in)
+    agent writes into; device and staging regions are not host destinations at all."""
+    if not SIMULATOR:
+        pytest.skip("on a GPU it depends on the memory (the test above)")
+    with Context() as ctx:
+        pd = ctx.alloc_pd()
+        assert pd.reg_mr(np.zeros(64, np.uint8)).gpu_mapped
+        assert pd.reg_mr(mapped(64, np.uint8)).gpu_mapped
+        assert not pd.reg_mr(np.zeros(64, np.uint8), kind=L.MEM_DEVICE).gpu_mapped
 
 
 def test_late_pull_keeps_its_destination_until_the_agent_answers():
