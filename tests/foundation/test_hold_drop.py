@@ -12,21 +12,26 @@ from gpuwrite.paths import runner
 LINK = LinkConfig(rate_gbps=1.0, mtu_bytes=512, rx_credits=16, credit_latency_ns=2000)
 
 
-def _resume_once_stalled(ctx, held_s=0.05, patience_s=15.0):
+def _resume_once_stalled(ctx, held_s=0.05):
     """A thread that lets the stalled receiver drain again once the engine has felt the
-    stall (a credit stall), ``held_s`` later: a fixed stall of 0.3 s from the kernel's start
-    could end before the simulated kernel, slow on a loaded machine, pushed enough to feel
-    it (the test failed so on a 2-core machine under a load of 7)."""
+    stall (a credit stall), ``held_s`` later, or once ``done`` is set (the run returned
+    without one: the test then fails on its counters): a fixed stall of 0.3 s from the
+    kernel's start could end before the simulated kernel, slow on a loaded machine, pushed
+    enough to feel it (the test failed so on a 2-core machine under a load of 7), and a
+    fixed patience could end before a kernel compiled under load sent its first message
+    (the GPU suite failed the test with 14 workers; alone it passed). Returns the thread
+    and ``done``."""
+    done = threading.Event()
+
     def resume():
-        deadline = time.monotonic() + patience_s
-        while ctx.counters()["credit_stalls"] == 0 and time.monotonic() < deadline:
-            time.sleep(0.002)
+        while ctx.counters()["credit_stalls"] == 0 and not done.wait(0.002):
+            pass
         time.sleep(held_s)
         ctx.stall_receiver(False)
 
     thread = threading.Thread(target=resume, daemon=True)
     thread.start()
-    return thread
+    return thread, done
 
 
 def test_hold_under_a_stalled_receiver_loses_nothing_and_resumes():
@@ -34,10 +39,13 @@ def test_hold_under_a_stalled_receiver_loses_nothing_and_resumes():
     sizes = np.full(n, 1024)
     with Context(policy="hold", link=LINK) as ctx:
         ctx.stall_receiver(True)               # from before the first message
-        resumer = _resume_once_stalled(ctx)
-        r = runner.run("gpu_push", sizes, n_qps=2, batch=2, stage_slots=16, stage_slot_bytes=256,
-                       context=ctx, timeout_s=20)
-        resumer.join(20)
+        resumer, done = _resume_once_stalled(ctx)
+        try:
+            r = runner.run("gpu_push", sizes, n_qps=2, batch=2, stage_slots=16,
+                           stage_slot_bytes=256, context=ctx, timeout_s=20)
+        finally:
+            done.set()
+            resumer.join(20)
         c = ctx.counters()
     assert r.qp_errors == {}
     assert r.delivered == n
