@@ -34,7 +34,11 @@ Semantics:
     a reliable-connected QP's RDMA writes in order and writes them to the responder's
     memory as PCIe posted writes, which PCIe keeps in order, so this holds as long as
     the destination region is not registered with relaxed ordering
-    (IBV_ACCESS_RELAXED_ORDERING), which lets those writes pass each other.
+    (IBV_ACCESS_RELAXED_ORDERING), which lets those writes pass each other. On nic_pull
+    with the GPU pull agent, the bytes of two puts of a QP that do not overlap may become
+    visible in either order before their completions (the agent copies a batch of small
+    pulls a warp each); the signal, placed by the engine only once every earlier pull of
+    the QP has been answered, is not affected.
   * ``quiet`` waits until every WQE posted on the QP has completed. It makes sure the
     last one asks for a completion (completions retire every WQE before the one they
     name): if it did not, its control segment's CQ_UPDATE bit is set before the doorbell
