@@ -289,11 +289,17 @@ def cmd_buffer(args) -> int:
         cells = [row["topology"], f"{row['buffer_bytes']:,}", f"{row['target_gbps']:.1f}",
                  f"{row['staging_loop_ns']:,.0f}", f"{row['credit_loop_ns']:,.0f}", f"{row['loop_bytes']:,.0f}",
                  f"{row['stall_backlog_bytes']:,.0f}",
-                 "yes" if row["feasible"] else f"no: {row['limit']} <= {row['max_gbps']:.0f} Gb/s"]
+                 "yes" if row["feasible"] else f"no: {row['limit']} <= {_gbps(row['max_gbps'])} Gb/s"]
         if args.check:
             cells.append(f"{row.get('simulated_longest_gpu_wait_ns', float('nan')):,.0f}")
         table.add_row(*cells)
     return _emit(args, {"rows": rows}, table)
+
+
+def _gbps(value: float) -> str:
+    """A rate for a table cell: whole Gb/s, or three significant digits below 10 (a loop of
+    days, near the time options' bound, allows some 1e-11 Gb/s, which "0" would hide)."""
+    return f"{value:.0f}" if value >= 10 else f"{value:.3g}"
 
 
 def _check_stalls(args, params: Params) -> None:

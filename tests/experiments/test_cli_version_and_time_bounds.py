@@ -61,6 +61,20 @@ def test_the_bound_itself_is_allowed(capsys):
                  "--stall-period", repr(checks.MAX_TIME_NS), "--stall-duration", "1e15"]) == 0
 
 
+def test_a_rate_near_the_bound_is_not_shown_as_zero(capsys):
+    """A staging loop of days allows some thousandths of a Gb/s: the table says how many,
+    not "<= 0 Gb/s", and the JSON has the same value."""
+    argv = ["model", "buffer", "--topology", "same_switch", "--poll-interval",
+            repr(checks.MAX_TIME_NS)]
+    assert main(argv) == 0
+    table = capsys.readouterr().out
+    assert main(argv + ["--json"]) == 0
+    (row,) = _strict(capsys.readouterr().out)["rows"]
+    assert not row["feasible"] and 0 < row["max_gbps"] < 1, row
+    assert "<= 0 Gb/s" not in table
+    assert f"<= {row['max_gbps']:.3g} Gb/s" in table
+
+
 def test_the_bound_is_the_simulators_clock():
     from gpuwrite.model import sim
     assert checks.MAX_TIME_NS == sim.LATEST_NS
