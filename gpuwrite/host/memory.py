@@ -64,30 +64,32 @@ def _pointer_attribute(attribute: int, address: int) -> int | None:
     return value.value if rc == 0 else None
 
 
-def gpu_stores_reach(address: int, nbytes: int) -> bool:
-    """Whether a kernel can store into host memory [address, address + nbytes) at those
-    same addresses: one allocation of pinned memory mapped into the GPU (``cuda.mapped_array``,
-    :func:`mapped`) whose device address is its host address under unified addressing, or
-    any host memory where the GPU reaches pageable memory (HMM, ATS). The pull agent
-    writes a pull's bytes straight into its destination; a kernel's store to an address
-    it has no mapping for faults, and the fault ends the CUDA context, so into other
-    memory (a plain numpy array) the engine pulls with the copy engine. Numba exposes no
-    pointer attributes beyond the device pointer, so the driver is asked directly. Under
-    the simulator the "GPU" is the host: it reaches every host address."""
+def gpu_reaches(address: int, nbytes: int) -> bool:
+    """Whether a kernel can load and store [address, address + nbytes) at those same
+    addresses: one allocation of GPU memory, or of pinned host memory mapped into the GPU
+    (``cuda.mapped_array``, :func:`mapped`) whose device address is its host address under
+    unified addressing, or any host memory where the GPU reaches pageable memory (HMM,
+    ATS). The pull agent reads a pull's source and writes its bytes straight into the
+    destination; a kernel's access to an address it has no mapping for faults, and the
+    fault ends the CUDA context. So the agent takes no pull into other memory (a plain
+    numpy array: the engine pulls with the copy engine), and no region of GPU memory is
+    registered at an address the GPU cannot reach. Numba exposes no pointer attributes
+    beyond the device pointer, so the driver is asked directly. Under the simulator the
+    "GPU" is the host: it reaches every host address."""
     if SIMULATOR:
-        return True
-    lib = _libcuda()
-    device, pageable = ctypes.c_int(), ctypes.c_int()
-    if (lib.cuCtxGetDevice(ctypes.byref(device)) == 0
-            and lib.cuDeviceGetAttribute(ctypes.byref(pageable),
-                                         _CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS,
-                                         device) == 0 and pageable.value):
         return True
     start = _pointer_attribute(_CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, address)
     size = _pointer_attribute(_CU_POINTER_ATTRIBUTE_RANGE_SIZE, address)
-    return (_pointer_attribute(_CU_POINTER_ATTRIBUTE_DEVICE_POINTER, address) == address
+    if (_pointer_attribute(_CU_POINTER_ATTRIBUTE_DEVICE_POINTER, address) == address
             and start is not None and size is not None
-            and start <= address and address + nbytes <= start + size)
+            and start <= address and address + nbytes <= start + size):
+        return True
+    lib = _libcuda()
+    device, pageable = ctypes.c_int(), ctypes.c_int()
+    return (lib.cuCtxGetDevice(ctypes.byref(device)) == 0
+            and lib.cuDeviceGetAttribute(ctypes.byref(pageable),
+                                         _CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS,
+                                         device) == 0 and bool(pageable.value))
 
 
 # Bytes a device-side fill writes to push other data out of the GPU's L2 (50 MB on an

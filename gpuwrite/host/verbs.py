@@ -31,7 +31,7 @@ from gpuwrite import layouts as L
 from gpuwrite._gw_cffi import ffi, lib
 from gpuwrite.cudaenv import SIMULATOR, cuda, lazy_loading
 from gpuwrite.device import verbs as dv
-from gpuwrite.host.memory import describe, device_zeros, gpu_stores_reach, mapped
+from gpuwrite.host.memory import describe, device_zeros, gpu_reaches, mapped
 
 POLICIES = {"hold": L.POLICY_HOLD, "drop": L.POLICY_DROP}
 _ERRLEN = 256
@@ -551,11 +551,19 @@ class MemoryRegion:
         self.length = nbytes
         self.access = access
         self.kind = detected if kind is None else kind
+        reached = self.kind != L.MEM_STAGING and gpu_reaches(addr, nbytes)
+        if self.kind == L.MEM_DEVICE and not reached:
+            # The pull agent would load from it, and a load the GPU has no mapping for
+            # ends the CUDA context.
+            raise ValueError(f"kind=device (1) for [0x{addr:x}, +{nbytes}), which the GPU "
+                             "does not map: register GPU memory (an object with "
+                             "__cuda_array_interface__) or mapped host memory "
+                             "(gpuwrite.host.memory.mapped), or host memory as kind=host (0)")
+        # Whether the pull agent may write here (host memory the GPU can store into).
+        self.gpu_mapped = self.kind == L.MEM_HOST and reached
+        flags = lib.GW_MR_GPU_MAPPED if self.gpu_mapped else 0
         self.key = pd.context._new_key()
         self._pd = None
-        # Whether the pull agent may write here (host memory the GPU can store into).
-        self.gpu_mapped = self.kind == L.MEM_HOST and gpu_stores_reach(addr, nbytes)
-        flags = lib.GW_MR_GPU_MAPPED if self.gpu_mapped else 0
         err = ffi.new("char[]", _ERRLEN)
         if lib.gw_engine_add_mr(engine, self.key, addr, nbytes, access, self.kind, flags, err,
                                 _ERRLEN) != 0:

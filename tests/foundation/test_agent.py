@@ -132,15 +132,16 @@ def _device_writes(ctx, n=1, at=None):
 
 
 def _one_qp(ctx, nsrc, ndst):
-    """A QP, a source of ``nsrc`` bytes of "GPU memory" (host memory registered as device
-    memory) and a zeroed destination of ``ndst`` in mapped memory (which the agent may
-    write into); returns the source, the destination, their regions, the QP's poster and
-    what must stay alive."""
+    """A QP, a source of ``nsrc`` bytes of "GPU memory" (mapped host memory registered as
+    device memory: the GPU reaches it, and a stand-in agent on the host too) and a zeroed
+    destination of ``ndst`` in mapped memory (which the agent may write into); returns the
+    source, the destination, their regions, the QP's poster and what must stay alive."""
     from gwtest import ACCESS_RW
     from gpuwrite.host.wqe import HostPoster
 
     pd = ctx.alloc_pd()
-    src = (np.arange(nsrc) % 251 + 1).astype(np.uint8)
+    src = mapped(nsrc, np.uint8).host
+    src[:] = np.arange(nsrc) % 251 + 1
     dst = mapped(ndst, np.uint8).host
     smr = pd.reg_mr(src, access=L.ACCESS_LOCAL_WRITE, kind=L.MEM_DEVICE)
     dmr = pd.reg_mr(dst, access=ACCESS_RW)
@@ -452,7 +453,7 @@ def test_a_pull_into_memory_the_gpu_cannot_store_into_goes_to_the_copy_engine():
     end the CUDA context. The engine pulls into it with the copy engine instead, the
     agent running; into mapped memory beside it the agent still pulls."""
     from gwtest import ACCESS_RW
-    from gpuwrite.host.memory import gpu_stores_reach
+    from gpuwrite.host.memory import gpu_reaches
     from gpuwrite.host.wqe import HostPoster, rdma_write
 
     data = (np.arange(4096) % 251 + 1).astype(np.uint8)
@@ -464,7 +465,7 @@ def test_a_pull_into_memory_the_gpu_cannot_store_into_goes_to_the_copy_engine():
         smr = pd.reg_mr(d_src, access=L.ACCESS_LOCAL_WRITE)
         pmr = pd.reg_mr(plain, access=ACCESS_RW)
         mmr = pd.reg_mr(mapped_dst, access=ACCESS_RW)
-        pageable = gpu_stores_reach(plain.ctypes.data, plain.nbytes)
+        pageable = gpu_reaches(plain.ctypes.data, plain.nbytes)
         assert pmr.gpu_mapped == pageable and mmr.gpu_mapped
         qs = pd.create_queues(1, sq_bbs=16, ncqe=16)
         poster = HostPoster(qs)
@@ -495,12 +496,24 @@ def test_a_pull_into_a_region_the_gpu_cannot_reach_is_not_sent_to_the_agent(monk
     if not SIMULATOR:
         pytest.skip("the copy engine's stand-in copies with memmove: the sources must be "
                     "host memory")
-    monkeypatch.setattr(hv, "gpu_stores_reach", lambda address, nbytes: False)
+    from gwtest import ACCESS_RW
+    from gpuwrite.host.wqe import HostPoster, rdma_write
+
     with Context(workers=1) as ctx:
         agent = PullAgent(ctx, pull_timeout_s=5.0, slots=4).start(launch=False)
         server, rounds = _stand_in_agent(agent, 4)
-        src, dst, dmr, poster, _keep = _device_writes(ctx, 2)
+        pd = ctx.alloc_pd()
+        src = np.arange(128, dtype=np.uint8) + 1
+        dst = np.zeros(128, dtype=np.uint8)
+        smr = pd.reg_mr(src, access=L.ACCESS_LOCAL_WRITE, kind=L.MEM_DEVICE)
+        monkeypatch.setattr(hv, "gpu_reaches", lambda address, nbytes: False)
+        dmr = pd.reg_mr(dst, access=ACCESS_RW)
         assert not dmr.gpu_mapped
+        qs = pd.create_queues(1, sq_bbs=16, ncqe=16)
+        poster = HostPoster(qs)
+        for k in range(2):
+            poster.write(rdma_write(k, qs.qpns[0], smr.address + 64 * k, smr.lkey, 64,
+                                    dmr.address + 64 * k, dmr.rkey))
         poster.ring()
         cqes = _completions(ctx, poster, 2)
         ctx.stop()
@@ -509,6 +522,26 @@ def test_a_pull_into_a_region_the_gpu_cannot_reach_is_not_sent_to_the_agent(monk
     assert len(cqes) == 2 and all(c.syndrome == 0 for c in cqes), cqes
     assert np.array_equal(dst, src)
     assert rounds == [1], rounds             # the stop request alone
+
+
+def test_gpu_memory_the_gpu_does_not_map_is_refused(monkeypatch):
+    """A region registered as GPU memory (kind=device) at addresses the GPU has no mapping
+    for (host memory said to be GPU memory): the pull agent's load there would fault and
+    end the CUDA context, so the registration is refused, naming what to register
+    instead, and takes no key. On the simulator the driver's answer is stood in for."""
+    from gpuwrite.host import verbs as hv
+
+    if SIMULATOR:
+        monkeypatch.setattr(hv, "gpu_reaches", lambda address, nbytes: False)
+    with Context() as ctx:
+        pd = ctx.alloc_pd()
+        buf = np.zeros(64, dtype=np.uint8)
+        free = ctx._key_indices.free()
+        with pytest.raises(ValueError, match=r"kind=device \(1\) for \[0x[0-9a-f]+, \+64\), "
+                                             r"which the GPU does not map"):
+            pd.reg_mr(buf, kind=L.MEM_DEVICE)
+        assert ctx._key_indices.free() == free and pd.mrs == []
+        assert pd.reg_mr(buf).kind == L.MEM_HOST
 
 
 def test_the_simulator_agent_reaches_every_host_buffer():
