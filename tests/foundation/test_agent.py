@@ -149,6 +149,17 @@ def _one_qp(ctx, nsrc, ndst):
     return src, dst, smr, dmr, HostPoster(qs), (pd, smr, qs)
 
 
+def _ring_and_finish(ctx, agent, server, poster, n):
+    """Rings the doorbell, collects n completions (_completions), then stops the engine,
+    the agent and its stand-in; returns the completions."""
+    poster.ring()
+    cqes = _completions(ctx, poster, n)
+    ctx.stop()
+    agent.stop()
+    server.join(5)
+    return cqes
+
+
 def _completions(ctx, poster, n, timeout_s=10):
     """Starts the engine's worker and collects n completions (fewer if they do not come)."""
     ctx.start()
@@ -336,11 +347,7 @@ def test_a_later_write_on_the_copy_engine_lands_after_an_earlier_one_at_the_agen
         agent = PullAgent(ctx, pull_timeout_s=5.0, slots=4).start(launch=False)
         server, _ = _stand_in_agent(agent, 4, delay_s=0.05)
         src, dst, _dmr, poster, _keep = _device_writes(ctx, at=[(0, 0), (130, 0)])
-        poster.ring()
-        cqes = _completions(ctx, poster, 2)
-        ctx.stop()
-        agent.stop()
-        server.join(5)
+        cqes = _ring_and_finish(ctx, agent, server, poster, 2)
     assert len(cqes) == 2 and all(c.syndrome == 0 for c in cqes), cqes
     assert np.array_equal(dst, src[130:194])
 
@@ -364,11 +371,7 @@ def test_a_later_pull_lands_after_an_earlier_write_the_engine_places_itself():
                                        dmr.rkey))         # two basic blocks
         poster.write(rdma_write(poster.pi, qpn, smr.address + 64, smr.lkey, 64, dmr.address,
                                 dmr.rkey))
-        poster.ring()
-        cqes = _completions(ctx, poster, 3)
-        ctx.stop()
-        agent.stop()
-        server.join(5)
+        cqes = _ring_and_finish(ctx, agent, server, poster, 3)
     assert len(cqes) == 3 and all(c.syndrome == 0 for c in cqes), cqes
     assert np.array_equal(dst[64:], src[:64])
     assert np.array_equal(dst[:64], src[64:]), "write 1's bytes stayed over write 2's"
@@ -389,11 +392,7 @@ def test_no_pull_lands_for_a_write_flushed_behind_a_failed_one():
         poster.write(rdma_write(0, qpn, smr.address, smr.lkey, 64, dmr.address,
                                 dmr.rkey ^ 0x5A5A00))
         poster.write(rdma_write(1, qpn, smr.address, smr.lkey, 64, dmr.address, dmr.rkey))
-        poster.ring()
-        cqes = _completions(ctx, poster, 2)
-        ctx.stop()
-        agent.stop()
-        server.join(5)
+        cqes = _ring_and_finish(ctx, agent, server, poster, 2)
     assert [L.reason_name(c.reason) for c in cqes] == ["bad_rkey", "flushed"], cqes
     assert not dst.any(), "a flushed write's bytes landed"
     assert rounds == [1], rounds             # the stop request alone
@@ -514,11 +513,7 @@ def test_a_pull_into_a_region_the_gpu_cannot_reach_is_not_sent_to_the_agent(monk
         for k in range(2):
             poster.write(rdma_write(k, qs.qpns[0], smr.address + 64 * k, smr.lkey, 64,
                                     dmr.address + 64 * k, dmr.rkey))
-        poster.ring()
-        cqes = _completions(ctx, poster, 2)
-        ctx.stop()
-        agent.stop()
-        server.join(5)
+        cqes = _ring_and_finish(ctx, agent, server, poster, 2)
     assert len(cqes) == 2 and all(c.syndrome == 0 for c in cqes), cqes
     assert np.array_equal(dst, src)
     assert rounds == [1], rounds             # the stop request alone
