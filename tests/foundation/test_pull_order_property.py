@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from gpuwrite import layouts as L
 from gpuwrite.cudaenv import SIMULATOR
 from gpuwrite.host.memory import mapped
-from gpuwrite.host.verbs import Context
+from gpuwrite.host.verbs import Context, LinkConfig
 from gpuwrite.host.wqe import rdma_write, rdma_write_inline
 from gpuwrite.paths.pull_agent import PullAgent
 from test_agent import _one_qp, _ring_and_finish, _stand_in_agent
@@ -81,8 +81,13 @@ def _inline_payload(k, n):
     return ((np.arange(n) + 97 * k) % 253 + 2).astype(np.uint8)
 
 
-def _run(writes, expect):
-    with Context(workers=1) as ctx:
+# An unlimited link (the engine pulls ahead of delivery) and a limited one (a message is
+# pulled whole when its first packet goes, 256-byte packets at 10 Gb/s).
+LINKS = {"unlimited": None, "limited": LinkConfig(rate_gbps=10.0, mtu_bytes=256)}
+
+
+def _run(writes, expect, link):
+    with Context(workers=1, link=LINKS[link]) as ctx:
         agent = PullAgent(ctx, pull_timeout_s=5.0, slots=4).start(launch=False)
         server, _rounds = _stand_in_agent(agent, 4, expect=expect, patience_s=0.01)
         device, dst, smr, dmr, poster, keep = _one_qp(ctx, SRC_BYTES, DST_BYTES)
@@ -103,8 +108,8 @@ def _run(writes, expect):
         return dst.copy(), [L.reason_name(c.reason) for c in cqes], device.copy(), host.copy()
 
 
-def _check(writes, expect):
-    got, reasons, device, host = _run(writes, expect)
+def _check(writes, expect, link="unlimited"):
+    got, reasons, device, host = _run(writes, expect, link)
     want, want_reasons = _place(writes, device, host)
     assert reasons == want_reasons, (writes, reasons)
     assert np.array_equal(got, want), (writes, np.nonzero(got != want)[0])
@@ -113,14 +118,14 @@ def _check(writes, expect):
 @pytest.mark.skipif(not SIMULATOR, reason="the stand-in agent copies with memmove: the "
                     "sources must be host memory the engine's copy engine stand-in reads")
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(writes=runs, expect=st.sampled_from([1, 2, 4]))
-def test_a_qps_writes_land_in_order_and_none_after_a_failure(writes, expect):
-    _check(writes, expect)
+@given(writes=runs, expect=st.sampled_from([1, 2, 4]), link=st.sampled_from(sorted(LINKS)))
+def test_a_qps_writes_land_in_order_and_none_after_a_failure(writes, expect, link):
+    _check(writes, expect, link)
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not SIMULATOR, reason="as above")
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(writes=runs, expect=st.sampled_from([1, 2, 3, 4]))
-def test_a_qps_writes_land_in_order_longer(writes, expect):
-    _check(writes, expect)
+@given(writes=runs, expect=st.sampled_from([1, 2, 3, 4]), link=st.sampled_from(sorted(LINKS)))
+def test_a_qps_writes_land_in_order_longer(writes, expect, link):
+    _check(writes, expect, link)
