@@ -161,15 +161,20 @@ def _ring_and_finish(ctx, agent, server, poster, n):
 
 
 def _completions(ctx, poster, n, timeout_s=10):
-    """Starts the engine's worker and collects n completions (fewer if they do not come)."""
+    """Starts the engine's worker and collects n completions (_collect)."""
     ctx.start()
+    return _collect(poster, n, timeout_s)
+
+
+def _collect(poster, n, timeout_s=10):
+    """A QP's next n completions (fewer if they do not come within timeout_s)."""
     cqes = []
     deadline = time.monotonic() + timeout_s
     while len(cqes) < n and time.monotonic() < deadline:
         cqe = poster.poll()
         if cqe is not None:
             cqes.append(cqe)
-        time.sleep(0.001)
+        time.sleep(0.0005)
     return cqes
 
 

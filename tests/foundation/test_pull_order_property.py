@@ -11,8 +11,6 @@ so. Session 47 found three ways the engine broke this (a pull posted ahead of an
 or host write before it, a pull posted behind a failed write, and on a GPU a copy-engine
 pull overtaken by the agent); this runs every mix of them.
 """
-import time
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -24,7 +22,7 @@ from gpuwrite.host.memory import mapped
 from gpuwrite.host.verbs import Context, LinkConfig
 from gpuwrite.host.wqe import HostPoster, rdma_write, rdma_write_inline
 from gpuwrite.paths.pull_agent import PullAgent
-from test_agent import _one_qp, _stand_in_agent
+from test_agent import _collect, _one_qp, _stand_in_agent
 
 DST_BYTES = 160
 SRC_BYTES = 256
@@ -127,18 +125,6 @@ def _run(writes, expect, link, n_qps):
         agent.stop()
         server.join(5)
         return dst.copy(), reasons, device.copy(), host.copy()
-
-
-def _collect(poster, n, timeout_s=10):
-    """A QP's n completions (fewer if they do not come in time)."""
-    cqes = []
-    deadline = time.monotonic() + timeout_s
-    while len(cqes) < n and time.monotonic() < deadline:
-        cqe = poster.poll()
-        if cqe is not None:
-            cqes.append(cqe)
-        time.sleep(0.0005)
-    return cqes
 
 
 def _check(writes, expect, link="unlimited", n_qps=1):
