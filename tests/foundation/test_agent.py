@@ -132,12 +132,21 @@ def _device_writes(ctx, n=1, at=None):
 
 
 def _one_qp(ctx, nsrc, ndst):
-    """A QP, a source of ``nsrc`` bytes of "GPU memory" (mapped host memory registered as
+    """A QP and _regions(ctx, nsrc, ndst); returns the source, the destination, their
+    regions, the QP's poster and what must stay alive."""
+    from gpuwrite.host.wqe import HostPoster
+
+    pd, src, dst, smr, dmr = _regions(ctx, nsrc, ndst)
+    qs = pd.create_queues(1, sq_bbs=16, ncqe=16)
+    return src, dst, smr, dmr, HostPoster(qs), (pd, smr, qs)
+
+
+def _regions(ctx, nsrc, ndst):
+    """A PD, a source of ``nsrc`` bytes of "GPU memory" (mapped host memory registered as
     device memory: the GPU reaches it, and a stand-in agent on the host too) and a zeroed
     destination of ``ndst`` in mapped memory (which the agent may write into); returns the
-    source, the destination, their regions, the QP's poster and what must stay alive."""
+    PD, the source, the destination and their regions."""
     from gwtest import ACCESS_RW
-    from gpuwrite.host.wqe import HostPoster
 
     pd = ctx.alloc_pd()
     src = mapped(nsrc, np.uint8).host
@@ -145,8 +154,7 @@ def _one_qp(ctx, nsrc, ndst):
     dst = mapped(ndst, np.uint8).host
     smr = pd.reg_mr(src, access=L.ACCESS_LOCAL_WRITE, kind=L.MEM_DEVICE)
     dmr = pd.reg_mr(dst, access=ACCESS_RW)
-    qs = pd.create_queues(1, sq_bbs=16, ncqe=16)
-    return src, dst, smr, dmr, HostPoster(qs), (pd, smr, qs)
+    return pd, src, dst, smr, dmr
 
 
 def _ring_and_finish(ctx, agent, server, poster, n):

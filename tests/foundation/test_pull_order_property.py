@@ -22,7 +22,7 @@ from gpuwrite.host.memory import mapped
 from gpuwrite.host.verbs import Context, LinkConfig
 from gpuwrite.host.wqe import HostPoster, rdma_write, rdma_write_inline
 from gpuwrite.paths.pull_agent import PullAgent
-from test_agent import _collect, _one_qp, _stand_in_agent
+from test_agent import _collect, _regions, _stand_in_agent
 
 DST_BYTES = 160
 SRC_BYTES = 256
@@ -97,8 +97,7 @@ def _run(writes, expect, link, n_qps):
     with Context(workers=1, link=LINKS[link]) as ctx:
         agent = PullAgent(ctx, pull_timeout_s=5.0, slots=4).start(launch=False)
         server, _rounds = _stand_in_agent(agent, 4, expect=expect, patience_s=0.01)
-        device, dst, smr, dmr, _poster, keep = _one_qp(ctx, SRC_BYTES, n_qps * DST_BYTES)
-        pd = keep[0]
+        pd, device, dst, smr, dmr = _regions(ctx, SRC_BYTES, n_qps * DST_BYTES)
         host = mapped(SRC_BYTES, np.uint8).host
         host[:] = (np.arange(SRC_BYTES) * 7 + 3) % 251 + 1
         hmr = pd.reg_mr(host, access=L.ACCESS_LOCAL_WRITE)
