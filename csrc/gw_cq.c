@@ -74,6 +74,15 @@ int retire(struct worker *w, struct qp *q, struct desc *d)
 {
     if (d->status == DESC_OK && d->bytes_dropped)
         desc_fail(d, GW_SYND_TRANSPORT_RETRY_EXC_ERR, GW_REASON_DROPPED);
+    /* Behind a failure that put the QP in error a NIC executes nothing: a later work
+     * request completes flushed, also one whose own check (a key, a bound, a region
+     * deregistered since) would have failed. Its keys were checked when it was fetched,
+     * before the earlier failure retired; its reason is the earlier failure's consequence
+     * here, as on a NIC. The overflow descriptor keeps its reason: it says why the WQEs
+     * it covers are gone. */
+    if (d->status != DESC_OK && q->state == GW_QPS_ERR && d->reason != GW_REASON_FLUSHED &&
+        d->reason != GW_REASON_RING_OVERFLOW)
+        desc_fail(d, GW_SYND_WR_FLUSH_ERR, GW_REASON_FLUSHED);
     if ((d->signaled || d->status != DESC_OK) && !write_cqe(w, q, d))
         return 0;
     if (d->status == DESC_OK) {

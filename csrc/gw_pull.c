@@ -360,20 +360,6 @@ void pull_drain(struct gw_engine *e, struct worker *w)
     pull_reap(e, w, 1);
 }
 
-/* Whether a pull of d's goes to the copy engine although the agent runs (agent_copies:
- * a destination the GPU cannot store into, a source or destination not 4-byte
- * aligned). */
-static int pull_bypasses_agent(const struct desc *d)
-{
-    uint32_t off = 0;
-    for (uint32_t i = 0; i < d->nsge; i++) {
-        if (d->sge[i].kind == GW_MEM_DEVICE && !agent_copies(d, d->dst + off, d->sge[i].addr))
-            return 1;
-        off += d->sge[i].length;
-    }
-    return 0;
-}
-
 /* Posts the pulls of descriptor d's GPU-memory sources; returns whether any went to the
  * copy engine. A pull that cannot be posted fails d (pull_failed) and posts no more.
  * A NIC places a QP's writes in order, the later over the earlier where they overlap; a
@@ -383,11 +369,17 @@ static int pull_post(struct gw_engine *e, struct worker *w, struct desc *d)
 {
     int copy_engine = 0;
     uint32_t off = 0;
-    if (w->agent_pending > 0 && pull_bypasses_agent(d))
-        pull_drain(e, w);
     for (uint32_t i = 0; i < d->nsge && !d->pull_failed; i++) {
         if (d->sge[i].kind == GW_MEM_DEVICE) {
-            int by = pull_start(e, w, d, d->dst + off, d->sge[i].addr, d->sge[i].length);
+            uint8_t *dst = d->dst + off;
+            /* To the copy engine although the agent runs (agent_copies: a destination
+             * the GPU cannot store into, an address not 4-byte aligned), or no ticket
+             * left (a guard: pull_ahead posts a message only where its pulls fit, and
+             * pull_whole's find none in flight): the agent's pulls in flight land first. */
+            if (w->agent_pending > 0 && (!agent_copies(d, dst, d->sge[i].addr) ||
+                                         w->agent_pending >= AGENT_TICKETS_MAX))
+                pull_drain(e, w);
+            int by = pull_start(e, w, d, dst, d->sge[i].addr, d->sge[i].length);
             d->pull_failed = by < 0;
             copy_engine |= by == PULL_BY_COPY_ENGINE;
         }

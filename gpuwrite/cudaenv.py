@@ -26,8 +26,11 @@ import numpy as np
 os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
 
 
-def _libcuda():
-    """The CUDA driver, initialised; None where there is none."""
+@functools.cache
+def driver():
+    """The CUDA driver library, initialised, for what Numba does not expose (pointer
+    attributes, streams that do not wait for the legacy default stream, the loading
+    mode); None where there is none."""
     try:
         libcuda = ctypes.CDLL("libcuda.so.1")
     except OSError:
@@ -39,7 +42,7 @@ def _libcuda():
 def lazy_loading() -> bool:
     """Whether this process's CUDA driver loads modules lazily (cuModuleGetLoadingMode;
     fixed from cuInit on, so asked once)."""
-    libcuda = _libcuda()
+    libcuda = driver()
     mode = ctypes.c_int(0)
     try:
         if libcuda is None or libcuda.cuModuleGetLoadingMode(ctypes.byref(mode)) != 0:
@@ -50,7 +53,7 @@ def lazy_loading() -> bool:
 
 
 def _gpu_present() -> bool:
-    libcuda = _libcuda()
+    libcuda = driver()
     count = ctypes.c_int(0)
     if libcuda is None or libcuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
         return False

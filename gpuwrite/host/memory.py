@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuwrite import layouts as L
-from gpuwrite.cudaenv import SIMULATOR, cuda
+from gpuwrite.cudaenv import SIMULATOR, cuda, driver
 
 
 @dataclass(frozen=True)
@@ -53,13 +53,9 @@ _CU_POINTER_ATTRIBUTE_RANGE_SIZE = 12
 
 
 @functools.lru_cache(maxsize=1)
-def _libcuda():
-    return ctypes.CDLL("libcuda.so.1")
-
-
 def _pointer_attribute(attribute: int, address: int) -> int | None:
     value = ctypes.c_uint64()
-    rc = _libcuda().cuPointerGetAttribute(ctypes.byref(value), ctypes.c_int(attribute),
+    rc = driver().cuPointerGetAttribute(ctypes.byref(value), ctypes.c_int(attribute),
                                           ctypes.c_uint64(address))
     return value.value if rc == 0 else None
 
@@ -78,13 +74,13 @@ def gpu_reaches(address: int, nbytes: int) -> bool:
     "GPU" is the host: it reaches every host address."""
     if SIMULATOR:
         return True
-    start = _pointer_attribute(_CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, address)
-    size = _pointer_attribute(_CU_POINTER_ATTRIBUTE_RANGE_SIZE, address)
-    if (_pointer_attribute(_CU_POINTER_ATTRIBUTE_DEVICE_POINTER, address) == address
-            and start is not None and size is not None
-            and start <= address and address + nbytes <= start + size):
-        return True
-    lib = _libcuda()
+    if _pointer_attribute(_CU_POINTER_ATTRIBUTE_DEVICE_POINTER, address) == address:
+        start = _pointer_attribute(_CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, address)
+        size = _pointer_attribute(_CU_POINTER_ATTRIBUTE_RANGE_SIZE, address)
+        if (start is not None and size is not None
+                and start <= address and address + nbytes <= start + size):
+            return True
+    lib = driver()
     device, pageable = ctypes.c_int(), ctypes.c_int()
     return (lib.cuCtxGetDevice(ctypes.byref(device)) == 0
             and lib.cuDeviceGetAttribute(ctypes.byref(pageable),

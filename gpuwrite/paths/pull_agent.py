@@ -39,7 +39,7 @@ import numpy as np
 from numba import int64
 
 from gpuwrite._gw_cffi import ffi, lib
-from gpuwrite.cudaenv import SIMULATOR, cuda
+from gpuwrite.cudaenv import SIMULATOR, cuda, driver
 from gpuwrite.device.copy import copy_bytes
 from gpuwrite.device.intrinsics import (fence_sys, globaltimer_ns, ld_acquire_gpu_u64,
                                         ld_acquire_sys_u64, st_relaxed_sys_u32, st_relaxed_sys_u64,
@@ -355,10 +355,14 @@ def _agent(ring, done, idle_timeout_ns, split_bytes, min_chunk, ctl, desc, outco
         # land last, as a NIC places a QP's writes in order) are copied one after another
         # with a barrier between them, never split or side by side: threads of one block,
         # or blocks, storing the same bytes in no order would let an earlier write win.
+        # Requests of at most WARP_COPY_BYTES each are copied a warp each (`small`).
         ordered = False
+        small = True
         for j in range(m):
             if sh[j, 3] != 0:
                 ordered = True
+            if sh[j, 0] > WARP_COPY_BYTES:
+                small = False
         if cuda.gridDim.x > 1 and nbytes >= split_bytes and not ordered:
             seq += 1
             finished = _split(sh, m, nbytes, desc, ctl, seq, finished, min_chunk, idle_timeout_ns,
@@ -371,11 +375,7 @@ def _agent(ring, done, idle_timeout_ns, split_bytes, min_chunk, ctl, desc, outco
                     st_relaxed_sys_u64(ctl, C_EXIT, 1)
                 return
         else:
-            small = not ordered
-            for j in range(m):
-                if sh[j, 0] > WARP_COPY_BYTES:
-                    small = False
-            if small and m > 1:
+            if small and not ordered and m > 1:
                 # Warp w copies requests w, w + warps, ...: their loads are in flight at once.
                 warps = cuda.blockDim.x >> 5
                 j = tid >> 5
@@ -412,7 +412,7 @@ def _nonblocking_stream():
     """A stream that does not wait for the legacy default stream, nor it for this one: the
     agent runs beside the kernels the runner launches there. Numba's ``cuda.stream()``
     makes blocking streams, so the driver is asked directly."""
-    libcuda = ctypes.CDLL("libcuda.so.1")
+    libcuda = driver()
     handle = ctypes.c_void_p()
     if libcuda.cuStreamCreate(ctypes.byref(handle), 1) != 0:   # CU_STREAM_NON_BLOCKING
         raise RuntimeError("cuStreamCreate failed: the pull agent needs a stream of its own")

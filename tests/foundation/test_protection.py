@@ -88,6 +88,24 @@ def test_after_an_error_later_wqes_are_flushed_then_reset_recovers(setup):
     assert np.array_equal(whole[256:320], np.arange(64, dtype=np.uint8))
 
 
+@pytest.mark.parametrize("later", ["bad_rkey", "remote_bounds", "bad_lkey", "bad_opcode"])
+def test_behind_a_failure_a_bad_wqe_is_flushed_too(setup, later):
+    """A NIC whose QP is in error executes nothing more: a later work request completes
+    flushed whatever its own fault would have been (the engine checked its keys when it
+    fetched it, before the first failure retired; session 48)."""
+    nic, p, qs, smr, dmr, romr, whole, ro_whole = setup
+    p.write(rdma_write(p.pi, p.qpn, smr.address, smr.lkey, 64, dmr.address, dmr.rkey ^ 1))
+    p.write(CASES[later](p, smr, dmr, romr))
+    p.write(rdma_write(p.pi, p.qpn, smr.address, smr.lkey, 64, dmr.address, dmr.rkey))
+    p.ring()
+    nic.poll(8)
+    got = [p.poll() for _ in range(3)]
+    assert [L.reason_name(c.reason) for c in got] == ["bad_rkey", "flushed", "flushed"]
+    assert [L.syndrome_name(c.syndrome) for c in got[1:]] == ["wr_flush_err"] * 2
+    assert nic.counters()["flushed_wqes"] == 2
+    assert _untouched(whole, ro_whole)
+
+
 def test_ring_overflow_is_an_error_completion(setup):
     nic, p, qs, smr, dmr, romr, whole, _ = setup
     for _ in range(17):                          # one more than the 16-BB ring holds
