@@ -10,7 +10,6 @@ threads and the engine share.
 from __future__ import annotations
 
 import ctypes
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,11 +51,12 @@ _CU_POINTER_ATTRIBUTE_RANGE_START_ADDR = 11
 _CU_POINTER_ATTRIBUTE_RANGE_SIZE = 12
 
 
-@functools.lru_cache(maxsize=1)
 def _pointer_attribute(attribute: int, address: int) -> int | None:
+    """Asked each time, never cached: what an address is changes as memory is allocated,
+    freed and pinned."""
     value = ctypes.c_uint64()
     rc = driver().cuPointerGetAttribute(ctypes.byref(value), ctypes.c_int(attribute),
-                                          ctypes.c_uint64(address))
+                                        ctypes.c_uint64(address))
     return value.value if rc == 0 else None
 
 
