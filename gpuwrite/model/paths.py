@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 
 import numpy as np
+from numba import njit
 
 from gpuwrite import MAX_MESSAGE_BYTES
 from gpuwrite.model import nic as nicmod
@@ -408,35 +409,48 @@ def cut_through_ns(ingress_ns, post_ns, wire_ns, drain_ns, credits, credits_tota
     A two-stage flow shop per packet (PCIe ingress, then the network link) with the
     credit loop: packet k is sent once it is in, the link is free, and enough credits
     came back (each packet's credits return ``credit_return_ns`` after the receiver
-    drained it).
+    drained it). The loop runs compiled (``_cut_through_ns``): a 2 GiB message is half a
+    million packets.
     """
+    return float(_cut_through_ns(np.asarray(ingress_ns, dtype=np.float64), float(post_ns),
+                                 np.asarray(wire_ns, dtype=np.float64),
+                                 np.asarray(drain_ns, dtype=np.float64),
+                                 np.asarray(credits, dtype=np.int64), int(credits_total),
+                                 float(propagation_ns), float(credit_return_ns)))
+
+
+@njit(cache=True)
+def _cut_through_ns(ingress_ns, post_ns, wire_ns, drain_ns, credits, credits_total, propagation_ns,
+                    credit_return_ns):
+    """cut_through_ns's loop: the same operations in the same order as the Python loop it
+    replaced (no fast-math), so the same doubles come out. Every packet needs at most
+    ``credits_total`` credits (the caller checks), so the wait for returns ends before the
+    packets sent so far run out."""
+    n = len(ingress_ns)
+    return_at = np.empty(n, dtype=np.float64)    # when each packet's credits are back
     ready = link_free = drain_free = 0.0
-    return_at: list[float] = []         # when each packet's credits are back, in send order
-    return_n: list[int] = []
     in_use = 0
     head = 0
-    for ingress, wire, drain, need in zip(ingress_ns, wire_ns, drain_ns, credits):
-        ready += ingress
+    for k in range(n):
+        ready += ingress_ns[k]
         start = ready + post_ns
         if link_free > start:
             start = link_free
-        sent = len(return_at)
-        while head < sent and return_at[head] <= start:
-            in_use -= return_n[head]
+        while head < k and return_at[head] <= start:
+            in_use -= credits[head]
             head += 1
-        while credits_total - in_use < need:
+        while credits_total - in_use < credits[k]:
             if return_at[head] > start:
                 start = return_at[head]
-            in_use -= return_n[head]
+            in_use -= credits[head]
             head += 1
-        in_use += need
-        link_free = start + wire
+        in_use += credits[k]
+        link_free = start + wire_ns[k]
         drained = link_free + propagation_ns
         if drain_free > drained:
             drained = drain_free
-        drain_free = drained + drain
-        return_at.append(drain_free + credit_return_ns)
-        return_n.append(need)
+        drain_free = drained + drain_ns[k]
+        return_at[k] = drain_free + credit_return_ns
     return link_free
 
 
@@ -549,12 +563,15 @@ def resource_times_ns(timing: PathTiming, params: Params) -> dict[str, float]:
     pushed packet holds its staging space from reservation until the GPU sees it freed.
     """
     network = params.network
-    credit_time = 0.0
-    for wire, drain, need in zip(timing.packet_wire_ns, timing.packet_drain_ns, timing.packet_credits):
-        if need == 0:
-            continue    # a packet of no bytes at all (network.header_bytes = 0) holds no credits
-        loop = wire + network.propagation_ns + drain + timing.credit_return_ns
-        credit_time += loop / max(1, network.credits_total // need)
+    # Per packet, as arrays (a 2 GiB message is half a million packets); every expression
+    # keeps the order of the loop it replaced and the sums run in packet order
+    # (_sum_in_order), so the same doubles come out.
+    wire = np.asarray(timing.packet_wire_ns, dtype=np.float64)
+    need = np.asarray(timing.packet_credits, dtype=np.int64)
+    holds = need != 0       # a packet of no bytes at all (network.header_bytes = 0) holds no credits
+    drain = np.asarray(timing.packet_drain_ns, dtype=np.float64)[holds]
+    loop = wire[holds] + network.propagation_ns + drain + timing.credit_return_ns
+    credit_time = _sum_in_order(loop / np.maximum(1, network.credits_total // need[holds]))
     out = {
         "pcie": timing.stage_ns("ingress"),
         "network": timing.wire_busy_ns,
@@ -564,19 +581,22 @@ def resource_times_ns(timing: PathTiming, params: Params) -> dict[str, float]:
     if timing.path.startswith("gpu_push") and params.nic.policy == "hold":
         pre, post = timing.stage_ns("pre"), timing.stage_ns("post")
         stored, whole = stores_whole(timing.path, params), timing.stage_ns("ingress")
-        staging_time = sent = 0.0
-        for ingress, wire, staged in zip(timing.packet_ingress_ns, timing.packet_wire_ns,
-                                         timing.packet_staging_bytes):
-            if stored:
-                # Every packet is held from before the whole payload's ingress until it
-                # leaves behind the packets before it.
-                sent += wire
-                loop = pre + whole + post + sent + timing.staging_return_ns
-            else:
-                loop = pre + ingress + post + wire + timing.staging_return_ns
-            staging_time += loop * staged / params.nic.staging_buffer_bytes
-        out["staging"] = staging_time
+        if stored:
+            # Every packet is held from before the whole payload's ingress until it leaves
+            # behind the packets before it.
+            loop = pre + whole + post + np.cumsum(wire) + timing.staging_return_ns
+        else:
+            loop = pre + np.asarray(timing.packet_ingress_ns, dtype=np.float64) + post + wire \
+                + timing.staging_return_ns
+        staged = np.asarray(timing.packet_staging_bytes, dtype=np.float64)
+        out["staging"] = _sum_in_order(loop * staged / params.nic.staging_buffer_bytes)
     return out
+
+
+def _sum_in_order(values: np.ndarray) -> float:
+    """values[0] + values[1] + ... added one after another, as a loop adds them (np.sum
+    adds pairwise, and Python 3.12's sum compensates: both round differently)."""
+    return float(np.cumsum(values)[-1]) if len(values) else 0.0
 
 
 def bottleneck(path: str, topology, size_bytes: int, params: Params | None = None) -> tuple[str, float]:

@@ -1,0 +1,86 @@
+"""The per-packet loops of the zero-load model run compiled or as arrays (session 48: a
+2 GiB message is half a million packets); each must give the very doubles of the plain
+loop it replaced, which these tests keep as the reference, on random packet runs with and
+without the credit loop binding."""
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuwrite.model import paths
+from gpuwrite.model.params import Params
+
+
+def _reference_cut_through(ingress_ns, post_ns, wire_ns, drain_ns, credits, credits_total,
+                           propagation_ns, credit_return_ns):
+    ready = link_free = drain_free = 0.0
+    return_at, return_n, in_use, head = [], [], 0, 0
+    for ingress, wire, drain, need in zip(ingress_ns, wire_ns, drain_ns, credits):
+        ready += ingress
+        start = max(ready + post_ns, link_free)
+        while head < len(return_at) and return_at[head] <= start:
+            in_use -= return_n[head]
+            head += 1
+        while credits_total - in_use < need:
+            start = max(start, return_at[head])
+            in_use -= return_n[head]
+            head += 1
+        in_use += need
+        link_free = start + wire
+        drain_free = max(link_free + propagation_ns, drain_free) + drain
+        return_at.append(drain_free + credit_return_ns)
+        return_n.append(need)
+    return link_free
+
+
+times = st.floats(0.0, 5000.0, allow_nan=False)
+packet = st.tuples(times, times, times, st.integers(0, 80))
+
+
+@settings(max_examples=60, deadline=None)
+@given(packets=st.lists(packet, min_size=1, max_size=60), post=times, propagation=times,
+       credit_return=times, credits_total=st.integers(80, 400))
+def test_the_compiled_cut_through_gives_the_loops_doubles(packets, post, propagation,
+                                                          credit_return, credits_total):
+    ingress, wire, drain, need = (list(column) for column in zip(*packets))
+    args = (ingress, post, wire, drain, need, credits_total, propagation, credit_return)
+    assert paths.cut_through_ns(*args) == _reference_cut_through(*args)
+
+
+def _reference_credit_time(timing, params):
+    network, total = params.network, 0.0
+    for wire, drain, need in zip(timing.packet_wire_ns, timing.packet_drain_ns, timing.packet_credits):
+        if need:
+            total += (wire + network.propagation_ns + drain + timing.credit_return_ns) \
+                / max(1, network.credits_total // need)
+    return total
+
+
+def test_resource_times_give_the_loops_doubles():
+    params = Params()
+    topology = params.build_topology()
+    for path in ("gpu_push", "host_staged", "nic_pull"):
+        for size in (64, 4097, 1 << 20, (1 << 24) + 77):
+            timing = paths.path_timing(path, topology, size, params)
+            times = paths.resource_times_ns(timing, params)
+            assert times["credits"] == _reference_credit_time(timing, params), (path, size)
+            if path == "gpu_push":
+                sent = staging = 0.0
+                pre, post = timing.stage_ns("pre"), timing.stage_ns("post")
+                for ingress, wire, staged in zip(timing.packet_ingress_ns, timing.packet_wire_ns,
+                                                 timing.packet_staging_bytes):
+                    loop = pre + ingress + post + wire + timing.staging_return_ns
+                    staging += loop * staged / params.nic.staging_buffer_bytes
+                assert times["staging"] == staging, size
+
+
+def test_an_in_order_sum_is_not_a_pairwise_one():
+    """The reason for _sum_in_order: values whose pairwise and in-order sums differ."""
+    values = np.array([9616571.936637867, 7247899407.735336, 5412268555474.342, 27689120404537.082,
+                       160.65200877512686, 9699254132.161325, 5160685855478.787, 1158.6561247077032,
+                       62348.97555375004, 77668311434229.8, 613003301.0530405, 91729770.47909027,
+                       3959287666.4202857, 52858926.326002166, 4593358828854037.0, 62349579149.8756])
+    ordered = 0.0
+    for v in values.tolist():
+        ordered += v
+    assert float(np.sum(values)) != ordered          # numpy's pairwise sum rounds otherwise
+    assert paths._sum_in_order(values) == ordered
