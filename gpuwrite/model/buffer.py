@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from gpuwrite.model import checks, paths
 from gpuwrite.model.errors import ParamError
+from gpuwrite.model.ordered import sum_in_order
 from gpuwrite.model.params import Params, Workload
 
 
@@ -139,7 +140,8 @@ def packet_holds_ns(timing: paths.PathTiming) -> tuple[float, ...]:
 def staging_loop_ns(timing: paths.PathTiming) -> float:
     """L0: how long a payload byte holds its staging space, averaged over the message's bytes."""
     holds = packet_holds_ns(timing)
-    return sum(payload * hold for payload, hold in zip(timing.packet_payload_bytes, holds)) / timing.size_bytes
+    return sum_in_order(payload * hold for payload, hold in zip(timing.packet_payload_bytes, holds)) \
+        / timing.size_bytes
 
 
 def simulated_share(params: Params, buffer_bytes: int, size_bytes: int = 4096, n_messages: int = 20000,

@@ -37,6 +37,7 @@ from gpuwrite.model import nic as nicmod
 from gpuwrite.model import pcie
 from gpuwrite.model import topology as topo
 from gpuwrite.model.errors import ParamError, check_choice
+from gpuwrite.model.ordered import sum_in_order
 from gpuwrite.model.params import PATHS, Params
 
 STAGES = ("pre", "ingress", "post", "wire", "flight", "tail")
@@ -85,14 +86,14 @@ class PathTiming:
     @property
     def wire_busy_ns(self) -> float:
         """Time the network link is busy with this message (all its packets)."""
-        return sum(self.packet_wire_ns)
+        return sum_in_order(self.packet_wire_ns)
 
     def stage_ns(self, stage: str) -> float:
-        return sum(step.latency_ns for step in self.steps if step.stage == stage)
+        return sum_in_order(step.latency_ns for step in self.steps if step.stage == stage)
 
     @property
     def latency_ns(self) -> float:
-        return sum(step.latency_ns for step in self.steps)
+        return sum_in_order(step.latency_ns for step in self.steps)
 
 
 def _ser_ns(route: topo.Route, operation: str, size_bytes: int, cap_gbps: float | None = None) -> float:
@@ -324,8 +325,8 @@ def _with_network(path, size_bytes, steps, transfers, params, to_nic, topology, 
     share of the read engine's busy time into the read)."""
     network = params.network
     payloads = nicmod.packet_payloads(network, size_bytes)
-    ingress = sum(step.latency_ns for step in steps if step.stage == "ingress")
-    post = sum(step.latency_ns for step in steps if step.stage == "post")
+    ingress = sum_in_order(step.latency_ns for step in steps if step.stage == "ingress")
+    post = sum_in_order(step.latency_ns for step in steps if step.stage == "post")
     if path == "gpu_push_inline":
         staged = [nicmod.inline_wqe_bytes(size_bytes)]
     else:
@@ -383,7 +384,8 @@ def _with_network(path, size_bytes, steps, transfers, params, to_nic, topology, 
         Step("NIC writes the CQE into GPU memory", from_nic.one_way_latency_ns
              + _ser_ns(from_nic, "write", nicmod.CQE_BYTES), "tail"),
     ]
-    return PathTiming(path, size_bytes, tuple(steps), tuple(transfers), sum(drain_p), sum(credits_p),
+    return PathTiming(path, size_bytes, tuple(steps), tuple(transfers), sum_in_order(drain_p),
+                      sum(credits_p),
                       tuple(payloads), tuple(ingress_p), tuple(wire_p), tuple(drain_p), tuple(credits_p),
                       tuple(staged), staging_return_ns(from_nic, params), credit_return)
 
@@ -486,10 +488,11 @@ def _host_staged(topology, gpu_name, nic_name, size_bytes, params):
         read_starts.append(max(copy_done + handoff, read_busy_done))
         read_busy_done = read_starts[-1] + busy_ns
         read_done = max(read_done, read_busy_done + first_ns)
-    busiest = max(sum(copy_ser), sum(read_ser))
+    copy_busy, read_busy = sum_in_order(copy_ser), sum_in_order(read_ser)
+    busiest = max(copy_busy, read_busy)
     steps = [
         Step(f"GPU issues the copy of {len(chunks)} chunk(s) into host memory", params.gpu.write_issue_ns, "pre"),
-        Step(f"copy + read pipeline, busiest stage ({'copy' if sum(copy_ser) >= sum(read_ser) else 'read'})",
+        Step(f"copy + read pipeline, busiest stage ({'copy' if copy_busy >= read_busy else 'read'})",
              busiest, "ingress"),
         Step("pipeline fill: propagation, doorbells, WQE fetch, host read round trip",
              read_done - params.gpu.write_issue_ns - busiest, "post"),
@@ -565,13 +568,13 @@ def resource_times_ns(timing: PathTiming, params: Params) -> dict[str, float]:
     network = params.network
     # Per packet, as arrays (a 2 GiB message is half a million packets); every expression
     # keeps the order of the loop it replaced and the sums run in packet order
-    # (_sum_in_order), so the same doubles come out.
+    # (sum_in_order), so the same doubles come out.
     wire = np.asarray(timing.packet_wire_ns, dtype=np.float64)
     need = np.asarray(timing.packet_credits, dtype=np.int64)
     holds = need != 0       # a packet of no bytes at all (network.header_bytes = 0) holds no credits
     drain = np.asarray(timing.packet_drain_ns, dtype=np.float64)[holds]
     loop = wire[holds] + network.propagation_ns + drain + timing.credit_return_ns
-    credit_time = _sum_in_order(loop / np.maximum(1, network.credits_total // need[holds]))
+    credit_time = sum_in_order(loop / np.maximum(1, network.credits_total // need[holds]))
     out = {
         "pcie": timing.stage_ns("ingress"),
         "network": timing.wire_busy_ns,
@@ -589,14 +592,8 @@ def resource_times_ns(timing: PathTiming, params: Params) -> dict[str, float]:
             loop = pre + np.asarray(timing.packet_ingress_ns, dtype=np.float64) + post + wire \
                 + timing.staging_return_ns
         staged = np.asarray(timing.packet_staging_bytes, dtype=np.float64)
-        out["staging"] = _sum_in_order(loop * staged / params.nic.staging_buffer_bytes)
+        out["staging"] = sum_in_order(loop * staged / params.nic.staging_buffer_bytes)
     return out
-
-
-def _sum_in_order(values: np.ndarray) -> float:
-    """values[0] + values[1] + ... added one after another, as a loop adds them (np.sum
-    adds pairwise, and Python 3.12's sum compensates: both round differently)."""
-    return float(np.cumsum(values)[-1]) if len(values) else 0.0
 
 
 def bottleneck(path: str, topology, size_bytes: int, params: Params | None = None) -> tuple[str, float]:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from gpuwrite.model import pcie
 from gpuwrite.model.errors import ParamError
+from gpuwrite.model.ordered import sum_in_order
 
 WARP_LANES = 32
 LINE_BYTES = 128     # one L2 line: what a warp's coalesced load of 32 words asks for
@@ -43,7 +44,7 @@ def harmonic(m: int) -> float:
     """H_m = 1 + 1/2 + ... + 1/m."""
     if m < 1:
         raise ParamError("lanes", m, "an integer >= 1")
-    return sum(1.0 / k for k in range(1, m + 1))
+    return sum_in_order(1.0 / k for k in range(1, m + 1))
 
 
 def slowest_lane_ns(round_trip_ns: float, jitter_ns: float, lanes: int) -> float:

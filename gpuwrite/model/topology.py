@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 
 from gpuwrite.model import pcie
 from gpuwrite.model.errors import ParamError, check_choice, check_positive
+from gpuwrite.model.ordered import sum_in_order
 
 NODE_KINDS = ("root_complex", "switch", "gpu", "nic", "host_memory")
 ENDPOINT_KINDS = ("gpu", "nic", "host_memory")
@@ -157,7 +158,7 @@ class Route:
     @property
     def one_way_latency_ns(self) -> float:
         """Sum of the hop latencies (endpoints excluded)."""
-        return sum(latency for _, latency in self.hop_latencies_ns)
+        return sum_in_order(latency for _, latency in self.hop_latencies_ns)
 
     @property
     def crosses_root_complex(self) -> bool:

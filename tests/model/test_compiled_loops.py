@@ -2,11 +2,14 @@
 2 GiB message is half a million packets); each must give the very doubles of the plain
 loop it replaced, which these tests keep as the reference, on random packet runs with and
 without the credit loop binding."""
+import math
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuwrite.model import paths
+from gpuwrite.model.ordered import sum_in_order
 from gpuwrite.model.params import Params
 
 
@@ -73,8 +76,9 @@ def test_resource_times_give_the_loops_doubles():
                 assert times["staging"] == staging, size
 
 
-def test_an_in_order_sum_is_not_a_pairwise_one():
-    """The reason for _sum_in_order: values whose pairwise and in-order sums differ."""
+def test_an_in_order_sum_is_neither_pairwise_nor_compensated():
+    """The reason for sum_in_order: values whose pairwise (numpy), compensated (Python
+    3.12's sum, math.fsum) and in-order sums differ."""
     values = np.array([9616571.936637867, 7247899407.735336, 5412268555474.342, 27689120404537.082,
                        160.65200877512686, 9699254132.161325, 5160685855478.787, 1158.6561247077032,
                        62348.97555375004, 77668311434229.8, 613003301.0530405, 91729770.47909027,
@@ -83,4 +87,6 @@ def test_an_in_order_sum_is_not_a_pairwise_one():
     for v in values.tolist():
         ordered += v
     assert float(np.sum(values)) != ordered          # numpy's pairwise sum rounds otherwise
-    assert paths._sum_in_order(values) == ordered
+    assert sum_in_order(values) == ordered and sum_in_order(values.tolist()) == ordered
+    assert sum_in_order([1e16, 1.0, 1.0]) == 1e16 != math.fsum([1e16, 1.0, 1.0])
+    assert sum_in_order([1, 2, 3]) == 6 and isinstance(sum_in_order([1, 2, 3]), int)
