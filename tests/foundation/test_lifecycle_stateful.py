@@ -169,11 +169,13 @@ class Queues:
         self.unrung: list[tuple[int, bool]] = []      # (wqe index, must fail)
         self.owed: deque[tuple[int, bool]] = deque()  # rung, not completed, in order
         self.closed = False
+        self.failed = None      # the error completion that put the QP in error (until reset)
 
     def outstanding(self) -> int:
         return len(self.unrung) + len(self.owed)
 
     def consume(self) -> None:
+        from gpuwrite import layouts as L
         while True:
             c = self.poster.poll()
             if c is None:
@@ -184,6 +186,13 @@ class Queues:
             assert c.wqe_counter == index & 0xFFFF, \
                 f"completion for wqe {c.wqe_counter}, expected wqe {index & 0xFFFF} (in order)"
             assert not (must_fail and c.ok), f"a WQE that had to fail completed ok: {c.describe()}"
+            # Behind a failure a NIC executes nothing: every later completion is flushed,
+            # also that of a WQE whose own check would have failed (session 48).
+            if self.failed is not None:
+                assert L.reason_name(c.reason) == "flushed", \
+                    f"{c.describe()} behind {self.failed}: a NIC flushes it"
+            elif not c.ok:
+                self.failed = c.describe()
             _event("completion ok" if c.ok else "completion error")
 
 
@@ -397,6 +406,7 @@ def _rules():
             if not q.closed and not q.outstanding() and q.qs.qp_state(0) == "error":
                 q.qs.reset(0)
                 q.poster.reset()
+                q.failed = None
                 _event("reset")
 
         @rule()
