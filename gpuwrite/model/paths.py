@@ -414,11 +414,17 @@ def cut_through_ns(ingress_ns, post_ns, wire_ns, drain_ns, credits, credits_tota
     drained it). The loop runs compiled (``_cut_through_ns``): a 2 GiB message is half a
     million packets.
     """
+    need = np.asarray(credits, dtype=np.int64)
+    if len(need) and int(need.max()) > credits_total:
+        # the compiled loop would wait for credits no packet holds (the plain loop it
+        # replaced ran off its list: an IndexError)
+        raise ParamError("credits_total", credits_total,
+                         f"at least the {int(need.max())} credits of the largest packet")
     return float(_cut_through_ns(np.asarray(ingress_ns, dtype=np.float64), float(post_ns),
                                  np.asarray(wire_ns, dtype=np.float64),
-                                 np.asarray(drain_ns, dtype=np.float64),
-                                 np.asarray(credits, dtype=np.int64), int(credits_total),
-                                 float(propagation_ns), float(credit_return_ns)))
+                                 np.asarray(drain_ns, dtype=np.float64), need,
+                                 int(credits_total), float(propagation_ns),
+                                 float(credit_return_ns)))
 
 
 @njit(cache=True)

@@ -5,6 +5,7 @@ without the credit loop binding."""
 import math
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -47,6 +48,14 @@ def test_the_compiled_cut_through_gives_the_loops_doubles(packets, post, propaga
     ingress, wire, drain, need = (list(column) for column in zip(*packets))
     args = (ingress, post, wire, drain, need, credits_total, propagation, credit_return)
     assert paths.cut_through_ns(*args) == _reference_cut_through(*args)
+
+
+def test_a_packet_needing_more_credits_than_exist_is_an_error_not_a_wait():
+    """The compiled loop would read past the packets sent so far, waiting for credits no
+    packet holds; the caller in the model checks first, and so does cut_through_ns."""
+    from gpuwrite.model.errors import ParamError
+    with pytest.raises(ParamError, match="credits"):
+        paths.cut_through_ns([1.0, 1.0], 0.0, [1.0, 1.0], [1.0, 1.0], [10, 90], 80, 0.0, 0.0)
 
 
 def _reference_credit_time(timing, params):
