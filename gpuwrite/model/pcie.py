@@ -232,8 +232,7 @@ def completion_sizes(link: LinkConfig, size_bytes: int, start_address: int = 0) 
     """
     pieces = []
     position = start_address
-    limit = min(link.rcb_bytes if link.rcb_chunks else link.mps_bytes, link.mps_bytes)
-    align = min(link.rcb_bytes, limit)
+    limit, align = _completion_limit(link)
     for request in read_request_sizes(link, size_bytes, start_address):
         request_end = position + request
         while position < request_end:
@@ -253,6 +252,13 @@ def read_request_count(link: LinkConfig, size_bytes: int, start_address: int = 0
     """``len(read_request_sizes(...))`` in O(1)."""
     _check_transfer(size_bytes, start_address)
     return sum(count for _, count in split_aligned_runs(size_bytes, start_address, link.mrrs_bytes))
+
+
+def _completion_limit(link: LinkConfig) -> tuple[int, int]:
+    """The most payload one completion carries (MPS, or the RCB where the completer splits
+    at every RCB) and the alignment completions end on (the RCB, or MPS where smaller)."""
+    limit = min(link.rcb_bytes if link.rcb_chunks else link.mps_bytes, link.mps_bytes)
+    return limit, min(link.rcb_bytes, limit)
 
 
 def _request_completions(position: int, request: int, limit: int, align: int) -> list[tuple[int, int]]:
@@ -280,8 +286,7 @@ def completion_runs(link: LinkConfig, size_bytes: int, start_address: int = 0) -
     alignment, at most 4 otherwise), and requests of one offset are cut alike.
     """
     _check_transfer(size_bytes, start_address)
-    limit = min(link.rcb_bytes if link.rcb_chunks else link.mps_bytes, link.mps_bytes)
-    align = min(link.rcb_bytes, limit)
+    limit, align = _completion_limit(link)
     runs: list[tuple[int, int]] = []
     position = start_address
     for request, count in split_aligned_runs(size_bytes, start_address, link.mrrs_bytes):

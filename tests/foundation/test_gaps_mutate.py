@@ -32,6 +32,14 @@ def test_the_shipped_list_loads_and_names_test_files_that_exist():
             assert (ROOT / node.split("::")[0]).is_file(), f"{m.id}: {node}"
 
 
+def test_every_shipped_mutation_applies_to_the_tree():
+    """A refactor that moves or repeats a mutation's text leaves the entry not applicable:
+    it then guards nothing, and only a full run of the harness (outside CI) would say so.
+    Three entries went that way unnoticed (session 48 found them)."""
+    stale = {m.id: why for m in mutate.load(mutate.DEFAULT_LIST) if (why := mutate.applicable(m))}
+    assert not stale, stale
+
+
 def test_a_malformed_list_is_refused_naming_the_entry(tmp_path):
     bad = tmp_path / "m.toml"
     bad.write_text(ENTRY.format(id="a") + ENTRY.format(id="a"))
