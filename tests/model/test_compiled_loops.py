@@ -67,22 +67,35 @@ def _reference_credit_time(timing, params):
     return total
 
 
-def test_resource_times_give_the_loops_doubles():
-    params = Params()
+def _reference_staging_time(timing, params, stored):
+    pre, post, whole = timing.stage_ns("pre"), timing.stage_ns("post"), timing.stage_ns("ingress")
+    sent = staging = 0.0
+    for ingress, wire, staged in zip(timing.packet_ingress_ns, timing.packet_wire_ns,
+                                     timing.packet_staging_bytes):
+        if stored:
+            sent += wire
+            loop = pre + whole + post + sent + timing.staging_return_ns
+        else:
+            loop = pre + ingress + post + wire + timing.staging_return_ns
+        staging += loop * staged / params.nic.staging_buffer_bytes
+    return staging
+
+
+@pytest.mark.parametrize("forwarding", ["on_arrival", "after_doorbell"])
+def test_resource_times_give_the_loops_doubles(forwarding):
+    params = Params().updated({"nic": {"push_forwarding": forwarding}})
     topology = params.build_topology()
+    # after_doorbell holds a whole message in the 1 MiB staging buffer: up to 64 KiB there
+    sizes = (64, 4097, 1 << 20, (1 << 24) + 77) if forwarding == "on_arrival" else (64, 4097, 65536)
     for path in ("gpu_push", "host_staged", "nic_pull"):
-        for size in (64, 4097, 1 << 20, (1 << 24) + 77):
+        for size in sizes:
             timing = paths.path_timing(path, topology, size, params)
             times = paths.resource_times_ns(timing, params)
             assert times["credits"] == _reference_credit_time(timing, params), (path, size)
             if path == "gpu_push":
-                sent = staging = 0.0
-                pre, post = timing.stage_ns("pre"), timing.stage_ns("post")
-                for ingress, wire, staged in zip(timing.packet_ingress_ns, timing.packet_wire_ns,
-                                                 timing.packet_staging_bytes):
-                    loop = pre + ingress + post + wire + timing.staging_return_ns
-                    staging += loop * staged / params.nic.staging_buffer_bytes
-                assert times["staging"] == staging, size
+                stored = paths.stores_whole(path, params)
+                assert stored == (forwarding == "after_doorbell")
+                assert times["staging"] == _reference_staging_time(timing, params, stored), size
 
 
 def test_an_in_order_sum_is_neither_pairwise_nor_compensated():
