@@ -14,10 +14,10 @@ BASE = 0x7F00_0000_0000
 
 class FakeDriver:
     """Answers cuPointerGetAttribute from ``ranges`` (start -> size of memory the GPU maps at
-    the same address) and the pageable-access attribute from ``pageable``; counts asks."""
+    the same address) and the pageable-access attribute from ``pageable``."""
 
     def __init__(self, ranges, pageable=0):
-        self.ranges, self.pageable, self.asks = dict(ranges), pageable, 0
+        self.ranges, self.pageable = dict(ranges), pageable
 
     def _range(self, address):
         for start, size in self.ranges.items():
@@ -26,7 +26,6 @@ class FakeDriver:
         return None
 
     def cuPointerGetAttribute(self, ref, attribute, address):
-        self.asks += 1
         found = self._range(address.value)
         if found is None:
             return 1                                      # CUDA_ERROR_INVALID_VALUE
