@@ -12,13 +12,15 @@ or host write before it, a pull posted behind a failed write, and on a GPU a cop
 pull overtaken by the agent), and a fourth (a bad-key write behind a failed one completed
 bad_rkey, not flushed; session 48); this runs every mix of them.
 """
+import contextlib
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuwrite import layouts as L
-from gpuwrite.cudaenv import SIMULATOR
+from gpuwrite.cudaenv import SIMULATOR, cuda
 from gpuwrite.host.memory import mapped
 from gpuwrite.host.verbs import Context, LinkConfig
 from gpuwrite.host.wqe import HostPoster, rdma_write, rdma_write_inline
@@ -78,9 +80,13 @@ LINKS = {"unlimited": None, "limited": LinkConfig(rate_gbps=10.0, mtu_bytes=256)
 
 
 def _run(writes, expect, link, n_qps):
-    with Context(workers=1, link=LINKS[link]) as ctx:
-        agent = PullAgent(ctx, pull_timeout_s=5.0, slots=4).start(launch=False)
-        server, _rounds = _stand_in_agent(agent, 4, expect=expect, patience_s=0.01)
+    """On the simulator a stand-in agent answers (in runs of ``expect``); on a GPU the
+    agent itself. Every buffer is allocated before the agent is launched and freed only
+    after it has stopped (a free waits for running kernels, the agent's until its idle
+    timeout: test_agent's GPU tests do the same). Returns the destination, each QP's
+    completion reasons, the sources and the agent's report."""
+    with (contextlib.nullcontext() if SIMULATOR else cuda.defer_cleanup()), \
+            Context(workers=1, link=LINKS[link]) as ctx:
         pd, device, dst, smr, dmr = _regions(ctx, SRC_BYTES, n_qps * DST_BYTES)
         host = mapped(SRC_BYTES, np.uint8).host
         host[:] = (np.arange(SRC_BYTES) * 7 + 3) % 251 + 1
@@ -98,28 +104,50 @@ def _run(writes, expect, link, n_qps):
             rkey = dmr.rkey ^ 0x5A5A00 if w["kind"] == "bad_rkey" else dmr.rkey
             poster.write(rdma_write(poster.pi, qpn, mr.address + w["src"], mr.lkey, w["len"], at,
                                     rkey))
-        for poster in posters:
-            poster.ring()
-        ctx.start()
-        counts = [sum(w["qp"] == q for w in writes) for q in range(n_qps)]
-        reasons = [[L.reason_name(c.reason) for c in _collect(p, n)]
-                   for p, n in zip(posters, counts)]
-        ctx.stop()
-        agent.stop()
-        server.join(5)
-        return dst.copy(), reasons, device.copy(), host.copy()
+        if SIMULATOR:
+            agent = PullAgent(ctx, pull_timeout_s=5.0, slots=4).start(launch=False)
+            server, _rounds = _stand_in_agent(agent, 4, expect=expect, patience_s=0.01)
+        else:
+            agent, server = PullAgent(ctx, pull_timeout_s=5.0).start(), None
+        try:
+            for poster in posters:
+                poster.ring()
+            ctx.start()
+            counts = [sum(w["qp"] == q for w in writes) for q in range(n_qps)]
+            reasons = [[L.reason_name(c.reason) for c in _collect(p, n)]
+                       for p, n in zip(posters, counts)]
+        finally:
+            ctx.stop()
+            report = agent.stop()
+            if server is not None:
+                server.join(5)
+        return dst.copy(), reasons, device.copy(), host.copy(), report
 
 
 def _check(writes, expect, link="unlimited", n_qps=1):
     writes = [dict(w, qp=w["qp"] % n_qps) for w in writes]
-    got, reasons, device, host = _run(writes, expect, link, n_qps)
+    got, reasons, device, host, report = _run(writes, expect, link, n_qps)
     want, want_reasons = _place(writes, device, host, n_qps)
     assert reasons == want_reasons, (writes, reasons)
     assert np.array_equal(got, want), (writes, np.nonzero(got != want)[0])
+    return writes, report
 
 
-@pytest.mark.skipif(not SIMULATOR, reason="the stand-in agent copies with memmove: the "
-                    "sources must be host memory the engine's copy engine stand-in reads")
+def _agent_takes(writes):
+    """How many writes the agent copies: GPU-memory sources and destinations 4-byte
+    aligned (every base address here is), before their QP's first failure (the engine
+    pulls nothing behind one)."""
+    failed, n = set(), 0
+    for w in writes:
+        if w["qp"] in failed:
+            continue
+        failed |= {w["qp"]} if w["kind"] == "bad_rkey" else set()
+        n += w["kind"] == "device" and w["src"] % 4 == 0 and w["dst"] % 4 == 0
+    return n
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="the stand-in agent answers on the simulator; on a GPU "
+                    "the test below runs the agent itself")
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(writes=runs, expect=st.sampled_from([1, 2, 4]), link=st.sampled_from(sorted(LINKS)),
        n_qps=st.sampled_from([1, 2]))
@@ -127,8 +155,21 @@ def test_a_qps_writes_land_in_order_and_none_after_a_failure(writes, expect, lin
     _check(writes, expect, link, n_qps)
 
 
+@pytest.mark.skipif(SIMULATOR, reason="the pull agent runs beside the engine on a GPU only")
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(writes=runs, link=st.sampled_from(sorted(LINKS)), n_qps=st.sampled_from([1, 2]))
+def test_a_qps_writes_land_in_order_with_the_gpu_agent(writes, link, n_qps):
+    """The same promises with the agent on the GPU (its warps copy a batch side by side) and
+    the copy engine behind it: the sources are mapped host memory registered as GPU memory,
+    which the agent reads through the GPU's mapping. The agent must have answered every
+    aligned pull, and failed none."""
+    writes, report = _check(writes, 1, link, n_qps)
+    assert report["engine_answered"] == _agent_takes(writes), (writes, report)
+    assert report["engine_failed"] == 0, report
+
+
 @pytest.mark.slow
-@pytest.mark.skipif(not SIMULATOR, reason="as above")
+@pytest.mark.skipif(not SIMULATOR, reason="the stand-in agent answers on the simulator")
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(writes=runs, expect=st.sampled_from([1, 2, 3, 4]), link=st.sampled_from(sorted(LINKS)),
        n_qps=st.sampled_from([1, 2]))
