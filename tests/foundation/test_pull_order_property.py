@@ -1,16 +1,20 @@
 """A QP's writes land as a NIC places them, whatever reads their bytes: a property.
 
 Random runs of RDMA writes on one or two QPs, each QP into its own small destination, so
-that they overlap: from "GPU memory" (pulled by a stand-in agent, or by the copy engine
-where not 4-byte aligned), from host memory, inline, and with a remote key that does not
-exist, over an unlimited and a limited link. The stand-in agent answers its requests in
-runs of a random size. Whatever the mix, each QP's destination ends as its writes applied
-one after another up to the first that fails, whose error completion flushes every later
-one of that QP (and no other QP's), none of whose bytes may land, also a later write
-whose own key is bad; each completion says so. Session 47 found three ways the engine broke this (a pull posted ahead of an inline
-or host write before it, a pull posted behind a failed write, and on a GPU a copy-engine
-pull overtaken by the agent), and a fourth (a bad-key write behind a failed one completed
-bad_rkey, not flushed; session 48); this runs every mix of them.
+that they overlap: from "GPU memory" (pulled by a stand-in agent on the simulator, by the
+pull agent itself on a GPU, or by the copy engine where not 4-byte aligned), from host
+memory, inline, and with a remote key that does not exist, over an unlimited and a
+limited link. The stand-in agent answers its requests in runs of a random size. Whatever
+the mix, each QP's destination ends as its writes applied one after another up to the
+first that fails, whose error completion flushes every later one of that QP (and no other
+QP's), none of whose bytes may land, also a later write whose own key is bad; each
+completion says so. Session 47 found three ways the engine broke this (a pull posted
+ahead of an inline or host write before it, a pull posted behind a failed write, and on a
+GPU a copy-engine pull overtaken by the agent), and a fourth (a bad-key write behind a
+failed one completed bad_rkey, not flushed; session 48); this runs every mix of them. The
+GPU variant did not catch the third (100 examples passed with the copy-engine wait
+removed, session 49, on an H200): a copy-engine pull of at most 64 bytes lands before
+the agent answers a later one, so the race it guards against does not open here.
 """
 import contextlib
 
