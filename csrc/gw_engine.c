@@ -283,6 +283,7 @@ int gw_engine_add_qp(struct gw_engine *e, const struct gw_qp_desc *desc, char *e
     q->stage_slot_bytes = desc->stage_slot_bytes;
     q->stage_addr = desc->stage_addr;
     q->flags = desc->flags;
+    q->pd = desc->pd;
     q->descs = calloc(desc->sq_bbs, sizeof(struct desc));
     if (!q->descs) {
         pthread_mutex_unlock(&e->lock);
@@ -303,8 +304,8 @@ int gw_engine_add_qp(struct gw_engine *e, const struct gw_qp_desc *desc, char *e
 }
 
 int gw_engine_add_mr(struct gw_engine *e, uint32_t key, uint64_t addr, uint64_t length,
-                     uint32_t access, uint32_t mem_kind, uint32_t flags, char *err,
-                     size_t errlen)
+                     uint32_t access, uint32_t mem_kind, uint32_t flags, uint32_t pd,
+                     char *err, size_t errlen)
 {
     uint32_t index = key >> 8;
     if (index >= e->cfg.max_mrs) {
@@ -345,6 +346,7 @@ int gw_engine_add_mr(struct gw_engine *e, uint32_t key, uint64_t addr, uint64_t 
     m->access = access;
     m->kind = mem_kind;
     m->flags = flags;
+    m->pd = pd;
     atomic_store_explicit(&m->valid, 1, memory_order_release);
     pthread_mutex_unlock(&e->lock);
     return 0;
@@ -491,6 +493,12 @@ void gw_engine_destroy(struct gw_engine *e)
     if (!e)
         return;
     gw_engine_stop(e);
+    /* As a NIC closed under live QPs: what was posted to them is flushed, so a kernel
+     * waiting on one sees its error completions, not a timeout; no byte lands. */
+    if (e->qps)
+        for (uint32_t i = 0; i < e->cfg.max_qps; i++)
+            if (e->qps[i].in_use && e->qps[i].descs)
+                flush_detached(e, &e->qps[i]);
     if (e->qps)
         for (uint32_t i = 0; i < e->cfg.max_qps; i++)
             free(e->qps[i].descs);

@@ -125,6 +125,7 @@ struct gw_qp_desc {
     uint32_t stage_slot_bytes;
     uint64_t stage_addr;          /* address the GPU writes the staging region at */
     uint32_t flags;               /* GW_QP_F_* */
+    uint32_t pd;                  /* protection domain number (gw_engine_add_mr's pd) */
 };
 
 enum {
@@ -164,9 +165,11 @@ enum {
 struct gw_engine *gw_engine_create(const struct gw_engine_config *config, char *err, size_t errlen);
 int gw_engine_add_cq(struct gw_engine *engine, const struct gw_cq_desc *cq, char *err, size_t errlen);
 int gw_engine_add_qp(struct gw_engine *engine, const struct gw_qp_desc *qp, char *err, size_t errlen);
+/* A region of protection domain `pd`: a WQE's local segments (lkeys) must name regions
+ * of its QP's domain, or it completes with a local protection error. */
 int gw_engine_add_mr(struct gw_engine *engine, uint32_t key, uint64_t addr, uint64_t length,
-                     uint32_t access, uint32_t mem_kind, uint32_t flags, char *err,
-                     size_t errlen);
+                     uint32_t access, uint32_t mem_kind, uint32_t flags, uint32_t pd,
+                     char *err, size_t errlen);
 /* Returns once no engine thread can write into (or read from) the region again: WQEs
  * that still target it complete with a protection error. -1: unknown key; -2: an
  * engine thread did not answer in 10 s; -3: the pull agent has not answered a pull into

@@ -97,6 +97,7 @@ struct mr {
     uint32_t access;
     uint32_t kind;
     uint32_t flags;               /* GW_MR_* */
+    uint32_t pd;                  /* its protection domain */
 };
 
 struct cq {
@@ -161,6 +162,7 @@ struct qp {
     uint32_t stage_slot_bytes;
     uint64_t stage_addr;
     uint32_t flags;               /* GW_QP_F_* */
+    uint32_t pd;                  /* its protection domain: its lkeys must name regions of it */
 
     uint32_t state;
     uint16_t ci_fetch;            /* next BB to fetch */

@@ -156,7 +156,9 @@ static uint32_t fetch_wqe(struct gw_engine *e, struct worker *w, struct qp *q, s
                 return nbb;
             }
             struct mr *m = mr_lookup(e, lkey);
-            if (!m) {
+            if (!m || m->pd != q->pd) {
+                /* A region of another protection domain is, to this QP, no region at
+                 * all: a NIC completes both with a local protection error. */
                 desc_fail(d, GW_SYND_LOCAL_PROT_ERR, GW_REASON_BAD_LKEY);
                 return nbb;
             }

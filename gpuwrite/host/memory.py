@@ -10,7 +10,10 @@ threads and the engine share.
 from __future__ import annotations
 
 import ctypes
+import math
+import operator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -44,11 +47,15 @@ def mapped(shape, dtype) -> Mapped:
     return Mapped(arr, host)
 
 
-# cuda.h: CUdevice_attribute and CUpointer_attribute values the check below reads.
+# cuda.h: CUdevice_attribute, CUpointer_attribute and CUmemorytype values the checks
+# below read.
 _CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS = 88
+_CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2
 _CU_POINTER_ATTRIBUTE_DEVICE_POINTER = 3
+_CU_POINTER_ATTRIBUTE_IS_MANAGED = 8
 _CU_POINTER_ATTRIBUTE_RANGE_START_ADDR = 11
 _CU_POINTER_ATTRIBUTE_RANGE_SIZE = 12
+_CU_MEMORYTYPE_HOST = 1
 
 
 def _pointer_attribute(attribute: int, address: int) -> int | None:
@@ -88,6 +95,18 @@ def gpu_reaches(address: int, nbytes: int) -> bool:
                                          device) == 0 and bool(pageable.value))
 
 
+def cpu_reaches(address: int) -> bool:
+    """Whether the engine's threads (the CPU) can load and store at ``address``: memory
+    the driver does not know (plain host memory), pinned host memory, or managed memory;
+    not GPU memory, where a CPU access faults the process. Under the simulator every
+    "GPU" buffer is host memory."""
+    if SIMULATOR:
+        return True
+    kind = _pointer_attribute(_CU_POINTER_ATTRIBUTE_MEMORY_TYPE, address)
+    return (kind is None or kind == _CU_MEMORYTYPE_HOST
+            or _pointer_attribute(_CU_POINTER_ATTRIBUTE_IS_MANAGED, address) == 1)
+
+
 # Bytes a device-side fill writes to push other data out of the GPU's L2 (50 MB on an
 # H100, 60 on an H200).
 EVICT_L2_BYTES = 128 << 20
@@ -111,36 +130,84 @@ def device_zeros(shape, dtype):
     return cuda.to_device(np.zeros(shape, dtype=dtype))
 
 
-def describe(buffer) -> tuple[int, int, int]:
-    """(address, nbytes, memory kind) of a buffer a user registers.
+class Described(NamedTuple):
+    """What :func:`describe` finds out about a buffer."""
+
+    address: int
+    nbytes: int
+    kind: int           # L.MEM_HOST or L.MEM_DEVICE
+    writeable: bool     # False: a read-only array or interface; no write access granted
+
+
+def _host_array(what: str, ary: np.ndarray) -> None:
+    """Refuses a host array the engine cannot treat as plain bytes."""
+    if not ary.flags.c_contiguous:
+        raise ValueError(f"a registered {what} must be C-contiguous; got strides {ary.strides}")
+    if ary.dtype.hasobject:
+        # its elements are pointers to Python objects: a write through the NIC would
+        # overwrite them
+        raise TypeError(f"a registered {what} of dtype {ary.dtype} holds Python objects: "
+                        "register an array of plain numbers (for example uint8 or uint32)")
+
+
+def describe(buffer) -> Described:
+    """(address, nbytes, memory kind, writeable) of a buffer a user registers.
 
     Accepts numpy arrays and our :class:`Mapped` (host memory), and anything with
     ``__cuda_array_interface__``: CuPy arrays, Numba device arrays, PyTorch tensors
     (GPU memory, which the emulated NIC pulls through the copy engine).
     """
     if isinstance(buffer, Mapped):
-        return buffer.address, buffer.nbytes, L.MEM_HOST
+        return Described(buffer.address, buffer.nbytes, L.MEM_HOST, True)
     if isinstance(buffer, np.ndarray):
-        if not buffer.flags.c_contiguous:
-            raise ValueError("a registered numpy array must be C-contiguous; "
-                             f"got strides {buffer.strides}")
-        return buffer.ctypes.data, buffer.nbytes, L.MEM_HOST
+        _host_array("numpy array", buffer)
+        return Described(buffer.ctypes.data, buffer.nbytes, L.MEM_HOST,
+                         bool(buffer.flags.writeable))
     if SIMULATOR and hasattr(buffer, "_ary"):
         ary = buffer._ary   # a simulated device array: host memory standing in for GPU memory
-        return ary.ctypes.data, ary.nbytes, L.MEM_DEVICE
+        _host_array("device array", ary)
+        return Described(ary.ctypes.data, ary.nbytes, L.MEM_DEVICE, bool(ary.flags.writeable))
     cai = getattr(buffer, "__cuda_array_interface__", None)
     if cai is None:
         raise TypeError(
             f"cannot register a {type(buffer).__name__}: give a numpy array, a gpuwrite "
             "mapped buffer, or an object with __cuda_array_interface__ (CuPy, Numba, PyTorch)")
-    if cai.get("strides") not in (None,) and cai["strides"] is not None:
-        itemsize = np.dtype(cai["typestr"]).itemsize
-        expect = []
-        acc = itemsize
-        for extent in reversed(cai["shape"]):
+    return _from_interface(type(buffer).__name__, cai)
+
+
+def _from_interface(name: str, cai) -> Described:
+    """Checks a ``__cuda_array_interface__`` (version 2 or 3: shape, typestr, data,
+    optional strides) before any of it reaches the engine."""
+    what = f"{name}'s __cuda_array_interface__"
+    try:
+        shape, typestr, data = cai["shape"], cai["typestr"], cai["data"]
+        address, read_only = data
+        extents = [operator.index(extent) for extent in shape]
+        dtype = np.dtype(typestr)
+        address = operator.index(address)
+    except (TypeError, KeyError, ValueError) as exc:
+        raise TypeError(f"{what} is malformed ({exc!r}): it needs 'shape' (a tuple of ints), "
+                        "'typestr' (a numpy type string) and 'data' (address, read-only)") from None
+    if any(extent < 0 for extent in extents):
+        raise ValueError(f"{what} has shape {tuple(shape)}: extents must be >= 0")
+    if dtype.hasobject:
+        raise TypeError(f"{what} has typestr {typestr!r}, which holds Python objects")
+    if not 0 <= address < 1 << 64:
+        raise ValueError(f"{what} has address {address:#x}: allowed 0 to 2**64 - 1")
+    strides = cai.get("strides")
+    if strides is not None:
+        expect, acc = [], dtype.itemsize
+        for extent in reversed(extents):
             expect.insert(0, acc)
             acc *= extent
-        if tuple(cai["strides"]) != tuple(expect):
-            raise ValueError(f"a registered GPU buffer must be C-contiguous; strides {cai['strides']}")
-    nbytes = int(np.prod(cai["shape"])) * np.dtype(cai["typestr"]).itemsize
-    return int(cai["data"][0]), nbytes, L.MEM_DEVICE
+        if tuple(strides) != tuple(expect) and math.prod(extents) > 1:
+            raise ValueError(f"a registered GPU buffer must be C-contiguous; strides {strides}")
+    if cai.get("mask") is not None:
+        raise ValueError(f"{what} has a mask: register an array without one (the NIC moves "
+                         "every byte)")
+    # Python integers: np.prod would wrap a product past 2**63 without a word
+    nbytes = math.prod(extents) * dtype.itemsize
+    if address + nbytes > 1 << 64:
+        raise ValueError(f"{what} describes {nbytes} bytes at {address:#x}, past the end of "
+                         "the address space")
+    return Described(address, nbytes, L.MEM_DEVICE, not read_only)

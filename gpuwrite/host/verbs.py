@@ -15,12 +15,15 @@ memory is released.
 """
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import math
+import numbers
 import operator
 import os
 import random
+import threading
 import warnings
 import weakref
 from dataclasses import asdict, dataclass
@@ -31,7 +34,7 @@ from gpuwrite import layouts as L
 from gpuwrite._gw_cffi import ffi, lib
 from gpuwrite.cudaenv import SIMULATOR, cuda, lazy_loading
 from gpuwrite.device import verbs as dv
-from gpuwrite.host.memory import describe, device_zeros, gpu_reaches, mapped
+from gpuwrite.host.memory import cpu_reaches, describe, device_zeros, gpu_reaches, mapped
 
 POLICIES = {"hold": L.POLICY_HOLD, "drop": L.POLICY_DROP}
 _ERRLEN = 256
@@ -77,10 +80,10 @@ RATE_MAX_GBPS = float(lib.GW_RATE_MAX_GBPS)
 
 
 def _rate(name: str, value, zero_means: str) -> float:
-    try:
-        rate = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}={value!r}: must be a number") from None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        # float("10") would pass here and fail later inside cffi, naming neither
+        raise ValueError(f"{name}={value!r}: must be a number (Gb/s)")
+    rate = float(value)
     if isinstance(value, bool) or not (rate == 0 or (math.isfinite(rate)
                                                       and RATE_MIN_GBPS <= rate <= RATE_MAX_GBPS)):
         raise ValueError(f"{name}={value!r}: allowed 0 ({zero_means}) or a finite rate from "
@@ -108,7 +111,8 @@ class LinkConfig:
     def __post_init__(self):
         _rate("rate_gbps", self.rate_gbps, "unlimited")
         _rate("drain_gbps", self.drain_gbps, "the link rate")
-        if isinstance(self.mtu_bytes, bool) or self.mtu_bytes not in (256, 512, 1024, 2048, 4096):
+        if (isinstance(self.mtu_bytes, bool) or not isinstance(self.mtu_bytes, numbers.Integral)
+                or self.mtu_bytes not in (256, 512, 1024, 2048, 4096)):
             raise ValueError(f"mtu_bytes={self.mtu_bytes!r}: allowed 256, 512, 1024, 2048, 4096 "
                              "(InfiniBand MTUs)")
         _int_in("rx_credits", self.rx_credits, 0, U32_MAX, " blocks of 64 bytes (0: unlimited)")
@@ -169,6 +173,9 @@ def _keep_for_late_pulls(buffers, what: str) -> None:
                   "its memory is kept for the life of the process", RuntimeWarning, stacklevel=3)
 
 
+_CLOSED = "the context is closed: its engine, regions and queues are gone (open a new Context)"
+
+
 class _Engine:
     """The C engine and the memory it may touch.
 
@@ -176,17 +183,43 @@ class _Engine:
     here under its registration's name until the engine has let go of it. The object
     refers to no Context, so a Context's finalizer can own it: when a Context is
     collected, ``destroy`` stops the engine threads before the pins are released.
+
+    Every call into the engine goes through ``use()``: cffi lets go of the GIL during a
+    call, so without it a ``close()`` in one thread freed the engine under another
+    thread's call (a crash). ``destroy`` refuses new calls, then waits for those in
+    flight.
     """
 
     def __init__(self, ptr):
         self.ptr = ptr
         self.pins: dict[tuple, object] = {}
+        self._calls = 0
+        self._idle = threading.Condition(threading.Lock())
+
+    @contextlib.contextmanager
+    def use(self):
+        """The engine pointer, valid until the block ends; VerbsError once closed."""
+        with self._idle:
+            ptr = self.ptr
+            if ptr is None:
+                raise VerbsError(_CLOSED)
+            self._calls += 1
+        try:
+            yield ptr
+        finally:
+            with self._idle:
+                self._calls -= 1
+                if not self._calls:
+                    self._idle.notify_all()
 
     def destroy(self) -> None:
-        if self.ptr is not None:
-            late = lib.gw_engine_late_pulls(self.ptr, 0, 0)
-            lib.gw_engine_destroy(self.ptr)   # joins the engine threads first
-            self.ptr = None
+        with self._idle:
+            ptr, self.ptr = self.ptr, None
+            while self._calls:
+                self._idle.wait()
+        if ptr is not None:
+            late = lib.gw_engine_late_pulls(ptr, 0, 0)
+            lib.gw_engine_destroy(ptr)   # joins the engine threads, flushes live QPs
             if late:
                 _keep_for_late_pulls(list(self.pins.values()), f"a context closed with {late} "
                                      "unanswered late pull(s): every buffer it pinned")
@@ -435,6 +468,7 @@ class Context:
             raise VerbsError(ffi.string(err).decode())
         self._eng = _Engine(ptr)
         self._finalizer = weakref.finalize(self, self._eng.destroy)
+        self._pdn = itertools.count(1)
         self._max_mrs = max_mrs
         # Key indices and CQ numbers come back when the engine has let go of them; a
         # reused key index gets the next variant byte, so a stale key never matches
@@ -443,7 +477,9 @@ class Context:
         self._key_variant: dict[int, int] = {}
         self._qpn = itertools.count(0x100)
         self._cqns = _NumberPool(1, max_qps + 1)
-        self._rng = random.Random(0x6777)
+        # Each context's keys start at its own random variants, as two NICs' (or two
+        # openings of one) do: a key of another context must not match here.
+        self._rng = random.Random()
         self._keep = []          # queue sets live as long as the context, as before
         self.max_qps = max_qps
 
@@ -453,35 +489,43 @@ class Context:
 
     @property
     def _engine(self):
+        """The engine pointer, for a single call from the thread that owns the context
+        (tests); gpuwrite's own calls hold it through ``_eng.use()``."""
         ptr = self._eng.ptr
         if ptr is None:
-            raise VerbsError("the context is closed: its engine, regions and queues are gone "
-                             "(open a new Context)")
+            raise VerbsError(_CLOSED)
         return ptr
 
     # -- life cycle -------------------------------------------------------------------
     def start(self) -> "Context":
         err = ffi.new("char[]", _ERRLEN)
-        _check(lib.gw_engine_start(self._engine, err, _ERRLEN), err)
+        with self._eng.use() as engine:
+            _check(lib.gw_engine_start(engine, err, _ERRLEN), err)
         return self
 
     def stop(self) -> None:
-        lib.gw_engine_stop(self._engine)
+        with self._eng.use() as engine:
+            lib.gw_engine_stop(engine)
 
     @property
     def running(self) -> bool:
-        return bool(lib.gw_engine_running(self._engine))
+        with self._eng.use() as engine:
+            return bool(lib.gw_engine_running(engine))
 
     def poll(self, passes: int = 1) -> bool:
         """Runs engine passes in this thread (engine not started): for tests."""
         passes = _int_in("passes", passes, 0, U32_MAX)
-        rc = lib.gw_engine_poll(self._engine, passes)
+        with self._eng.use() as engine:
+            rc = lib.gw_engine_poll(engine, passes)
         if rc < 0:
             raise VerbsError("poll() needs a stopped engine; this one is running")
         return bool(rc)
 
     def close(self) -> None:
-        """Stops and destroys the engine, then releases every pinned buffer (idempotent)."""
+        """Stops and destroys the engine, then releases every pinned buffer (idempotent).
+        WQEs still posted complete flushed (``wr_flush_err``), as on a NIC whose queues
+        are destroyed; a call into the engine in flight in another thread finishes first,
+        and later ones raise VerbsError."""
         self._finalizer()
         self._keep.clear()
 
@@ -495,12 +539,14 @@ class Context:
     def counters(self) -> dict[str, int]:
         """Every engine counter, read now (see struct gw_counters in csrc/gw_engine.h)."""
         c = ffi.new("struct gw_counters *")
-        lib.gw_engine_read_counters(self._engine, c)
+        with self._eng.use() as engine:
+            lib.gw_engine_read_counters(engine, c)
         return {name: int(getattr(c, name)) for name in L.COUNTERS.names}
 
     def stall_receiver(self, stalled: bool = True) -> None:
         """Stops (or resumes) the remote receiver draining the link's buffer."""
-        lib.gw_engine_set_receiver_stall(self._engine, 1 if stalled else 0)
+        with self._eng.use() as engine:
+            lib.gw_engine_set_receiver_stall(engine, 1 if stalled else 0)
 
     def alloc_pd(self) -> "ProtectionDomain":
         return ProtectionDomain(self)
@@ -534,18 +580,36 @@ class MemoryRegion:
     """A registered buffer: [address, address + length) with keys and access rights."""
 
     def __init__(self, pd: "ProtectionDomain", buffer, access: int, kind: int | None = None):
-        engine = pd.context._engine
+        pd._check_open()
         access = _int_in("access", access, 0, U32_MAX)
         if access & ~lib.GW_ACCESS_ALL:
             raise ValueError(f"access=0x{access:x} has unknown bits 0x{access & ~lib.GW_ACCESS_ALL:x}"
                              ": allowed an OR of ACCESS_LOCAL_WRITE (1), ACCESS_REMOTE_WRITE (2), "
                              "ACCESS_REMOTE_READ (4)")
+        if access & L.ACCESS_REMOTE_WRITE and not access & L.ACCESS_LOCAL_WRITE:
+            # ibv_reg_mr refuses it too (EINVAL): a region others may write, its owner
+            # must be allowed to write as well
+            raise ValueError(f"access=0x{access:x}: ACCESS_REMOTE_WRITE needs ACCESS_LOCAL_WRITE "
+                             "as well (ibv_reg_mr's rule)")
         if kind is not None:
             kind = _int_in("kind", kind, L.MEM_HOST, L.MEM_STAGING,
                            " (host 0, device 1, staging 2)")
-        addr, nbytes, detected = describe(buffer)
+        addr, nbytes, detected, writeable = describe(buffer)
         if nbytes == 0:
             raise ValueError("a memory region of 0 bytes: register a buffer of at least 1 byte")
+        if not writeable and access & (L.ACCESS_LOCAL_WRITE | L.ACCESS_REMOTE_WRITE):
+            # the NIC would write into memory its owner made read-only (a read-only
+            # memmap faults the process; a bytes object changes under Python)
+            raise ValueError(f"access=0x{access:x} asks for write access to a read-only "
+                             f"{type(buffer).__name__}: register a writeable buffer, or give "
+                             "access=0 (a source the NIC only reads)")
+        if kind in (L.MEM_HOST, L.MEM_STAGING) and detected == L.MEM_DEVICE \
+                and not cpu_reaches(addr):
+            # the engine's threads copy host and staging regions with the CPU, and a CPU
+            # access to GPU memory faults the process
+            raise ValueError(f"kind={kind} ({'host' if kind == L.MEM_HOST else 'staging'}) for "
+                             f"[0x{addr:x}, +{nbytes}), which is GPU memory the CPU cannot "
+                             "reach: leave kind unset (device), or register host memory")
         self.buffer = buffer
         self.address = addr
         self.length = nbytes
@@ -565,8 +629,10 @@ class MemoryRegion:
         self.key = pd.context._new_key()
         self._pd = None
         err = ffi.new("char[]", _ERRLEN)
-        if lib.gw_engine_add_mr(engine, self.key, addr, nbytes, access, self.kind, flags, err,
-                                _ERRLEN) != 0:
+        with pd.context._eng.use() as engine:
+            rc = lib.gw_engine_add_mr(engine, self.key, addr, nbytes, access, self.kind, flags,
+                                      pd.number, err, _ERRLEN)
+        if rc != 0:
             pd.context._free_key(self.key)
             raise VerbsError(ffi.string(err).decode())
         self._pd = pd
@@ -588,10 +654,16 @@ class MemoryRegion:
         Where the GPU pull agent still owes a timed-out pull into the region, its buffer
         is kept for the life of the process instead (a RuntimeWarning says so)."""
         pd, self._pd = self._pd, None
-        if pd is None or pd.context.closed:
+        if pd is None:
             return
+        with contextlib.suppress(ValueError):
+            pd.mrs.remove(self)     # a deregistered region is the domain's no longer
         eng = pd.context._eng
-        rc = lib.gw_engine_remove_mr(eng.ptr, self.key)
+        try:
+            with eng.use() as engine:
+                rc = lib.gw_engine_remove_mr(engine, self.key)
+        except VerbsError:
+            return                  # the context is closed: the engine let go of everything
         if rc == -2:
             raise VerbsError(f"region key 0x{self.key:x}: the engine did not let go of it in "
                              "10 s; its buffer stays pinned until the context is closed")
@@ -609,11 +681,23 @@ class MemoryRegion:
 
 
 class ProtectionDomain:
-    """Groups the memory regions and queues of one user of the NIC."""
+    """Groups the memory regions and queues of one user of the NIC: a WQE's local
+    segments must name regions of its QP's domain (else a local protection error,
+    ``bad_lkey``), as on a NIC. The emulated NIC's remote side is itself, with no
+    responder QP, so remote keys are checked against every domain of the context."""
 
     def __init__(self, context: Context):
+        context._engine     # a closed context says so before anything else
         self.context = context
+        self.number = next(context._pdn)
         self.mrs: list[MemoryRegion] = []
+        self.closed = False
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise VerbsError(f"protection domain {self.number} is closed: allocate a new one "
+                             "(Context.alloc_pd)")
+        self.context._engine    # likewise a closed context
 
     def reg_mr(self, buffer, access: int = L.ACCESS_LOCAL_WRITE | L.ACCESS_REMOTE_WRITE,
                kind: int | None = None) -> MemoryRegion:
@@ -623,10 +707,14 @@ class ProtectionDomain:
         return mr
 
     def create_queues(self, n_qps: int, **kwargs) -> "QueueSet":
+        self._check_open()
         return QueueSet(self, n_qps, **kwargs)
 
     def close(self) -> None:
-        for mr in self.mrs:
+        """Deregisters every region of the domain (idempotent); no region or queue can be
+        made in it afterwards."""
+        self.closed = True
+        for mr in list(self.mrs):
             mr.deregister()
         self.mrs.clear()
 
@@ -684,13 +772,14 @@ class QueueSet:
                              "poll_delay_ns) or False (it stays poll_delay_ns)")
         self.poll_adapt = bool(poll_adapt)
         n_qps = _int_in("n_qps", n_qps, 1, ctx.max_qps, f" (max_qps={ctx.max_qps})")
-        _pow2("sq_bbs", sq_bbs, 16, 32768)
-        _pow2("ncqe", ncqe, 16, lib.GW_MAX_CQE)
+        # the checked values, as Python ints (a numpy integer has no bit_length)
+        sq_bbs = _pow2("sq_bbs", sq_bbs, 16, 32768)
+        ncqe = _pow2("ncqe", ncqe, 16, lib.GW_MAX_CQE)
         if ncqe < sq_bbs:
             raise ValueError(f"ncqe={ncqe} must be at least sq_bbs={sq_bbs}: every WQE may "
                              "complete with an error CQE")
         # Powers of two: the device verbs find slots with shifts, not 64-bit divisions.
-        _pow2("stage_slot_bytes", stage_slot_bytes, 64, 1 << 20)
+        stage_slot_bytes = _pow2("stage_slot_bytes", stage_slot_bytes, 64, 1 << 20)
         stage_slots = _int_in("stage_slots", stage_slots, 1, 1 << 20)
         if stage_slots * stage_slot_bytes > 1 << 30:
             raise ValueError(f"stage_slots={stage_slots} of stage_slot_bytes={stage_slot_bytes}: "
@@ -759,46 +848,56 @@ class QueueSet:
         self.state = device_zeros((n, dv.S_COLS), np.int64)
         self.wqe_aux = device_zeros((n, sq_bbs), np.int64)
         err = ffi.new("char[]", _ERRLEN)
-        for i in range(n):
-            cq = ffi.new("struct gw_cq_desc *")
-            cq.cqn = int(self.cqns[i])
-            cq.ncqe = ncqe
-            cq.cqes = ffi.cast("void *", self.cq.address + i * self.cq.host[0].nbytes)
-            cq.dbrec = ffi.cast("void *", self.cqdb.address + i * self.cqdb.host[0].nbytes)
-            _check(lib.gw_engine_add_cq(ctx._engine, cq, err, _ERRLEN), err)
-            self._added_cqns.append(int(self.cqns[i]))
-            qp = ffi.new("struct gw_qp_desc *")
-            qp.qpn = int(self.qpns[i])
-            qp.cqn = int(self.cqns[i])
-            qp.sq_bbs = sq_bbs
-            qp.sq = ffi.cast("void *", self.sq.address + i * self.sq.host[0].nbytes)
-            qp.dbrec = ffi.cast("void *", self.dbrec.address + i * self.dbrec.host[0].nbytes)
-            qp.status = ffi.cast("void *", self.status.address + i * self.status.host[0].nbytes)
-            qp.staging_key = self.stage_mr.lkey
-            qp.stage_slots = stage_slots
-            qp.stage_slot_bytes = stage_slot_bytes
-            qp.stage_addr = int(info[i, dv.I_STAGE_ADDR])
-            if stage_credits == "completions":
-                qp.flags = lib.GW_QP_F_STAGE_CREDITS_IN_CQE
-            _check(lib.gw_engine_add_qp(ctx._engine, qp, err, _ERRLEN), err)
-            self._added_qpns.append(int(self.qpns[i]))
+        with ctx._eng.use() as engine:
+            for i in range(n):
+                self._add_qp(engine, i, sq_bbs, ncqe, stage_slots, stage_slot_bytes,
+                             stage_credits, info, err)
+
+    def _add_qp(self, engine, i, sq_bbs, ncqe, stage_slots, stage_slot_bytes, stage_credits,
+                info, err) -> None:
+        """Gives the engine QP ``i`` and its CQ."""
+        cq = ffi.new("struct gw_cq_desc *")
+        cq.cqn = int(self.cqns[i])
+        cq.ncqe = ncqe
+        cq.cqes = ffi.cast("void *", self.cq.address + i * self.cq.host[0].nbytes)
+        cq.dbrec = ffi.cast("void *", self.cqdb.address + i * self.cqdb.host[0].nbytes)
+        _check(lib.gw_engine_add_cq(engine, cq, err, _ERRLEN), err)
+        self._added_cqns.append(int(self.cqns[i]))
+        qp = ffi.new("struct gw_qp_desc *")
+        qp.qpn = int(self.qpns[i])
+        qp.cqn = int(self.cqns[i])
+        qp.sq_bbs = sq_bbs
+        qp.sq = ffi.cast("void *", self.sq.address + i * self.sq.host[0].nbytes)
+        qp.dbrec = ffi.cast("void *", self.dbrec.address + i * self.dbrec.host[0].nbytes)
+        qp.status = ffi.cast("void *", self.status.address + i * self.status.host[0].nbytes)
+        qp.staging_key = self.stage_mr.lkey
+        qp.stage_slots = stage_slots
+        qp.stage_slot_bytes = stage_slot_bytes
+        qp.stage_addr = int(info[i, dv.I_STAGE_ADDR])
+        qp.pd = self.pd.number
+        if stage_credits == "completions":
+            qp.flags = lib.GW_QP_F_STAGE_CREDITS_IN_CQE
+        _check(lib.gw_engine_add_qp(engine, qp, err, _ERRLEN), err)
+        self._added_qpns.append(int(self.qpns[i]))
 
     def _release(self, ctx, eng) -> None:
         """Destroys what the engine holds of this set (its QPs flushed, then gone), then
         gives back the CQ numbers and unpins the rings."""
-        stuck = []
-        if eng.ptr is not None:
-            for qpn in self._added_qpns:
-                if lib.gw_engine_remove_qp(eng.ptr, qpn) == -2:
-                    stuck.append(qpn)
-            for cqn in self._added_cqns:
-                lib.gw_engine_remove_cq(eng.ptr, cqn)
+        stuck, released = [], False
+        with contextlib.suppress(VerbsError):     # closed: the engine let go of them
+            with eng.use() as engine:
+                for qpn in self._added_qpns:
+                    if lib.gw_engine_remove_qp(engine, qpn) == -2:
+                        stuck.append(qpn)
+                for cqn in self._added_cqns:
+                    lib.gw_engine_remove_cq(engine, cqn)
+                released = True
         self._added_qpns = []
         self._added_cqns = []
         for mr in (getattr(self, "stage_mr", None), getattr(self, "bounce_mr", None)):
             if mr is not None:
                 mr.deregister()
-        if eng.ptr is not None and not stuck:
+        if released and not stuck:
             ctx._give_cqns(self.cqns)
         if stuck:
             raise VerbsError(f"queue pairs {stuck}: the engine did not let go of them in 10 s; "
@@ -812,8 +911,12 @@ class QueueSet:
                 self.cq.kernel, self.cqdb.kernel, self.stage.kernel, self.state, self.info,
                 self.wqe_aux, self.bounce.kernel)
 
+    def qp_index(self, i) -> int:
+        """``i`` as the index of one of this set's QPs, or a ValueError naming it."""
+        return _int_in("qp", i, 0, self.n_qps - 1, f" (this set has {self.n_qps} QP(s))")
+
     def qp_state(self, i: int) -> str:
-        value = int(self.status.host[i, L.STATUS_W_QP_STATE])
+        value = int(self.status.host[self.qp_index(i), L.STATUS_W_QP_STATE])
         return {L.QPS_RTS: "rts", L.QPS_ERR: "error"}.get(value, f"state {value}")
 
     def gpu_state(self) -> np.ndarray:
@@ -826,12 +929,17 @@ class QueueSet:
         Like a modify-QP through RESET to RTS: both sides' send-queue, staging and
         bounce counters restart from zero; completion-queue counters carry on.
         """
+        i = self.qp_index(i)
+        if self._ctx_eng is None:
+            raise VerbsError(f"qp {int(self.qpns[i])}: this queue set is closed")
+        self.pd.context._engine     # a closed context says so before any state changes
         state = self.state.copy_to_host()
         keep = state[i, [dv.S_CQ_CI, dv.S_CQ_PUB]]
         state[i] = 0
         state[i, [dv.S_CQ_CI, dv.S_CQ_PUB]] = keep
         self.state.copy_to_device(state)
-        rc = lib.gw_engine_qp_reset(self.pd.context._engine, int(self.qpns[i]))
+        with self.pd.context._eng.use() as engine:
+            rc = lib.gw_engine_qp_reset(engine, int(self.qpns[i]))
         if rc != 0:
             raise VerbsError(f"the engine did not reset qp {int(self.qpns[i])} (rc={rc})")
         self.dbrec.host[i] = 0     # the engine cleared the send counter; the rest too

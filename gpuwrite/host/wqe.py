@@ -93,6 +93,7 @@ class HostPoster:
     """Posts WQEs to QP ``i`` of a QueueSet from the host and reads its completions."""
 
     def __init__(self, queues, i: int = 0):
+        i = queues.qp_index(i)
         self.q = queues
         self.i = i
         self.qpn = int(queues.qpns[i])

@@ -146,8 +146,8 @@ class Adversary:
         ffi.memmove(buf, bytes([CANARY]) * (GUARD + length + GUARD), GUARD + length + GUARD)
         r = Region(key, kind, length, access, buf)
         err = ffi.new("char[]", ERRLEN)
-        self._check(lib.gw_engine_add_mr(self.eng, key, r.addr, length, access, kind, 0, err,
-                                         ERRLEN), err)
+        self._check(lib.gw_engine_add_mr(self.eng, key, r.addr, length, access, kind, 0, 0,
+                                         err, ERRLEN), err)
         self.regions[key] = r
         return r
 

@@ -9,14 +9,14 @@ from gpuwrite.host.memory import describe, mapped
 
 def test_numpy_and_mapped_buffers_are_host_memory():
     a = np.zeros(100, dtype=np.uint32)
-    assert describe(a) == (a.ctypes.data, 400, L.MEM_HOST)
+    assert describe(a) == (a.ctypes.data, 400, L.MEM_HOST, True)
     m = mapped((64,), np.uint64)
-    assert describe(m) == (m.address, 512, L.MEM_HOST)
+    assert describe(m) == (m.address, 512, L.MEM_HOST, True)
 
 
 def test_gpu_arrays_are_device_memory(nic):
     d = cuda.to_device(np.arange(256, dtype=np.uint32))
-    addr, nbytes, kind = describe(d)
+    addr, nbytes, kind, _writeable = describe(d)
     assert nbytes == 1024 and kind == L.MEM_DEVICE and addr != 0
     mr = nic.alloc_pd().reg_mr(d, access=L.ACCESS_LOCAL_WRITE)
     assert (mr.address, mr.length, mr.kind) == (addr, 1024, L.MEM_DEVICE)

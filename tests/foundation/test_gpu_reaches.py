@@ -83,3 +83,62 @@ def test_byref_objects_are_what_the_fake_writes():
     ref = ctypes.byref(value)
     ref._obj.value = 7
     assert value.value == 7
+
+
+class TypedDriver:
+    """Answers the memory type and managed attributes of ``kinds`` (start -> (size,
+    CUmemorytype, managed)), and, for device memory, the device pointer and its range."""
+
+    def __init__(self, kinds):
+        self.kinds = kinds
+
+    def cuPointerGetAttribute(self, ref, attribute, address):
+        for start, (size, kind, managed) in self.kinds.items():
+            if start <= address.value < start + size:
+                ref._obj.value = {memory._CU_POINTER_ATTRIBUTE_MEMORY_TYPE: kind,
+                                  memory._CU_POINTER_ATTRIBUTE_IS_MANAGED: managed,
+                                  memory._CU_POINTER_ATTRIBUTE_DEVICE_POINTER: address.value,
+                                  memory._CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: start,
+                                  memory._CU_POINTER_ATTRIBUTE_RANGE_SIZE: size}[attribute.value]
+                return 0
+        return 1
+
+
+_DEVICE, _HOST = 2, memory._CU_MEMORYTYPE_HOST
+
+
+def test_the_cpu_reaches_host_pinned_and_managed_memory_only(monkeypatch):
+    """The engine's threads copy host and staging regions with the CPU: GPU memory
+    registered as either would fault the process at its first write."""
+    monkeypatch.setattr(memory, "SIMULATOR", False)
+    monkeypatch.setattr(memory, "driver", lambda: TypedDriver({
+        BASE: (4096, _DEVICE, 0), BASE + 8192: (4096, _HOST, 0),
+        BASE + 16384: (4096, _DEVICE, 1)}))
+    assert not memory.cpu_reaches(BASE + 64), "GPU memory"
+    assert memory.cpu_reaches(BASE + 8192), "pinned host memory"
+    assert memory.cpu_reaches(BASE + 16384), "managed memory"
+    assert memory.cpu_reaches(BASE + (1 << 20)), "memory the driver does not know: the host's"
+
+
+def test_gpu_memory_is_not_registered_as_host_or_staging(monkeypatch):
+    import numpy as np
+
+    from gpuwrite import layouts as L
+    from gpuwrite.host.verbs import Context
+
+    class Interface:      # "GPU memory" at a host array's address, so nothing can fault
+        def __init__(self, array):
+            self.array = array
+            self.__cuda_array_interface__ = {"shape": array.shape, "typestr": array.dtype.str,
+                                             "data": (array.ctypes.data, False), "version": 3}
+
+    d = Interface(np.zeros(64, np.uint32))
+    address = d.array.ctypes.data
+    with Context() as ctx:
+        pd = ctx.alloc_pd()
+        monkeypatch.setattr(memory, "SIMULATOR", False)
+        monkeypatch.setattr(memory, "driver", lambda: TypedDriver({address: (256, _DEVICE, 0)}))
+        for kind in (L.MEM_HOST, L.MEM_STAGING):
+            with pytest.raises(ValueError, match="GPU memory the CPU cannot reach"):
+                pd.reg_mr(d, kind=kind)
+        assert pd.reg_mr(d).kind == L.MEM_DEVICE

@@ -292,7 +292,8 @@ def _rules():
             if q.outstanding() >= SQ_BBS - 1:
                 return
             _event("post")
-            must_fail = bounds == "out" or not dst.live or not src.live
+            # a source of another protection domain is no region to this QP (bad_lkey)
+            must_fail = bounds == "out" or not dst.live or not src.live or src.pd is not q.pd
             if not must_fail:
                 dst.writable[offset:offset + length] = True
             p = q.poster
@@ -321,10 +322,12 @@ def _rules():
             dst = data.draw(st.sampled_from(self.live_regions("dst")))
             length = min(src.length, dst.length)
             if q.outstanding() < SQ_BBS - 1:
-                dst.writable[:length] = True
+                same_pd = src.pd is q.pd
+                if same_pd:
+                    dst.writable[:length] = True
                 p = q.poster
                 q.unrung.append((p.write(rdma_write(p.pi, p.qpn, src.address, src.key, length,
-                                                    dst.address, dst.key)), False))
+                                                    dst.address, dst.key)), not same_pd))
             self.ring_queue(q)
             if not self.ctx.running:
                 self.ctx.start()
@@ -374,6 +377,7 @@ def _rules():
 
         def close_pd_of(self, pd):
             pd.close()
+            self.pds.remove(pd)     # nothing is registered or created in it again
             for r in self.regions:
                 if r.pd is pd:
                     r.freeze()

@@ -319,11 +319,11 @@ def test_the_engine_refuses_bad_values_given_to_it_directly():
     assert engine != ffi.NULL
     buf = np.zeros(64, np.uint8)
     try:
-        assert lib.gw_engine_add_mr(engine, 0x100, buf.ctypes.data, 64, 8, 0, 0, err, 256) == -1
+        assert lib.gw_engine_add_mr(engine, 0x100, buf.ctypes.data, 64, 8, 0, 0, 0, err, 256) == -1
         assert "access=0x8 has unknown bits" in ffi.string(err).decode()
-        assert lib.gw_engine_add_mr(engine, 0x100, buf.ctypes.data, 64, 1, 0, 2, err, 256) == -1
+        assert lib.gw_engine_add_mr(engine, 0x100, buf.ctypes.data, 64, 1, 0, 2, 0, err, 256) == -1
         assert "flags=0x2 has unknown bits" in ffi.string(err).decode()
-        assert lib.gw_engine_add_mr(engine, 0x100, buf.ctypes.data, 0, 1, 0, 0, err, 256) == -1
+        assert lib.gw_engine_add_mr(engine, 0x100, buf.ctypes.data, 0, 1, 0, 0, 0, err, 256) == -1
         assert "nonempty" in ffi.string(err).decode()
     finally:
         lib.gw_engine_destroy(engine)
