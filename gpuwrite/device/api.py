@@ -44,7 +44,8 @@ Semantics:
     name): if it did not, its control segment's CQ_UPDATE bit is set before the doorbell
     announces it.
   * Status codes are the verbs' (``gpuwrite.device.verbs.E_*``), plus ``E_BAD_PATH``,
-    ``E_BAD_SIZE``, ``E_BAD_SOURCE``, ``E_CLOSED`` and ``wait_signal``'s
+    ``E_BAD_SIZE``, ``E_BAD_SOURCE``, ``E_CLOSED``, ``E_BAD_QP`` (an ``open_*`` of a QP
+    index outside ``Q``: the handle fails at once) and ``wait_signal``'s
     ``E_TIMEOUT_SIGNAL``.
     An error is sticky: once a put or a wait of a handle fails, every later call on
     it returns the first error without touching the QP (``error_name`` names it;
@@ -62,6 +63,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from numba import uint32
+from numba.core.errors import TypingError
 
 from gpuwrite import layouts as L
 from gpuwrite.calibfiles import calibration_dir, newest_first
@@ -92,6 +94,7 @@ E_TIMEOUT_SIGNAL = -17  # wait_signal: the signal did not reach its value in tim
 E_BAD_SIZE = -18        # a negative message size
 E_BAD_SOURCE = -19      # the payload's words run outside the source array
 E_CLOSED = -20          # a put, flush or quiet on a handle after its close
+E_BAD_QP = -21          # open_* given a QP index outside the session's QPs
 ERROR_NAMES = dict(dv.ERROR_NAMES)
 ERROR_NAMES[dv.E_TOO_LARGE] = ("message too large for the staging ring, the bounce ring, an inline "
                                "WQE or (nic_pull) one WQE")
@@ -101,6 +104,8 @@ ERROR_NAMES[E_BAD_SIZE] = "negative message size (allowed: 0 or more bytes)"
 ERROR_NAMES[E_BAD_SOURCE] = ("source range outside the source array (allowed: src_word >= 0 "
                              "and src_word * 4 + nbytes <= 4 * len(src))")
 ERROR_NAMES[E_CLOSED] = "the handle was closed (open the QP again to use it)"
+ERROR_NAMES[E_BAD_QP] = ("QP index outside the session's QPs (allowed: 0 <= qp < n_qps, the rows "
+                         "of Q)")
 
 
 def error_name(status: int) -> str:
@@ -214,6 +219,38 @@ else:
         return cuda.shfl_sync(0xFFFFFFFF, status, 0), cuda.shfl_sync(0xFFFFFFFF, word, 0)
 
 
+def _words_refused(what: str) -> str:
+    return (f"put/put_signal: src is {what}; allowed a 1-D array of uint32 words (the copies "
+            "move 16-byte vectors of words: view a byte buffer as uint32, its length a "
+            "multiple of 4)")
+
+
+if SIMULATOR:
+    def _require_words(src):
+        """The simulator's twin of the GPU's typing check: a kernel fails at the put."""
+        if getattr(src, "dtype", None) != np.uint32 or getattr(src, "ndim", None) != 1:
+            raise TypingError(_words_refused(
+                f"dtype {getattr(src, 'dtype', type(src).__name__)}, "
+                f"{getattr(src, 'ndim', 0)}-D"))
+else:
+    from numba.core import types as _types
+    from numba.core.extending import intrinsic
+
+    @intrinsic
+    def _require_words(typingctx, src):
+        """No code: refuses, when the kernel is compiled, a source that is not 1-D uint32
+        (its copies would make misaligned vector loads)."""
+        if not (isinstance(src, _types.Array) and src.dtype == _types.uint32 and src.ndim == 1):
+            what = (f"dtype {src.dtype}, {src.ndim}-D" if isinstance(src, _types.Array)
+                    else f"of type {src}")
+            raise TypingError(_words_refused(what))
+
+        def codegen(context, builder, signature, args):
+            return context.get_dummy_value()
+
+        return _types.none(src), codegen
+
+
 @cuda.jit(device=True)
 def _sync(scope):
     """Barrier of the scope: what makes the lanes' payload stores part of what the
@@ -240,10 +277,18 @@ def _open(Q, cfg, qp, sh, slot, scope, leader):
     state_row = sh[slot, 0:1]
     info_row = sh[slot, 1:2]
     a = sh[slot, 1, _A0:]
+    # An index outside Q's rows would read and write past every ring (qp_cached's slices
+    # are then empty): the handle fails instead. Its slices are QP 0's, never touched
+    # while the status is not OK; close stores no state for it.
+    bad_qp = qp < 0 or qp >= Q[dv.Q_STATE].shape[0]
+    row = 0 if bad_qp else qp
     if leader:
-        dv.qp_cache_load(Q, qp, state_row, info_row)
-        a[A_QP] = qp
-        a[A_STATUS] = OK
+        if bad_qp:
+            a[A_STATUS] = E_BAD_QP
+        else:
+            dv.qp_cache_load(Q, qp, state_row, info_row)
+            a[A_STATUS] = OK
+        a[A_QP] = row
         a[A_TIMEOUT_NS] = cfg[C_TIMEOUT_NS]
         a[A_CHUNK_BYTES] = cfg[C_CHUNK_BYTES]
         a[A_RING_EACH_BYTES] = cfg[C_RING_EACH_BYTES]
@@ -254,7 +299,7 @@ def _open(Q, cfg, qp, sh, slot, scope, leader):
     # scope (a constant where the kernel opened with open_warp, open_block or open_thread,
     # so the compiler drops the other scopes' branches), the timeout, the chunk size and
     # the ring-each size (read once here; the leader copied them from cfg).
-    return (Q, dv.qp_cached(Q, qp, state_row, info_row), a, cfg, scope, a[A_TIMEOUT_NS],
+    return (Q, dv.qp_cached(Q, row, state_row, info_row), a, cfg, scope, a[A_TIMEOUT_NS],
             a[A_CHUNK_BYTES], a[A_RING_EACH_BYTES])
 
 
@@ -374,7 +419,7 @@ def close(h):
             _flush(h)
             dv.qp_cache_store(Q, a[A_QP], q[dv.Q_STATE])
             a[A_STATUS] = E_CLOSED
-        elif a[A_STATUS] != E_CLOSED:
+        elif a[A_STATUS] != E_CLOSED and a[A_STATUS] != E_BAD_QP:
             dv.qp_cache_store(Q, a[A_QP], q[dv.Q_STATE])
     _sync(scope)
 
@@ -597,6 +642,7 @@ def _fail(h, code):
 def _put(h, src, src_word, nbytes, raddr, rkey, lkey, path, with_sig, sig_raddr, sig_rkey,
          sig_value):
     Q, q, a, cfg, scope, timeout_ns, chunk_bytes, ring_each_bytes = h
+    _require_words(src)
     if nbytes < 0:
         return _fail(h, E_BAD_SIZE)
     if path == AUTO:
@@ -944,6 +990,11 @@ class Session:
         from gpuwrite.host.verbs import DEFAULT_POLL_DELAY_NS, DEFAULT_STAGE_CREDITS, Context
         from gpuwrite.paths.pull_agent import PULL_AGENTS
 
+        # What close() releases, set before anything can fail.
+        self._closed = False
+        self._testbed = self._context = self._pd = self._queues = None
+        self._own_ctx = False
+        self._keep: list = []
         if world not in WORLDS:
             raise ValueError(f"world={world!r}: allowed {', '.join(WORLDS)}")
         if pull_agent not in PULL_AGENTS:
@@ -952,7 +1003,6 @@ class Session:
             raise ValueError("pull_agent='gpu': the CUDA simulator runs one kernel at a time, so "
                              "the agent cannot run beside a kernel that puts; allowed here: "
                              "'copy_engine'")
-        self._testbed = None
         self.pull_agent = pull_agent
         self._agent = None
         self._agent_pulls = None
@@ -993,20 +1043,19 @@ class Session:
             # A real NIC returns staging credits only as completions: stage_credits is moot.
             from gpuwrite.backends.testbed.session import open_session
 
-            self.context = self.pd = None
             self._testbed = open_session(n_qps, sq_bbs=sq_bbs, ncqe=max(sq_bbs, 256),
                                          stage_slots=stage_slots,
                                          stage_slot_bytes=stage_slot_bytes,
                                          bounce_bytes=bounce_bytes, options=testbed)
-            self.queues = self._testbed.queues
+            self._queues = self._testbed.queues
         try:
             self.thresholds = thresholds or default_thresholds()
             self.chunk_bytes = chunk_bytes
             if world == "emulated":
                 self._own_ctx = context is None
-                self.context = context or Context(policy=policy, link=link, workers=workers)
-                self.pd = self.context.alloc_pd()
-                self.queues = self.pd.create_queues(
+                self._context = context or Context(policy=policy, link=link, workers=workers)
+                self._pd = self._context.alloc_pd()
+                self._queues = self._pd.create_queues(
                     n_qps, sq_bbs=sq_bbs, ncqe=max(sq_bbs, 256), stage_slots=stage_slots,
                     stage_slot_bytes=stage_slot_bytes, bounce_bytes=bounce_bytes,
                     stage_credits=DEFAULT_STAGE_CREDITS if stage_credits is None else stage_credits,
@@ -1022,7 +1071,31 @@ class Session:
         except BaseException:
             self.close()     # a testbed session's NIC objects too
             raise
-        self._keep: list = []
+
+    def _check_open(self) -> None:
+        if self._closed:
+            from gpuwrite.host.verbs import VerbsError
+
+            raise VerbsError("the session is closed: its queues, regions and buffers are "
+                             "released (open a new Session)")
+
+    @property
+    def context(self):
+        """The emulated NIC's context (None in testbed mode)."""
+        self._check_open()
+        return self._context
+
+    @property
+    def pd(self):
+        """The session's protection domain (None in testbed mode)."""
+        self._check_open()
+        return self._pd
+
+    @property
+    def queues(self):
+        """The session's QueueSet."""
+        self._check_open()
+        return self._queues
 
     @property
     def Q(self) -> tuple:
@@ -1033,6 +1106,7 @@ class Session:
         """A copy of ``words`` (uint32) in GPU memory, registered for the NIC to read;
         returns (device array, memory region): pass ``region.lkey`` as put's ``lkey``.
         ``words``: a 1-D host array (or sequence) of integers from 0 to 2^32 - 1."""
+        self._check_open()
         words = _source_words(words)
         if self._testbed is not None:
             return self._testbed.source(words)
@@ -1045,6 +1119,7 @@ class Session:
         """A remote-writable region of ``nwords`` uint32 in GPU-visible host memory (the
         receiver's buffer; a kernel can poll it); returns (Mapped, memory region).
         ``nwords``: an integer of at least 1; ``fill``: an integer word, 0 to 2^32 - 1."""
+        self._check_open()
         if not _is_int(nwords) or nwords < 1:
             raise ValueError(f"nwords={nwords!r}: allowed an integer of at least 1")
         if not _is_int(fill) or not 0 <= fill <= 0xFFFFFFFF:
@@ -1061,6 +1136,7 @@ class Session:
 
     def start(self) -> "Session":
         """Starts the emulated NIC's threads (a real NIC runs already)."""
+        self._check_open()
         if self._testbed is None and not self.context.running:
             self.context.start()
         return self
@@ -1075,6 +1151,7 @@ class Session:
         ``gpuwrite.cudaenv.preload``), not a free of device memory (Numba's are deferred
         here, ``cuda.defer_cleanup``). A kernel loaded late waits for the agent to leave
         after ``2 * timeout_s`` idle, and its pulls then fail (reason ``pull_failed``)."""
+        self._check_open()
         if self.pull_agent != "gpu" or self._agent is not None:
             yield self
             return
@@ -1095,6 +1172,7 @@ class Session:
 
     def describe(self) -> str:
         """What stands in for what, in one line."""
+        self._check_open()
         if self._testbed is not None:
             return self._testbed.describe()
         pull = ("pulled by the GPU agent (persistent blocks answer the engine's reads)"
@@ -1106,11 +1184,13 @@ class Session:
     def agent_report(self) -> dict | None:
         """What the GPU pull agent did in the last ``agent_running`` block (its pulls and
         bytes, and the engine's answered and failed pulls); None before one."""
+        self._check_open()
         return self._agent_pulls
 
     def qp_errors(self, status) -> dict:
         """Named errors of the QPs whose status (as a kernel stored it, indexed by QP)
         is not OK, with the syndrome of the last error completion where there was one."""
+        self._check_open()
         state = self.queues.gpu_state()
         codes = np.asarray(status).ravel()
         if codes.size > state.shape[0]:
@@ -1132,20 +1212,32 @@ class Session:
 
     def close(self) -> None:
         """Deregisters the session's regions (no byte lands there again) and closes the
-        context if the session opened it; testbed: releases everything last-made-first."""
-        if getattr(self, "_testbed", None) is not None:
-            testbed, self._testbed = self._testbed, None
+        context if the session opened it, else destroys the session's queues on it (the
+        engine stops polling them, their QP numbers are free again); testbed: releases
+        everything last-made-first. Closing twice does nothing; any other use of a closed
+        session raises VerbsError."""
+        if self._closed:
+            return
+        self._closed = True
+        testbed, self._testbed = self._testbed, None
+        context, pd, queues = self._context, self._pd, self._queues
+        self._context = self._pd = self._queues = None
+        self._keep = []
+        if testbed is not None:
             testbed.close()
             return
-        if getattr(self, "pd", None) is not None:
-            self.pd.close()
-            self.pd = None
-        if getattr(self, "context", None) is not None and self._own_ctx:
-            self.context.stop()
-            self.context.close()
-        self.context = None
+        # Last pushed runs first, each even where one before it raised.
+        with contextlib.ExitStack() as release:
+            if context is not None and self._own_ctx:
+                release.callback(context.close)
+                release.callback(context.stop)
+            if pd is not None:
+                release.callback(pd.close)
+            if queues is not None and not self._own_ctx:
+                release.callback(queues.close)
 
     def __enter__(self) -> "Session":
+        self._check_open()
         return self
 
     def __exit__(self, *exc) -> None:

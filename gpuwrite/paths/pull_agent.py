@@ -469,15 +469,22 @@ class PullAgent:
         self.ctl = cuda.to_device(np.zeros(4, dtype=np.int64))
         self.desc = cuda.to_device(np.zeros((AGENT_BATCH + 1, 4), dtype=np.int64))
         self._stream = None
+        self._handle = None
         self._frees_held = None
         self.report: dict | None = None     # what stop() returned
 
     def start(self, launch: bool = True) -> "PullAgent":
         """Points the engine at the agent's ring and launches the agent (``launch=False``
-        leaves it unlaunched: an agent that is gone, for tests)."""
-        rc = lib.gw_engine_set_pull_agent(self.ctx._engine, ffi.cast("void *", self.ring.address),
-                                          ffi.cast("void *", self.done.address), self.slots,
-                                          int(self.pull_timeout_s * 1e9))
+        leaves it unlaunched: an agent that is gone, for tests). Where the agent cannot be
+        launched, the engine is left as it was: its pulls go on through the copy engine."""
+        if launch and SIMULATOR:
+            # Refused before the engine is pointed at a ring no kernel would ever answer.
+            raise RuntimeError("the CUDA simulator runs one kernel at a time (a global kernel "
+                               "context): the pull agent cannot run beside the sender there")
+        with self.ctx._eng.use() as engine:
+            rc = lib.gw_engine_set_pull_agent(engine, ffi.cast("void *", self.ring.address),
+                                              ffi.cast("void *", self.done.address), self.slots,
+                                              int(self.pull_timeout_s * 1e9))
         if rc != 0:
             raise RuntimeError("the engine refused the pull agent's ring")
         # The engine reads and writes the ring from now on: it holds the agent (and so the
@@ -486,20 +493,42 @@ class PullAgent:
         self.ctx._eng.pins[_PIN] = self
         if not launch:
             return self
-        if SIMULATOR:
-            raise RuntimeError("the CUDA simulator runs one kernel at a time (a global kernel "
-                               "context): the pull agent cannot run beside the sender there")
-        args = (self.ring.kernel, self.done.kernel, int(self.idle_timeout_s * 1e9),
-                self.split_bytes, MIN_CHUNK_BYTES, self.ctl, self.desc, self.outcome)
-        self._libcuda, handle = _nonblocking_stream()
-        self._stream = cuda.external_stream(handle.value)
-        self._handle = handle
-        _agent[self.blocks, self.threads, self._stream](*args)
+        try:
+            args = (self.ring.kernel, self.done.kernel, int(self.idle_timeout_s * 1e9),
+                    self.split_bytes, MIN_CHUNK_BYTES, self.ctl, self.desc, self.outcome)
+            self._libcuda, handle = _nonblocking_stream()
+            self._handle = handle
+            self._stream = cuda.external_stream(handle.value)
+            _agent[self.blocks, self.threads, self._stream](*args)
+        except BaseException:
+            self._detach_unlaunched()
+            raise
         return self
+
+    def _detach_unlaunched(self) -> None:
+        """Undoes ``start`` where the launch failed (no kernel runs): the stream, the
+        engine's pointer at the ring and its pin."""
+        if self._handle is not None:
+            self._libcuda.cuStreamDestroy_v2(self._handle)
+        self._stream = self._handle = None
+        self._detach()
+
+    def _detach(self) -> bool:
+        """Points the engine away from the ring and lets go of the agent; False where a
+        worker did not let go of the ring within 10 s (it may still read it: the agent is
+        then kept for the life of the process, never freed)."""
+        with self.ctx._eng.use() as engine:
+            rc = lib.gw_engine_set_pull_agent(engine, ffi.NULL, ffi.NULL, 0, 0)
+        if rc != 0:
+            _KEPT.append(self)
+            return False
+        self.ctx._eng.pins.pop(_PIN, None)
+        return True
 
     def stop(self) -> dict:
         """Stops the agent and detaches it from the engine; returns what it did."""
-        answered = lib.gw_engine_stop_pull_agent(self.ctx._engine) == 0
+        with self.ctx._eng.use() as engine:
+            answered = lib.gw_engine_stop_pull_agent(engine) == 0
         if self._stream is not None:
             # Unanswered, the agent has left already (idle) or is stuck: wait only for
             # one that has ended, never on a kernel that may not.
@@ -511,15 +540,14 @@ class PullAgent:
             self._stream.synchronize()
             self._libcuda.cuStreamDestroy_v2(self._handle)
             self._stream = None
-        if lib.gw_engine_set_pull_agent(self.ctx._engine, ffi.NULL, ffi.NULL, 0, 0) != 0:
-            _KEPT.append(self)   # a worker may still read the ring: never free it
+        if not self._detach():
             raise RuntimeError("the engine's workers did not let go of the pull agent's ring "
                                "within 10 s; its memory is kept")
-        self.ctx._eng.pins.pop(_PIN, None)
         out = self.outcome.copy_to_host()
         # the engine's count of pulls the agent answered, and of those it failed
         failed = ffi.new("uint64_t *")
-        engine_answered = int(lib.gw_engine_agent_pulls(self.ctx._engine, failed))
+        with self.ctx._eng.use() as engine:
+            engine_answered = int(lib.gw_engine_agent_pulls(engine, failed))
         self.report = {"exit": EXIT_NAMES.get(int(out[A_EXIT]), str(out[A_EXIT])),
                        "pulls": int(out[A_PULLS]), "bytes": int(out[A_BYTES]),
                        "helped_chunks": int(out[A_HELPED]),

@@ -197,6 +197,7 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
                          "thread(s), set when it was made (Context(workers=...))")
     ctx = context or Context(policy=policy, link=link, workers=1 if workers is None else workers)
     agent = None
+    pd = qs = None
     try:
         pd = ctx.alloc_pd()
         src_dev = cuda.to_device(src_host)
@@ -292,4 +293,13 @@ def run(path: str, sizes_bytes, n_qps: int = 4, *, policy: str = "hold",
         if own_ctx:
             ctx.stop()
             ctx.close()
+        else:
+            # The caller's context lives on: without this each run left its QPs polled by
+            # the engine, its CQ numbers taken and its buffers pinned. The results are
+            # copies by now. Last pushed runs first, even where the other raised.
+            with contextlib.ExitStack() as release:
+                if pd is not None:
+                    release.callback(pd.close)
+                if qs is not None:
+                    release.callback(qs.close)
 
