@@ -77,7 +77,7 @@ SIMULATOR: bool = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
 
 from numba import cuda  # noqa: E402  (after the environment is settled)
 
-__all__ = ["cuda", "SIMULATOR", "world", "preload"]
+__all__ = ["cuda", "SIMULATOR", "world", "preload", "check_capability"]
 
 
 def world() -> str:
@@ -87,6 +87,26 @@ def world() -> str:
     dev = cuda.get_current_device()
     name = dev.name.decode() if isinstance(dev.name, bytes) else dev.name
     return f"GPU {name} (compute capability {dev.compute_capability[0]}.{dev.compute_capability[1]})"
+
+
+# The oldest GPUs the device verbs compile for: they use cp.async (sm_80 on) and system-
+# scope acquire and release (sm_70 on). Measured on sm_90 (H100, H200) only.
+MIN_COMPUTE_CAPABILITY = (8, 0)
+
+
+def check_capability(device=None) -> None:
+    """Refuses, by name, a GPU the device verbs cannot compile for (where the kernels
+    would fail later, inside the PTX compiler). Nothing to check on the simulator."""
+    if SIMULATOR and device is None:
+        return
+    dev = device or cuda.get_current_device()
+    cc = tuple(dev.compute_capability)
+    if cc < MIN_COMPUTE_CAPABILITY:
+        name = dev.name.decode() if isinstance(dev.name, bytes) else dev.name
+        raise RuntimeError(
+            f"GPU {name} has compute capability {cc[0]}.{cc[1]}; gpuwrite's device verbs need "
+            f"{MIN_COMPUTE_CAPABILITY[0]}.{MIN_COMPUTE_CAPABILITY[1]} or newer (cp.async): use a "
+            "newer GPU, or the CUDA simulator (NUMBA_ENABLE_CUDASIM=1)")
 
 
 def preload(dispatcher, *args) -> None:

@@ -32,7 +32,7 @@ import numpy as np
 
 from gpuwrite import layouts as L
 from gpuwrite._gw_cffi import ffi, lib
-from gpuwrite.cudaenv import SIMULATOR, cuda, lazy_loading
+from gpuwrite.cudaenv import SIMULATOR, check_capability, cuda, lazy_loading
 from gpuwrite.device import verbs as dv
 from gpuwrite.host.memory import cpu_reaches, describe, device_zeros, gpu_reaches, mapped
 
@@ -460,6 +460,7 @@ class Context:
                           "until its timeout; set CUDA_MODULE_LOADING=EAGER before CUDA starts",
                           RuntimeWarning, stacklevel=2)
         if not SIMULATOR:
+            check_capability()
             cfg.cuda_context = ffi.cast("void *", _cuda_context_handle())
             cfg.libcuda_path = self._libcuda
         err = ffi.new("char[]", _ERRLEN)

@@ -254,3 +254,15 @@ def test_a_link_of_the_wrong_types_is_refused_when_built(kwargs, match):
     """These passed LinkConfig and failed inside cffi at Context(), naming nothing."""
     with pytest.raises(ValueError, match=match):
         LinkConfig(**kwargs)
+
+
+def test_a_gpu_too_old_for_the_device_verbs_is_refused_by_name():
+    """The verbs use cp.async (sm_80 on): on an older GPU the kernels failed inside the
+    PTX compiler, long after the Context opened."""
+    from types import SimpleNamespace
+
+    from gpuwrite.cudaenv import check_capability
+    with pytest.raises(RuntimeError, match=r"GPU Tesla T4 has compute capability 7\.5; .* 8\.0 or newer"):
+        check_capability(SimpleNamespace(name=b"Tesla T4", compute_capability=(7, 5)))
+    check_capability(SimpleNamespace(name="NVIDIA A100", compute_capability=(8, 0)))
+    check_capability(SimpleNamespace(name="NVIDIA H200", compute_capability=(9, 0)))
