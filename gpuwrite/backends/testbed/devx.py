@@ -450,6 +450,12 @@ class TestbedQueueSet:
                 close_quietly(self, exc)
                 raise
 
+    def qp_index(self, i) -> int:
+        """``i`` as the index of one of this set's QPs, or a ValueError naming it (as the
+        emulated QueueSet's)."""
+        from gpuwrite.host.verbs import _int_in
+        return _int_in("qp", i, 0, self.n_qps - 1, f" (this set has {self.n_qps} QP(s))")
+
     def build(self, run=None) -> None:
         """Runs ``BUILD_STEPS`` in order, each as ``run(name, step)`` (default: ``step()``);
         ``run`` may name a failed step (``session.py`` does). On failure the caller closes."""

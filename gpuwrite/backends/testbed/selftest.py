@@ -314,7 +314,8 @@ def cpu_poster(qs):
         qpns=qs.qpns, sq_bbs=qs.sq_bbs, ncqe=qs.ncqe, sq=SimpleNamespace(host=sq),
         cq=SimpleNamespace(host=cq),
         dbrec=SimpleNamespace(host=dbr[:2 * qs.n_qps].reshape(qs.n_qps, 2)),
-        cqdb=SimpleNamespace(host=dbr[2 * qs.n_qps:4 * qs.n_qps].reshape(qs.n_qps, 2)))
+        cqdb=SimpleNamespace(host=dbr[2 * qs.n_qps:4 * qs.n_qps].reshape(qs.n_qps, 2)),
+        qp_index=qs.qp_index)
     return HostPoster(view, 0)
 
 
