@@ -61,7 +61,7 @@ def test_closing_a_context_another_thread_is_using_raises_there_not_a_crash(call
             assert not t.is_alive() and "closed" in seen[0], seen
         print("ok")
         """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True,
                          timeout=120, env=child_env())
     assert out.returncode == 0 and "ok" in out.stdout, (out.returncode, out.stderr[-2000:])
 
