@@ -441,6 +441,8 @@ def diagnose(sysfs_root: str | Path = "/sys", proc_root: str | Path = "/proc",
     sysfs_root, proc_root = Path(sysfs_root), Path(proc_root)
     if not sysfs_root.is_dir():
         raise ParamError("sysfs root", str(sysfs_root), "a directory (a sysfs mount, e.g. /sys)")
+    if not (sysfs_root / "devices").is_dir():   # any folder read as "no GPU and no NIC found"
+        raise ParamError("sysfs root", str(sysfs_root), "a sysfs tree: a directory with devices/ (e.g. /sys)")
     if not proc_root.is_dir() or not any(proc_root.iterdir()):
         # nothing to read: the kernel, the driver and the IOMMU command line would all be guesses
         raise ParamError("proc root", str(proc_root), "a non-empty directory (a procfs mount, e.g. /proc)")

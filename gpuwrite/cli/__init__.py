@@ -99,6 +99,9 @@ class Parser(argparse.ArgumentParser):
     option's own check, which names them."""
 
     def __init__(self, *args, **kwargs):
+        # no abbreviations: "--js" was --json to argparse but not to main's JSON mode, and
+        # an abbreviation that works today is ambiguous once an option is added
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
         self._negative_number_matcher = NEGATIVE_VALUE
 
@@ -119,6 +122,11 @@ class Parser(argparse.ArgumentParser):
         clash = re.match(r"argument (\S+): not allowed with argument (\S+)$", message)
         if clash:
             value, allowed = clash[1], f"{clash[2]} or {clash[1]}, not both"
+            message = f"{message}; allowed: {allowed}"
+        # a flag given a value (--json=yes): name the value and that the flag takes none
+        flag = re.match(r"argument (\S+): ignored explicit argument '(.*)'$", message)
+        if flag:
+            value, allowed = flag[2], f"{flag[1]} alone (it takes no value)"
             message = f"{message}; allowed: {allowed}"
         exc = UsageError(f"{message} (see {self.prog} --help)", value=value, allowed=allowed)
         exc.prog = self.prog
@@ -207,13 +215,63 @@ def _unrecognized(parser: argparse.ArgumentParser, args, extra: list[str]) -> Us
     return exc
 
 
+class StdoutError(OSError):
+    """A write to stdout failed (not a reader that went away): the output is lost."""
+
+
+class _Stdout:
+    """sys.stdout while a command runs: the same stream, whose failed writes are told from
+    the command's other errors without a file name (a full disk under ``> out.json``,
+    ``> /dev/full``: ENOSPC, EIO) as ``StdoutError``, reported in one line."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def _guarded(self, call, *args):
+        try:
+            return call(*args)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise StdoutError(exc.errno, exc.strerror or str(exc)) from None
+
+    def write(self, text):
+        return self._guarded(self.stream.write, text)
+
+    def writelines(self, lines):
+        return self._guarded(self.stream.writelines, lines)
+
+    def flush(self):
+        return self._guarded(self.stream.flush)
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+def _stdout_to_devnull() -> None:
+    """stdout pointed at /dev/null, and what its buffer held dropped, so that the
+    interpreter's final flush fails no more."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
+
+
+def wants_json(argv: list[str]) -> bool:
+    """Whether ``--json`` is on the command line, as argparse reads it (before a ``--``):
+    ``--json``, or ``--json=VALUE``, which argparse refuses (the refusal is JSON too)."""
+    words = argv[:argv.index("--")] if "--" in argv else argv
+    return any(word == "--json" or word.startswith("--json=") for word in words)
+
+
 def _raise_terminated(signum, frame):
     raise Terminated()
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    state = {"command": "", "json": "--json" in argv}
+    state = {"command": "", "json": wants_json(argv)}
     piped = not sys.stdout.isatty() and "COLUMNS" not in os.environ
     if piped:
         os.environ["COLUMNS"] = str(PIPE_COLUMNS)
@@ -222,15 +280,23 @@ def main(argv: list[str] | None = None) -> int:
         previous_term = signal.signal(signal.SIGTERM, _raise_terminated)
     except ValueError:  # not the main thread (an embedding program): leave SIGTERM alone
         pass
+    guard = sys.stdout = _Stdout(sys.stdout)
     try:
-        return _run(argv, state)
+        status = _run(argv, state)
+        sys.stdout.flush()      # here, where a failed write is reported, not at the interpreter's exit
+        return status
     except BrokenPipeError:
         # the reader went away (`gpuwrite ... | head`): as a shell tool, stop quietly; point
         # stdout at /dev/null so that the interpreter's final flush fails no more
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
+        _stdout_to_devnull()
         return EXIT_SIGPIPE
+    except StdoutError as exc:
+        # stdout cannot be written (`> /dev/full`, a full disk, EIO): one line, not a traceback
+        _stdout_to_devnull()
+        name = " ".join(filter(None, ("gpuwrite", state["command"])))
+        print(f"{name}: error: cannot write to stdout ({exc.strerror or type(exc).__name__}); the "
+              "output is lost", file=sys.stderr)
+        return EXIT_FAILED
     except (KeyboardInterrupt, Terminated) as exc:
         how, status = (("interrupted (Ctrl-C)", EXIT_SIGINT) if isinstance(exc, KeyboardInterrupt)
                        else ("terminated (SIGTERM)", EXIT_SIGTERM))
@@ -242,6 +308,8 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({"error": f"{how}{resumes}", "value": None, "allowed": None, "exit_status": status}))
         return status
     finally:
+        if sys.stdout is guard:
+            sys.stdout = guard.stream
         if previous_term is not None:
             signal.signal(signal.SIGTERM, previous_term)
         if piped:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 
 from gpuwrite.cli import NoGPUError, UsageError
-from gpuwrite.cli.common import add_json_flag, console, parse_sizes, print_json, table
+from gpuwrite.cli.common import add_json_flag, console, parse_sizes, print_json, status, table
 
 
 class BenchInputError(UsageError):
@@ -100,9 +100,9 @@ def main(args) -> int:
         raise NoGPUError("bench needs a real GPU; this machine has none (NUMBA_ENABLE_CUDASIM=1). "
                          "Run `gpuwrite demo` here, and bench on a GPU machine",
                          value="NUMBA_ENABLE_CUDASIM=1", allowed="a CUDA GPU")
-    with console.status("benchmarking", spinner="dots") as status:
+    with status("benchmarking") as spinner:     # on stderr: stdout keeps --json's document
         out = run_suite(quick=args.quick,
-                        progress=None if args.json else lambda m: status.update(m), **opts)
+                        progress=lambda m: spinner.update(m), **opts)
     out["world"] = world()
     from gpuwrite.experiments.store import provenance
     out.update(provenance())

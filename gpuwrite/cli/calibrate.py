@@ -11,7 +11,7 @@ from pathlib import Path
 
 from gpuwrite.calibfiles import free_name
 from gpuwrite.cli import NoGPUError, UsageError
-from gpuwrite.cli.common import add_json_flag, check_range, check_writable, console, print_json, table
+from gpuwrite.cli.common import add_json_flag, check_range, check_writable, console, print_json, status, table
 
 DEFAULT_DIR = Path("experiments") / "calibration"
 MAX_RUNS = 1000     # runs per measurement; the default is 5
@@ -54,9 +54,9 @@ def main(args) -> int:
     from gpuwrite.bench import calib
     from gpuwrite.model.params import Params
 
-    with console.status("calibrating", spinner="dots") as status:
+    with status("calibrating") as spinner:     # on stderr: stdout keeps --json's document
         data = calib.calibrate(args.runs, args.quick,
-                               progress=None if args.json else lambda message: status.update(message))
+                               progress=lambda message: spinner.update(message))
     if out is None:
         try:
             out = free_name(DEFAULT_DIR / calib.default_file_name(data))

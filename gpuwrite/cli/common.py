@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import json
 import math
+import os
 import re
 import sys
 import threading
@@ -135,11 +136,14 @@ class LineProgress:
     (``add_task``, ``advance``, ``update``) for what the commands use. Inside ``with``, a
     step that takes long (one path of ``demo``) still gets its line every ``every_s``."""
 
-    def __init__(self, every_s: float = 10.0, stream=None):
+    def __init__(self, every_s: float = 10.0, stream=None, *, quiet_start: bool = False):
         self.every_s = every_s
+        # quiet_start (--json): no line for a task's start or a new description, only one
+        # every every_s and at the end: a command that fails at once leaves one error line
+        self.quiet_start = quiet_start
         self.stream = stream or sys.stderr
         self.tasks: dict[int, dict] = {}
-        self._last_s = 0.0
+        self._last_s = time.monotonic() if quiet_start else 0.0
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._ticker = None
@@ -168,7 +172,7 @@ class LineProgress:
         key = len(self.tasks)
         self.tasks[key] = {"description": description, "total": total, "completed": completed,
                            "started": time.monotonic()}
-        self._say(key, force=True)
+        self._say(key, force=not self.quiet_start)
         return key
 
     def update(self, key: int, *, description=None, advance=None, completed=None, **_) -> None:
@@ -179,7 +183,7 @@ class LineProgress:
             task["completed"] = completed
         if advance:
             task["completed"] += advance
-        self._say(key, force=description is not None)
+        self._say(key, force=description is not None and not self.quiet_start)
 
     def advance(self, key: int, advance: float = 1) -> None:
         self.update(key, advance=advance)
@@ -205,18 +209,26 @@ class LineProgress:
         print(text, file=self.stream, flush=True)
 
 
-def progress(disable: bool = False, every_s: float = 10.0):
+def progress(disable: bool = False, every_s: float = 10.0, *, as_json: bool = False):
     """A rich progress bar on stderr with elapsed time and an ETA where stderr is a terminal;
-    a plain progress line every ``every_s`` seconds where it is a file or a pipe."""
+    a plain progress line every ``every_s`` seconds where it is a file or a pipe. Under
+    ``--json`` (``as_json``) progress stays on stderr and stdout is left alone (not
+    redirected through the bar), so that stdout holds the JSON document only."""
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                                TimeRemainingColumn)
 
     err = Console(stderr=True)
     if not disable and not err.is_terminal:
-        return LineProgress(every_s)
+        return LineProgress(every_s, quiet_start=as_json)
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-                    console=err, disable=disable)
+                    console=err, disable=disable, redirect_stdout=not as_json)
+
+
+def status(message: str):
+    """A spinner with ``message`` on stderr (never stdout, which ``--json`` keeps for the
+    JSON document); its ``update(text)`` changes the message."""
+    return Console(stderr=True).status(message, spinner="dots")
 
 
 # --- provenance and result files -----------------------------------------------------
@@ -233,13 +245,21 @@ def provenance(command: str, parameters: dict, device: str) -> dict:
 
 def check_writable(path, name: str, *, folder: bool = False) -> Path:
     """``path`` unchanged once it is known to be usable before any work starts: a folder
-    (``folder``) made if missing, or a file whose folder is made and which can be opened
+    (``folder``) made if missing and in which a file can be made (a scratch file is made
+    and removed again: an existing folder this user cannot write, or an immutable one,
+    failed only after the work), or a file whose folder is made and which can be opened
     for writing (a file this check created is removed again); else a UsageError."""
+    import tempfile
+
     path = Path(path)
     target = path if folder else path.parent
     try:
         target.mkdir(parents=True, exist_ok=True)
-        if not folder:
+        if folder:
+            handle, scratch = tempfile.mkstemp(prefix=".gpuwrite-check-", dir=target)
+            os.close(handle)
+            os.unlink(scratch)
+        else:
             existed = path.exists()
             with open(path, "ab"):
                 pass
@@ -247,7 +267,8 @@ def check_writable(path, name: str, *, folder: bool = False) -> Path:
                 path.unlink()
     except OSError as exc:
         why = exc.strerror or type(exc).__name__
-        raise UsageError(f"{name}={str(path)!r} is not allowed ({why}: {exc.filename or target}); allowed: a "
+        where = target if folder else exc.filename or target   # not the scratch file's name
+        raise UsageError(f"{name}={str(path)!r} is not allowed ({why}: {where}); allowed: a "
                          f"{'folder' if folder else 'file'} path this user can write", value=str(path),
                          allowed="a writable path") from None
     return path

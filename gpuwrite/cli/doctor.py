@@ -1,6 +1,8 @@
 """``gpuwrite doctor``: GPU-NIC paths, IOMMU, ACS, peer memory, and the path to expect to win."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from gpuwrite.cli import UsageError
 from gpuwrite.cli.common import add_json_flag, console, parse_size, print_json, table
 
@@ -26,6 +28,12 @@ def main(args) -> int:
             raise UsageError(f"{flag}={value!r} is not allowed; allowed: a directory (e.g. "
                              f"{'/sys' if flag == '--sysfs-root' else '/proc'})", value=value,
                              allowed="a directory")
+    sysfs = Path(args.sysfs_root)
+    if sysfs.is_dir() and not (sysfs / "devices").is_dir():
+        # any folder was read as a machine with no GPU and no NIC (exit 1): not a sysfs tree
+        raise UsageError(f"--sysfs-root={args.sysfs_root!r} is not allowed (it has no devices/ folder, so it "
+                         "is no sysfs tree: the sysfs root to read); allowed: a sysfs mount or a copy of one, "
+                         "with devices/ (e.g. /sys)", value=args.sysfs_root, allowed="a sysfs tree (e.g. /sys)")
     report = doctor.diagnose(args.sysfs_root, args.proc_root, size)
     # ready: false is a result a script must be able to test: exit status 1
     status = 0 if report["ready"] else 1

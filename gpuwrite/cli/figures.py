@@ -7,6 +7,8 @@ table, with GPU-measured rows overlaid where they exist.
 """
 from __future__ import annotations
 
+import sys
+
 from gpuwrite.cli import UsageError
 from gpuwrite.cli.common import console, print_json, table
 from gpuwrite.cli.sweep import add_run_options, check_dir, check_dir_name, check_workers, progress_bar
@@ -79,6 +81,11 @@ def check(args) -> int:
             raise UsageError(f"figure {name!r} is not allowed; allowed: {', '.join(names)}", value=name,
                              allowed=", ".join(names))
     specs = [spec for spec in specs if not args.only or spec.name in args.only]
+    if not check_dir_name(args.results, "--results").is_dir():
+        # nothing computed yet is every table missing (status 1, tests/experiments/
+        # test_cli_stored.py); a mistyped folder reads so too: say which folder it was
+        print(f"gpuwrite figures: note: --results={args.results!r} does not exist, so every table in it "
+              "is missing (nothing computed yet, or a mistyped path?)", file=sys.stderr)
     stale = [line for spec in specs for line in stale_tables(spec, args.results)]
     other = [line for spec in specs for line in gpu_rows_of_other_code(spec, args.results)]
     if args.json:

@@ -30,30 +30,13 @@ def _param_files(args) -> tuple[dict | None, dict | None]:
     read once; None where the option is not given. A calibration file must hold
     measurements of a real GPU: an empty file, or one that ``gpuwrite calibrate
     --allow-simulator`` wrote (Python's timings), is refused."""
-    from gpuwrite.model import checks
+    from gpuwrite.experiments.inputs import calibration_table, read_toml
 
     config, calibration = getattr(args, "config", None), getattr(args, "calibration", None)
     if config is not None:      # "" too: an empty name is refused, not ignored
-        config = checks.read_toml(config, "--config")
-    if calibration is not None:
-        file, data = calibration, checks.read_toml(calibration, "--calibration")
-        calibration = data.get("params", data)
-        if not isinstance(calibration, dict):
-            raise UsageError(f"--calibration={file!r} is not allowed (params={calibration!r}); allowed: a file "
-                             "`gpuwrite calibrate` wrote, whose [params] is a table", value=str(file),
-                             allowed="a calibration file")
-        if not calibration:
-            raise UsageError(f"--calibration={file!r} is not allowed (it sets no parameter); allowed: a file "
-                             "`gpuwrite calibrate` wrote on a GPU", value=str(file), allowed="a calibration file")
-        device = data.get("device", {})
-        if not isinstance(device, dict):
-            raise UsageError(f"--calibration={file!r} is not allowed (device={device!r}); allowed: a file "
-                             "`gpuwrite calibrate` wrote, whose [device] is a table", value=str(file),
-                             allowed="a calibration file")
-        if device.get("simulator", False):
-            raise UsageError(f"--calibration={file!r} is not allowed (it was measured on the CUDA simulator, so "
-                             "its timings are Python's); allowed: a file `gpuwrite calibrate` wrote on a GPU",
-                             value=str(file), allowed="a calibration file measured on a GPU")
+        config = read_toml(config, "--config")
+    if calibration is not None:  # the checks every consumer of a calibration file makes
+        calibration = calibration_table(calibration, "--calibration")
     return config, calibration
 
 
@@ -228,6 +211,10 @@ def cmd_params(args) -> int:
     if args.dump is not None and not args.dump.strip():
         raise UsageError(f"--dump={args.dump!r} is not allowed; allowed: a file path this user can write",
                          value=args.dump, allowed="a writable path")
+    if args.dump and not args.dump.strip().lower().endswith(".toml"):
+        # the file is TOML whatever its name (as calibrate --out says): x.json would be read as JSON
+        raise UsageError(f"--dump={args.dump!r} is not allowed; allowed: a file ending in .toml (the dump is "
+                         "TOML, which --config reads)", value=args.dump, allowed="a path ending in .toml")
     if args.dump:
         check_not_input(args.dump, "--dump", {"--config": args.config, "--calibration": args.calibration})
         check_writable(args.dump, "--dump").write_text(params.to_toml())

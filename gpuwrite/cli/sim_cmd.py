@@ -33,13 +33,13 @@ def _beside(data: dict, key: str, extra: dict) -> dict:
 
 
 def load_config(args) -> SimConfig:
-    from gpuwrite.model import checks
+    from gpuwrite.experiments.inputs import read_toml
 
     path = Path(args.config)
     if not str(args.config).strip() or not path.is_file():
         raise UsageError(f"CONFIG {args.config!r} is not allowed; allowed: an existing TOML file")
     try:
-        raw = checks.read_toml(path, "CONFIG")
+        raw = read_toml(path, "CONFIG")     # a file that cannot be read is named too
     except ParamError as exc:
         raise UsageError(str(exc), value=exc.value, allowed=exc.allowed) from None
     try:

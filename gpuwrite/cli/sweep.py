@@ -16,11 +16,12 @@ from gpuwrite.cli.common import (add_json_flag, check_not_input, check_range, ch
 MAX_WORKERS = 1024
 
 
-def progress_bar(disable: bool):
-    """A rich progress bar on stderr with an ETA; plain progress lines where stderr is a file."""
+def progress_bar(as_json: bool):
+    """A rich progress bar on stderr with an ETA; plain progress lines where stderr is a file.
+    Under ``--json`` (``as_json``) too: stdout keeps the JSON document only."""
     from gpuwrite.cli.common import progress
 
-    return progress(disable)
+    return progress(as_json=as_json)
 
 
 def add_run_options(parser) -> None:

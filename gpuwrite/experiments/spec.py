@@ -46,6 +46,7 @@ except ModuleNotFoundError:  # Python 3.10: the tomli backport (pyproject.toml)
 
 from gpuwrite import MAX_MESSAGE_BYTES
 from gpuwrite.experiments.backends import SIMULATOR_DEVICE, message_count
+from gpuwrite.experiments.inputs import calibration_table
 from gpuwrite.model import checks, pcie
 from gpuwrite.model.errors import ParamError
 from gpuwrite.model.params import PATHS, Params, Workload
@@ -368,6 +369,9 @@ def load_spec(path: str | Path) -> ExperimentSpec:
                         "allowed: a TOML file of UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{file}: not valid TOML ({exc})") from None
+    except OSError as exc:   # an error without a file name (EIO of /proc/self/mem): name it here
+        raise SpecError(f"experiment file {str(path)!r} is not allowed (reading it failed: "
+                        f"{exc.strerror or type(exc).__name__}); allowed: a readable TOML file") from None
     _check_keys(str(file), data, ("figure", "sweep"))
     figure = data.get("figure", {})
     if not isinstance(figure, dict):
@@ -446,7 +450,9 @@ def resolve(sweep: Sweep, values: dict, device: str) -> dict:
                 calibration = Path(values["calibration"])
                 if not calibration.is_absolute():
                     calibration = sweep.base_dir / calibration
-                params = params.with_calibration(calibration)
+                # the checks `model --calibration` makes (a simulator's file, one that sets
+                # nothing); Params.with_calibration made none of them
+                params = params.updated(calibration_table(calibration, "calibration"))
             overrides = _nest({k: v for k, v in values.items() if k in PARAMS_KEYS})
             params = params.updated(overrides) if overrides else params
             config["params"] = params.to_dict()

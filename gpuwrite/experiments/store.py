@@ -80,22 +80,38 @@ def cache_dir(results_dir: Path, name: str) -> Path:
     return Path(results_dir) / "cache" / name
 
 
-def read_table(path: Path) -> pd.DataFrame | None:
+# The columns the code reads of every stored table (and of a cache chunk, its hashes): a
+# Parquet file without them is no table gpuwrite wrote (another program's, copied there),
+# and was a KeyError only after every point had been computed.
+TABLE_COLUMNS = ("sweep", "backend", "measure", "device", "config_hash")
+CHUNK_COLUMNS = ("config_hash",)
+
+
+def _not_a_table(path: Path, why: str):
+    from gpuwrite.experiments.spec import SpecError
+
+    return SpecError(f"stored table {str(path)!r} is not allowed ({why}); allowed: a table gpuwrite wrote "
+                     "(move this file away and the sweep computes its points again)")
+
+
+def read_table(path: Path, required: tuple[str, ...] = TABLE_COLUMNS) -> pd.DataFrame | None:
     """A stored table (Parquet, or CSV by its suffix); None where there is none. A file that
-    is not a table (cut short, or a Git LFS pointer) is a SpecError naming it."""
+    is not a table (cut short, a Git LFS pointer, or a table without the ``required``
+    columns, which another program wrote) is a SpecError naming it."""
     path = Path(path)
     if not path.is_file():
         return None
     try:
         if path.suffix == ".csv":
-            return pd.read_csv(path)
-        return pd.read_parquet(path)
+            table = pd.read_csv(path)
+        else:
+            table = pd.read_parquet(path)
     except Exception as exc:    # pyarrow's and pandas' errors share no base class but Exception
-        from gpuwrite.experiments.spec import SpecError
-
-        why = " ".join(str(exc).split()) or type(exc).__name__
-        raise SpecError(f"stored table {str(path)!r} is not allowed ({why}); allowed: a table gpuwrite wrote "
-                        "(move this file away and the sweep computes its points again)") from None
+        raise _not_a_table(path, " ".join(str(exc).split()) or type(exc).__name__) from None
+    missing = [column for column in required if column not in table.columns]
+    if missing:
+        raise _not_a_table(path, f"it lacks the column(s) {', '.join(map(repr, missing))}")
+    return table
 
 
 def tidy(frame: pd.DataFrame) -> pd.DataFrame:

@@ -224,7 +224,8 @@ def _stored_rows(spec: ExperimentSpec, results_dir: Path) -> dict[str, pd.DataFr
             drop = set(store.FRAME_COLUMNS) | set(allowed_keys(backend, measure or None))
             measured.append(part.drop(columns=[c for c in part.columns if c in drop]))
     folder = store.cache_dir(results_dir, spec.name)
-    measured += [store.read_table(f) for f in sorted(folder.glob("*.parquet"))] if folder.is_dir() else []
+    measured += [store.read_table(f, store.CHUNK_COLUMNS) for f in sorted(folder.glob("*.parquet"))] \
+        if folder.is_dir() else []
     out: dict[str, pd.DataFrame] = {}
     for frame in measured:
         for key, positions in frame.groupby("config_hash", sort=False).indices.items():

@@ -1,0 +1,173 @@
+"""Misuse of the command line the CLI audit found (session 49): a calibration file the model
+refuses reaching a sweep, progress on stdout under --json, folders that cannot be written,
+a results table another program wrote, abbreviated or valued --json, read errors without
+a file name, a folder that is no sysfs tree, a mistyped --results, demo's named paths, and
+a --dump of TOML under another suffix. Each is status 2 (1 where stdout itself fails), one
+line on stderr naming the option or value, no traceback; under --json, JSON on stdout.
+Runs ``main()`` in this process except where stdout must be a real file."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from childenv import child_env
+
+from gpuwrite.cli import UsageError, main
+from gpuwrite.cli.common import check_writable
+
+MODEL_SWEEP = '[[sweep]]\nname = "m"\nbackend = "model"\nmeasure = "latency"\n'
+POINTS = '[sweep.vary]\nsize_bytes = [64, 4096]\n'
+UNWRITABLE_DIR = "/proc/sys/kernel"     # exists; no file can be made in it, not even by root
+
+
+def _error(capsys, args, status=2) -> tuple[str, dict | None]:
+    """``gpuwrite args`` exits ``status`` with one error line and no traceback; returns that
+    line and, under --json, the JSON error on stdout."""
+    assert main(args) == status
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if ": error: " in line]
+    assert len(lines) == 1, err
+    as_json = any(arg == "--json" or arg.startswith("--json=") for arg in args)
+    assert as_json or out == "", out
+    return lines[0], (json.loads(out) if as_json else None)
+
+
+# 1: a calibration file `model --calibration` refuses, sweep refuses, with the same reason
+
+@pytest.mark.parametrize("body, reason", [
+    ('[device]\nname = "cudasim"\nsimulator = true\n[params.gpu]\nstore_rate_gbps = 3.0\n',
+     "it was measured on the CUDA simulator"),
+    ('[device]\nname = "H100"\nsimulator = false\n[params]\n', "it sets no parameter"),
+], ids=["simulator", "empty"])
+def test_sweep_refuses_the_calibration_files_model_refuses(body, reason, tmp_path, capsys):
+    calibration = tmp_path / "cal.toml"
+    calibration.write_text(body)
+    line, _ = _error(capsys, ["model", "path", "--calibration", str(calibration)])
+    assert reason in line
+    spec = tmp_path / "spec.toml"
+    spec.write_text(MODEL_SWEEP + f'[sweep.fixed]\ncalibration = "{calibration}"\n' + POINTS)
+    line, data = _error(capsys, ["sweep", str(spec), "--results", str(tmp_path / "r"), "--json"])
+    assert reason in line and reason in data["error"] and "calibration=" in line
+    assert not (tmp_path / "r" / "spec.parquet").exists()
+
+
+# 2: progress on stderr; stdout holds the JSON document only
+
+def test_calibrate_json_keeps_its_spinner_off_stdout(tmp_path, capsys, monkeypatch):
+    """Where stdout is a terminal, `calibrate --json` drew its spinner there."""
+    from rich.console import Console
+
+    from gpuwrite.bench import calib
+
+    monkeypatch.setattr(Console, "is_terminal", property(lambda self: True))
+
+    def stopped(runs, quick, progress=None):
+        if progress:
+            progress("measuring")
+        raise UsageError("stopped here by the test", value="x", allowed="y")
+    monkeypatch.setattr(calib, "calibrate", stopped)
+    assert main(["calibrate", "--allow-simulator", "--out", str(tmp_path / "c.toml"), "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert "calibrating" not in out and json.loads(out)["error"] == "stopped here by the test"
+
+
+def test_sweep_json_still_reports_progress_on_stderr(tmp_path, capsys):
+    spec = tmp_path / "spec.toml"
+    spec.write_text(MODEL_SWEEP + POINTS)
+    assert main(["sweep", str(spec), "--results", str(tmp_path / "r"), "--json"]) == 0
+    out, err = capsys.readouterr()
+    json.loads(out)
+    assert "2/2" in err, err
+
+
+# 3: a folder that exists but cannot be written is refused before any work
+
+def test_an_existing_folder_that_cannot_be_written_is_refused_before_the_work(tmp_path, capsys):
+    if not Path(UNWRITABLE_DIR).is_dir():
+        pytest.skip(f"no {UNWRITABLE_DIR} here")
+    with pytest.raises(UsageError, match="--out="):
+        check_writable(UNWRITABLE_DIR, "--out", folder=True)
+    assert check_writable(tmp_path, "--out", folder=True) == tmp_path and not list(tmp_path.iterdir())
+    spec = tmp_path / "spec.toml"
+    spec.write_text(MODEL_SWEEP + POINTS)
+    line, data = _error(capsys, ["sweep", str(spec), "--results", UNWRITABLE_DIR, "--json"])
+    assert f"--results={UNWRITABLE_DIR!r}" in line and data["exit_status"] == 2
+
+
+# 4: a Parquet file another program wrote, where a stored table belongs
+
+def test_a_results_table_another_program_wrote_is_named(tmp_path, capsys):
+    spec = tmp_path / "spec.toml"
+    spec.write_text(MODEL_SWEEP + POINTS)
+    (tmp_path / "r").mkdir()
+    pd.DataFrame({"topology": ["a"], "latency_ns": [1.0]}).to_parquet(tmp_path / "r" / "spec.parquet")
+    line, data = _error(capsys, ["sweep", str(spec), "--results", str(tmp_path / "r"), "--json"])
+    assert "spec.parquet" in line and "move this file away" in line and "'sweep'" in line
+    assert data["exit_status"] == 2
+
+
+# 5: --json is matched whole, as main reads it
+
+def test_json_cannot_be_abbreviated_or_given_a_value(capsys):
+    line, _ = _error(capsys, ["model", "pcie", "--js"])
+    assert "'--js'" in line and "--json" in line
+    line, data = _error(capsys, ["model", "pcie", "--json=yes"])
+    assert "--json" in line and data["value"] == "yes" and data["exit_status"] == 2
+
+
+# 6: read errors without a file name; a stdout that cannot be written
+
+@pytest.mark.parametrize("args, option", [(["model", "path", "--config", "/proc/self/mem"], "--config="),
+                                          (["sim", "/proc/self/mem"], "/proc/self/mem"),
+                                          (["sweep", "/proc/self/mem"], "/proc/self/mem")],
+                         ids=["model-config", "sim", "sweep"])
+def test_a_file_that_cannot_be_read_is_named(args, option, capsys):
+    line, data = _error(capsys, [*args, "--json"])
+    assert option in line and "Input/output error" in line and data["exit_status"] == 2
+
+
+def test_a_stdout_that_cannot_be_written_is_one_line(tmp_path):
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full here")
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "gpuwrite", "model", "pcie", "--json"], stdout=full,
+                              stderr=subprocess.PIPE, text=True, env=child_env(), cwd=tmp_path, timeout=120)
+    assert done.returncode in (1, 2) and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip().count("\n") == 0 and "stdout" in done.stderr, done.stderr
+
+
+# 7: a folder that is no sysfs tree
+
+def test_doctor_refuses_a_folder_that_is_no_sysfs_tree(tmp_path, capsys):
+    line, data = _error(capsys, ["doctor", "--sysfs-root", str(tmp_path), "--json"])
+    assert "--sysfs-root=" in line and data["exit_status"] == 2
+
+
+# 8: figures --check of a results folder that does not exist says so
+
+def test_figures_check_names_a_results_folder_that_does_not_exist(tmp_path, capsys):
+    missing = tmp_path / "no_such_results"
+    assert main(["figures", "--check", "--results", str(missing), "--json"]) == 1   # every table missing
+    out, err = capsys.readouterr()
+    assert json.loads(out)["stale"] and f"--results={str(missing)!r} does not exist" in err
+    assert not missing.exists()
+
+
+# 9: demo: the four paths named are checked as any named paths are
+
+def test_demo_named_paths_are_checked_even_when_they_are_all_four(capsys):
+    for paths in ("gpu_push,gpu_push_inline", "gpu_push,gpu_push_inline,nic_pull,host_staged"):
+        line, _ = _error(capsys, ["demo", "--paths", paths, "--sizes", "4K", "--messages", "4"])
+        assert "gpu_push_inline" in line and "--sizes='4K'" in line
+
+
+# 10: model params --dump writes TOML: a name with another suffix is refused
+
+def test_model_params_dump_refuses_a_name_that_is_not_toml(tmp_path, capsys):
+    dump = tmp_path / "params.json"
+    line, data = _error(capsys, ["model", "params", "--dump", str(dump), "--json"])
+    assert "--dump=" in line and ".toml" in data["allowed"] and not dump.exists()
