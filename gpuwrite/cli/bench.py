@@ -73,6 +73,12 @@ def _options(args) -> dict:
             if p not in PATHS:
                 raise BenchInputError("--paths: path", p, ", ".join(PATHS))
         opts["paths"] = tuple(dict.fromkeys(paths))     # each once
+        from gpuwrite.paths.runner import INLINE_SIZES
+        # named with sizes it cannot carry, inline would be left out of the sweep silently
+        too_large = [n for n in opts.get("sizes", ()) if n > INLINE_SIZES[-1]]
+        if "gpu_push_inline" in paths and too_large:
+            raise BenchInputError("--sizes", too_large[0], f"at most {INLINE_SIZES[-1]} B with "
+                                  "--paths gpu_push_inline (the sweep's inline payloads)")
     if args.threads is not None:
         most = MAX_BLOCK_THREADS
         allowed = f"1 to {most} threads per block (the sending kernel's registers)"

@@ -185,6 +185,9 @@ CASES = [
     ("bench-threads-zero", lambda t: ["bench", "--threads", "0"], "--threads='0' is not allowed; allowed: 1 to "),
     ("bench-qps-zero", lambda t: ["bench", "--qps", "0"], "--qps='0'"),
     ("bench-path-unknown", lambda t: ["bench", "--paths", "gpu_push,warp"], "--paths: path='warp'"),
+    # named, inline would have been left out of the sweep at sizes it cannot carry
+    ("bench-inline-too-large", lambda t: ["bench", "--paths", "gpu_push_inline", "--sizes", "64,1MiB"],
+     "--sizes=1048576 is not allowed; allowed: at most 448 B with --paths gpu_push_inline"),
     # testbed: checked before any device is probed
     ("testbed-seed-negative", lambda t: ["testbed", "--seed", "-1"], "--seed -1"),
     ("testbed-bootstrap-timeout-inf", lambda t: ["testbed", "--bootstrap-timeout", "inf"], "--bootstrap-timeout inf"),
