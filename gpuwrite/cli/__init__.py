@@ -93,6 +93,11 @@ def error_fields(exc: BaseException) -> dict:
 NEGATIVE_VALUE = re.compile(r"^-(?:\d|\.\d|(?:inf|infinity|nan)$)", re.IGNORECASE)
 
 
+def _plain(text: str) -> str:
+    """``text`` with reStructuredText's doubled backticks (````literal````) removed."""
+    return re.sub(r"``(.+?)``", r"\1", text)
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with its usage errors routed through ``main``'s one error path, and values
     that start with "-" (``-inf``, ``-4K``, ``-1e30``) taken as values, to be refused by the
@@ -111,6 +116,11 @@ class Parser(argparse.ArgumentParser):
             return None
         return super()._parse_optional(arg_string)
 
+    def format_help(self):
+        # descriptions come from the modules' docstrings: their ``literals`` (reStructuredText)
+        # are plain text in a terminal
+        return _plain(super().format_help())
+
     def error(self, message):
         allowed = value = None
         for action in self._actions:    # a missing command: say which there are
@@ -118,6 +128,15 @@ class Parser(argparse.ArgumentParser):
                                                                                      "are required"):
                 allowed = ", ".join(action.choices)
                 message = f"{message}; allowed: {allowed}"
+        # a missing argument (sim's CONFIG): name it (the value) and say what it takes, from its help
+        missing = re.match(r"the following arguments are required: ([^;]+)", message)
+        value = missing[1] if missing else None
+        if missing and allowed is None:
+            wanted = [a for a in self._actions if not a.option_strings and a.required
+                      and (a.metavar or a.dest) in value.split(", ")]
+            allowed = "; ".join(f"{a.metavar or a.dest}: {a.help}" if a.help else str(a.metavar or a.dest)
+                                for a in wanted) or value
+            message = f"{message}; allowed: {allowed}"
         # two options of a mutually exclusive group: name the second and what is allowed
         clash = re.match(r"argument (\S+): not allowed with argument (\S+)$", message)
         if clash:

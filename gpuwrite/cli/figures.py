@@ -53,8 +53,8 @@ def main(args) -> int:
         with progress_bar(args.json) as progress:
             made = regenerate(args.specs, args.results, args.out, only=args.only, fresh=args.fresh,
                               workers=workers, progress=progress)
-    except SpecError as exc:
-        raise UsageError(str(exc)) from None
+    except SpecError as exc:     # the value and what is allowed, where the error holds them, kept
+        raise UsageError(str(exc), value=exc.value, allowed=exc.allowed) from None
     if args.json:
         print_json({"figures": made, "seconds": time.perf_counter() - started})
         return 0

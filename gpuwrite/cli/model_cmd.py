@@ -25,6 +25,33 @@ LINK_OPTIONS = (("gen", "generation"), ("width", "width"), ("mps", "mps_bytes"),
                 ("rcb", "rcb_bytes"))
 
 
+def _typed(value) -> str:
+    """A number as it was most likely typed: 1e-300, 0.95, 1 (not 1.0), 100000."""
+    if isinstance(value, float):
+        short = f"{value:g}"
+        return short if float(short) == value else repr(value)
+    return str(value)
+
+
+def _option_error(exc: ParamError, options: dict) -> UsageError:
+    """``exc`` (a ParamError naming a model parameter) as an error naming the option that
+    set it: ``options`` maps a parameter's name to (option, value as typed, bytes or None
+    where the value is a size read from text). A parameter no option set is left as the
+    model named it (a --config file's value)."""
+    if exc.name not in options:
+        return UsageError(str(exc), value=exc.value, allowed=exc.allowed)
+    option, typed, size = options[exc.name]
+    shown = f" ({size:,} bytes)" if size is not None and str(size) != str(typed) else ""
+    return UsageError(f"{option}={typed} is not allowed{shown}; allowed: {exc.allowed}", value=typed,
+                      allowed=exc.allowed)
+
+
+def _link_options(args, prefix: str) -> dict:
+    """{model parameter: (option, value as typed, None)} of the link options given."""
+    return {prefix + key: (f"--{option}", getattr(args, option), None) for option, key in LINK_OPTIONS
+            if getattr(args, option, None) is not None}
+
+
 def _param_files(args) -> tuple[dict | None, dict | None]:
     """The tables of ``--config`` and of ``--calibration`` (its ``[params]``), each file
     read once; None where the option is not given. A calibration file must hold
@@ -65,7 +92,7 @@ def _params(args, files: tuple[dict | None, dict | None] | None = None) -> Param
             overrides["link"] = link
         return params.updated(overrides) if overrides else params
     except ParamError as exc:
-        raise UsageError(str(exc), value=exc.value, allowed=exc.allowed) from None
+        raise _option_error(exc, _link_options(args, "link.")) from None
 
 
 def _emit(args, data, table) -> int:
@@ -95,7 +122,7 @@ def cmd_path(args) -> int:
         rate = paths.throughput_gbps(params.path, topology, size, params)
         wire = paths.pcie_bytes(params.path, topology, size, params)
     except ParamError as exc:
-        raise UsageError(str(exc)) from None
+        raise _option_error(exc, {"size_bytes": ("--size", args.size, size)}) from None
     gpu, nic = params.endpoints(topology)
     data = {
         "path": params.path, "topology": params.topology, "size_bytes": size,
@@ -148,13 +175,15 @@ def cmd_compare(args) -> int:
 
 
 def cmd_pcie(args) -> int:
+    size = parse_size(args.size, "--size")
     try:
         link = pcie.LinkConfig(args.gen, args.width, args.mps, args.mrrs, args.rcb, args.address_bits,
                                args.ecrc, args.rcb_chunks)
-        size = parse_size(args.size, "--size")
         wire = pcie.wire_bytes(link, args.operation, size, args.start)
     except ParamError as exc:
-        raise UsageError(str(exc)) from None
+        options = {**_link_options(args, ""), "address_bits": ("--address-bits", args.address_bits, None),
+                   "start_address": ("--start", args.start, None), "size_bytes": ("--size", args.size, size)}
+        raise _option_error(exc, options) from None
     data = {
         "link": link.to_dict(), "operation": args.operation, "size_bytes": size, "start_address": args.start,
         "data_direction_bytes": wire.data_direction_bytes, "other_direction_bytes": wire.other_direction_bytes,
@@ -265,7 +294,7 @@ def cmd_buffer(args) -> int:
                     params.updated({"topology": name}), result.buffer_bytes, args.share, size)
             rows.append(row)
     except ParamError as exc:
-        raise UsageError(str(exc)) from None
+        raise _buffer_error(args, exc, size) from None
     title = (f"hold buffer for {args.share:.0%} of line rate, {size} B messages: "
              "B = X*L0 + max(0, X*(D + Lc) - V)")
     columns = ["topology", "buffer", "X Gb/s", "L0 ns", "Lc ns", "X*L0", "stall backlog", "feasible"]
@@ -299,6 +328,29 @@ def _check_stalls(args, params: Params) -> None:
             raise UsageError(f"{flag}={given:g} is not allowed without {other} (the receiver would never "
                              f"stall); allowed: {flag} with {other} > 0 (or a --config that sets it), or "
                              f"{flag} 0 for no stalls", value=given, allowed=f"with {other}")
+
+
+def _buffer_error(args, exc: ParamError, size: int) -> UsageError:
+    """A ParamError of ``model buffer`` named by the options it came from: --share and
+    --size, and where --check's simulation refuses a value derived from them (the interval
+    between offered messages, the packets to simulate), both, with the model's reason."""
+    share, size_text = ("--share", _typed(args.share)), ("--size", args.size)
+    derived = {"workload.interval_ns": (share, size_text, "a larger --share or a smaller --size"),
+               "workload": (size_text, share, "a smaller --size or --share")}
+    if exc.name in derived:
+        (option, typed), (other, other_typed), fix = derived[exc.name]
+        allowed = f"{fix}, so that {exc.name} is {exc.allowed}"
+        return UsageError(f"{option}={typed} with {other}={other_typed} is not allowed (--check would simulate "
+                          f"{exc.name}={exc.value!r}); allowed: {allowed}", value=typed, allowed=allowed)
+    options = {"share": (share[0], share[1], None), "size_bytes": ("--size", args.size, size)}
+    if args.check and exc.name not in options:    # another value --check's simulation derives
+        given = " ".join(f"{flag}={_typed(value)}" for flag, value in (
+            ("--share", args.share), ("--size", args.size), ("--stall-period", args.stall_period),
+            ("--stall-duration", args.stall_duration), ("--poll-interval", args.poll_interval))
+            if value is not None)
+        return UsageError(f"--check with {given} is not allowed (it would simulate {exc.name}={exc.value!r}); "
+                          f"allowed: {exc.allowed}", value=exc.value, allowed=exc.allowed)
+    return _option_error(exc, options)
 
 
 def _check_simulated_messages(args, params: Params, topologies: list[str], size: int) -> None:

@@ -37,7 +37,8 @@ def load_config(args) -> SimConfig:
 
     path = Path(args.config)
     if not str(args.config).strip() or not path.is_file():
-        raise UsageError(f"CONFIG {args.config!r} is not allowed; allowed: an existing TOML file")
+        raise UsageError(f"CONFIG {args.config!r} is not allowed; allowed: an existing TOML file",
+                         value=str(args.config), allowed="an existing TOML file")
     try:
         raw = read_toml(path, "CONFIG")     # a file that cannot be read is named too
     except ParamError as exc:

@@ -87,8 +87,8 @@ def main(args) -> int:
         with progress_bar(args.json) as progress, Pool(workers) as pool:
             ran = run_spec(spec, args.results, only=args.sweeps, fresh=args.fresh,
                            pool=pool, progress=progress, csv=args.csv, out=args.out)
-    except SpecError as exc:
-        raise UsageError(str(exc)) from None
+    except SpecError as exc:     # the value and what is allowed, where the error holds them, kept
+        raise UsageError(str(exc), value=exc.value, allowed=exc.allowed) from None
     devices = sorted({r.device for r in ran["reports"]})
     data = {"file": str(spec.path), "rows": ran["rows"], "tables": [str(p) for p in ran["tables"]],
             "sweeps": [r.to_dict() for r in ran["reports"]],

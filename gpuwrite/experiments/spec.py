@@ -101,7 +101,16 @@ EMULATED_DEFAULTS = {
 
 
 class SpecError(ValueError):
-    """An experiment file is wrong: the message names the file, the key, the value and what is allowed."""
+    """An experiment file is wrong: the message names the file, the key, the value and what is allowed.
+
+    ``value`` and ``allowed`` (when given) go into the CLI's JSON error as they are;
+    otherwise the CLI reads them back from a message of the form ``KEY=VALUE is not
+    allowed; allowed: WHAT``."""
+
+    def __init__(self, message: str, *, value=None, allowed: str | None = None):
+        super().__init__(message)
+        self.value = value
+        self.allowed = allowed
 
 
 def _params_keys() -> tuple[str, ...]:
@@ -368,7 +377,8 @@ def load_spec(path: str | Path) -> ExperimentSpec:
         raise SpecError(f"experiment file {str(path)!r} is not allowed (byte {exc.start} is not UTF-8); "
                         "allowed: a TOML file of UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
-        raise SpecError(f"{file}: not valid TOML ({exc})") from None
+        raise SpecError(f"experiment file {str(path)!r} is not allowed (not valid TOML: {exc}); allowed: a "
+                        "valid TOML file", value=str(path), allowed="a valid TOML file") from None
     except OSError as exc:   # an error without a file name (EIO of /proc/self/mem): name it here
         raise SpecError(f"experiment file {str(path)!r} is not allowed (reading it failed: "
                         f"{exc.strerror or type(exc).__name__}); allowed: a readable TOML file") from None

@@ -17,6 +17,7 @@ import math
 import multiprocessing
 import os
 import pickle
+import re
 import signal
 import time
 from dataclasses import asdict, dataclass
@@ -184,6 +185,34 @@ class Pool:
 
     def __exit__(self, exc_type, *exc):
         self.close(clean=exc_type is None)
+
+
+# How the emulated runner (gpuwrite/paths) words a refused value: "KEY=VALUE: allowed WHAT"
+# (or "KEY=VALUE: WHAT"), and a message size an inline WQE cannot hold.
+_KEYED_REFUSAL = re.compile(r"(?P<key>[a-z_]+)=(?P<value>[^:]+): (?:allowed |must be )?(?P<allowed>.+)", re.S)
+_INLINE_REFUSAL = re.compile(r"message size (?P<value>\d+) bytes is too large for an inline WQE: at most "
+                             r"(?P<most>\d+)")
+
+
+def _refusal(message: str, config: dict) -> tuple[str, object, str | None]:
+    """(message, value, allowed) of a point's refusal, in the CLI's form ``KEY=VALUE is not
+    allowed; allowed: WHAT`` naming the experiment file's key, its value as the file gave it
+    (``config``: the point's keys) and what is allowed. A message of another form is kept
+    as it is (the CLI reads a ParamError's ``KEY=VALUE is not allowed; allowed: ...``)."""
+    if "is not allowed" in message:
+        return message, None, None
+    inline = _INLINE_REFUSAL.fullmatch(message.strip())
+    if inline:
+        size = int(inline["value"])
+        allowed = f"at most {int(inline['most']):,} bytes on gpu_push_inline (an inline WQE)"
+        return (f"size_bytes={size} is not allowed (too large for an inline WQE); allowed: {allowed}",
+                config.get("size_bytes", size), allowed)
+    keyed = _KEYED_REFUSAL.fullmatch(message.strip())
+    if keyed:
+        key, allowed = keyed["key"], keyed["allowed"]
+        value = config.get(key, keyed["value"].strip().strip("'"))
+        return f"{key}={value!r} is not allowed; allowed: {allowed}", value, allowed
+    return message, None, None
 
 
 def _indexed_chunk(item: tuple[int, list[dict]]) -> tuple[int, list[pd.DataFrame]]:
@@ -393,11 +422,13 @@ def run_sweep(spec: ExperimentSpec, sweep: Sweep, results_dir: Path, stored: dic
                 progress.advance(task, len(group))
     except ValueError as exc:
         where = f"{spec.path}: sweep {sweep.name!r}"
+        message, value, allowed = str(exc), getattr(exc, "value", None), getattr(exc, "allowed", None)
         if isinstance(exc, PointError):     # a point's values refused: name the point
             values = points[groups[exc.chunk][exc.position]]
             point = ", ".join(f"{name}={values[name]!r}" for name in sweep.vary)
             where += f", point {point}" if point else ""
-        raise SpecError(f"{where}: {exc}") from exc
+            message, value, allowed = _refusal(message, {**sweep.fixed, **values})
+        raise SpecError(f"{where}: {message}", value=value, allowed=allowed) from exc
     rows = _assemble(spec, sweep, points, [measured[i] for i in range(len(points))])
     report.seconds = time.perf_counter() - started
     return rows, report

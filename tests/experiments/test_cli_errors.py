@@ -128,7 +128,7 @@ CASES = [
     ("model-dump-empty-name", lambda t: ["model", "params", "--dump", ""], "--dump=''"),
     ("model-buffer-stall-nan", lambda t: ["model", "buffer", "--stall-period", "nan"], "--stall-period=nan"),
     ("model-buffer-poll-inf", lambda t: ["model", "buffer", "--poll-interval", "inf"], "--poll-interval=inf"),
-    ("model-pcie-start-huge", lambda t: ["model", "pcie", "--start", str(2**70)], f"start_address={2**70}"),
+    ("model-pcie-start-huge", lambda t: ["model", "pcie", "--start", str(2**70)], f"--start={2**70}"),
     ("sim-config-not-utf8", lambda t: ["sim", _file(t, "binary.toml", b"\xff\xfe")], "binary.toml"),
     ("sim-config-nan", lambda t: ["sim", _file(t, "c.toml", '[workload]\narrival = "open"\ninterval_ns = nan\n')],
      "workload.interval_ns=nan"),

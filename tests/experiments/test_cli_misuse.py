@@ -171,3 +171,60 @@ def test_model_params_dump_refuses_a_name_that_is_not_toml(tmp_path, capsys):
     dump = tmp_path / "params.json"
     line, data = _error(capsys, ["model", "params", "--dump", str(dump), "--json"])
     assert "--dump=" in line and ".toml" in data["allowed"] and not dump.exists()
+
+
+# 11: a model option the model refuses is named as typed (--gen), not as its parameter
+# (link.generation); a value --check derives from options names the options it came from
+
+@pytest.mark.parametrize("args, named, value, allowed", [
+    (["model", "pcie", "--gen", "0"], "--gen=0 is not allowed; allowed: 1, 2", 0, "1, 2, 3, 4, 5, 6"),
+    (["model", "pcie", "--start", "-1"], "--start=-1 is not allowed; allowed: an integer >= 0", -1, ">= 0"),
+    (["model", "pcie", "--mps", "3"], "--mps=3 is not allowed; allowed: 128", 3, "128, 256"),
+    (["model", "path", "--gen", "0"], "--gen=0 is not allowed; allowed: 1, 2", 0, "1, 2, 3, 4, 5, 6"),
+    (["model", "path", "--path", "gpu_push_inline", "--size", "4K"], "--size=4K is not allowed (4,096 bytes)",
+     "4K", "inline_max_bytes"),
+    (["model", "buffer", "--share", "1e-300", "--check", "--topology", "same_switch"],
+     "--share=1e-300 with --size=4096 is not allowed", "1e-300", "a larger --share"),
+], ids=["pcie-gen", "pcie-start", "pcie-mps", "path-gen", "path-inline-size", "buffer-share-interval"])
+def test_model_errors_name_the_option_as_typed(args, named, value, allowed, capsys):
+    line, data = _error(capsys, [*args, "--json"])
+    assert named in line, line
+    assert line.split(": error: ", 1)[1].startswith("--"), line     # the option first
+    assert data["value"] == value and allowed in data["allowed"] and data["exit_status"] == 2
+
+
+# 12: JSON value and allowed of errors whose message states them
+
+def test_emulated_sweep_refusals_fill_value_and_allowed(tmp_path, capsys):
+    spec = tmp_path / "emu.toml"
+    for fixed, size, value, allowed in (("block_threads = 100000", 64, 100000, "1 to 512"),
+                                        ('path = "gpu_push_inline"', 4096, 4096, "at most 476")):
+        spec.write_text(f'[[sweep]]\nname = "e"\nbackend = "emulated"\n[sweep.fixed]\n{fixed}\n'
+                        f'simulator_messages = 1\n[sweep.vary]\nsize_bytes = [{size}]\n')
+        line, data = _error(capsys, ["sweep", str(spec), "--results", str(tmp_path / "r"), "--json"])
+        assert f"={value} is not allowed" in line and data["value"] == value and allowed in data["allowed"]
+
+
+def test_malformed_experiment_file_fills_value_and_allowed(tmp_path, capsys):
+    spec = tmp_path / "bad.toml"
+    spec.write_text("[sweep\n")
+    line, data = _error(capsys, ["sweep", str(spec), "--results", str(tmp_path / "r"), "--json"])
+    assert "not valid TOML" in line and data["value"] == str(spec) and "TOML" in data["allowed"]
+
+
+def test_sim_without_config_fills_value_and_allowed(capsys):
+    line, data = _error(capsys, ["sim", "--json"])
+    assert "CONFIG" in line and data["value"] == "CONFIG" and "TOML" in data["allowed"]
+
+
+# 13: --help shows no reStructuredText ``literals`` (descriptions are the modules' docstrings)
+
+def test_help_has_no_doubled_backticks():
+    from gpuwrite.cli import build_parser
+
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices
+    helps = [parser.format_help(), *(sub.format_help() for sub in commands.values())]
+    helps += [leaf.format_help() for leaf in commands["model"]._subparsers._group_actions[0].choices.values()]
+    assert not [text.splitlines()[2] for text in helps if "``" in text]
+    assert "gpuwrite model: single analytical answers" in commands["model"].format_help()

@@ -53,9 +53,9 @@ def test_model_topology_preset(capsys):
 
 
 @pytest.mark.parametrize("argv, named", [
-    (["model", "pcie", "--mps", "300"], "mps_bytes=300"),
+    (["model", "pcie", "--mps", "300"], "--mps=300"),
     (["model", "path", "--size", "4 parsecs"], "'4 parsecs'"),
-    (["model", "path", "--path", "gpu_push_inline", "--size", "4096"], "size_bytes=4096"),
+    (["model", "path", "--path", "gpu_push_inline", "--size", "4096"], "--size=4096"),
     (["model", "topology", "--sysfs", "/nonexistent/sys"], "/nonexistent/sys"),
     (["sim", "/nonexistent/config.toml"], "/nonexistent/config.toml"),
 ])
