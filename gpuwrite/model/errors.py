@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 
 
 class ParamError(ValueError):
@@ -17,10 +18,27 @@ class ParamError(ValueError):
         super().__init__(f"{name}={value!r} is not allowed; allowed: {allowed}")
 
 
+def _kind(value) -> str:
+    """What a choice is, as a TOML file writes it: a boolean, an integer, or else its type
+    (``in`` alone takes ``1`` for ``True`` and ``4.0`` or ``True`` for ``4``)."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_":     # numpy's too
+        return "bool"
+    if isinstance(value, numbers.Integral):
+        return "int"
+    return type(value).__name__
+
+
+def _spelled(choice) -> str:
+    """A choice as a TOML file spells it (true, not True)."""
+    return str(choice).lower() if _kind(choice) == "bool" else str(choice)
+
+
 def check_choice(name: str, value: object, allowed) -> None:
-    """Raise ParamError unless ``value`` is one of ``allowed``."""
-    if value not in allowed:
-        raise ParamError(name, value, ", ".join(str(a) for a in allowed))
+    """Raise ParamError unless ``value`` is one of ``allowed``, of the same kind: a
+    boolean for a boolean, an integer for an integer (``ecrc = 1`` and ``generation =
+    true`` were taken before)."""
+    if not any(_kind(value) == _kind(choice) and value == choice for choice in allowed):
+        raise ParamError(name, value, ", ".join(_spelled(a) for a in allowed))
 
 
 # The smallest positive time, rate or size a parameter may take: every quotient the model

@@ -2,6 +2,7 @@
 ``Params`` and ``Workload`` refuse what TOML can write but the model cannot use, with a
 ``ParamError`` naming the key, without the CLI in between."""
 import math
+import re
 
 import pytest
 
@@ -71,3 +72,22 @@ def test_a_seed_fits_64_bits(seed):
         SimConfig.from_dict({"seed": seed})
     assert info.value.name == "seed"
     assert SimConfig.from_dict({"seed": 2**63 - 1}).seed == 2**63 - 1
+
+
+@pytest.mark.parametrize("kwargs, named", [
+    ({"ecrc": 1}, "ecrc=1 is not allowed; allowed: false, true"),
+    ({"rcb_chunks": 0}, "rcb_chunks=0 is not allowed; allowed: false, true"),
+    ({"generation": True}, "generation=True is not allowed"),
+    ({"generation": 4.0}, "generation=4.0 is not allowed"),
+    ({"mps_bytes": 256.0}, "mps_bytes=256.0 is not allowed"),
+])
+def test_a_choice_is_taken_only_in_its_own_kind(kwargs, named):
+    """`in` alone took 1 for true (a TOML file's `ecrc = 1` was written back as 1) and true or
+    4.0 for an integer choice; a numpy integer is still an integer."""
+    import numpy as np
+
+    from gpuwrite.model.errors import ParamError
+    from gpuwrite.model.pcie import LinkConfig
+    with pytest.raises(ParamError, match=re.escape(named)):
+        LinkConfig(**kwargs)
+    assert LinkConfig(generation=np.int64(4), ecrc=True).generation == 4
