@@ -106,6 +106,8 @@ def main(args) -> int:
         raise NoGPUError("bench needs a real GPU; this machine has none (NUMBA_ENABLE_CUDASIM=1). "
                          "Run `gpuwrite demo` here, and bench on a GPU machine",
                          value="NUMBA_ENABLE_CUDASIM=1", allowed="a CUDA GPU")
+    from gpuwrite.cli.common import require_capable_gpu
+    require_capable_gpu()
     with status("benchmarking") as spinner:     # on stderr: stdout keeps --json's document
         out = run_suite(quick=args.quick,
                         progress=lambda m: spinner.update(m), **opts)

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gpuwrite import MAX_MESSAGE_BYTES
-from gpuwrite.cli import UsageError
+from gpuwrite.cli import NoGPUError, UsageError
 
 console = Console(stderr=False)
 
@@ -332,3 +332,17 @@ def write_rows(rows: list[dict], path, prov: dict) -> Path:
     else:
         frame.to_parquet(path, index=False)
     return path
+
+
+def require_capable_gpu() -> None:
+    """A GPU the device verbs cannot compile for (``gpuwrite.cudaenv.check_capability``)
+    as a command's "no usable GPU" (exit 3), before any work starts, not a traceback from
+    the Context; nothing to check on the simulator."""
+    from gpuwrite.cudaenv import MIN_COMPUTE_CAPABILITY, check_capability
+
+    try:
+        check_capability()
+    except RuntimeError as exc:
+        raise NoGPUError(str(exc), value=str(exc).split(";")[0],
+                         allowed="compute capability {}.{} or newer, or the CUDA simulator".format(
+                             *MIN_COMPUTE_CAPABILITY)) from None

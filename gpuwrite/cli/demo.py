@@ -97,7 +97,8 @@ def main(args) -> int:
             console.print("(simulator: 400 messages per path; pass --messages for more)")
         for note in notes:
             console.print(note, highlight=False)
-    from gpuwrite.cli.common import progress
+    from gpuwrite.cli.common import progress, require_capable_gpu
+    require_capable_gpu()
     with progress(as_json=args.json) as bar:    # on stderr: stdout keeps the JSON
         task = bar.add_task("paths", total=len(paths))
         for p in paths:

@@ -228,3 +228,23 @@ def test_help_has_no_doubled_backticks():
     helps += [leaf.format_help() for leaf in commands["model"]._subparsers._group_actions[0].choices.values()]
     assert not [text.splitlines()[2] for text in helps if "``" in text]
     assert "gpuwrite model: single analytical answers" in commands["model"].format_help()
+
+
+# A GPU older than the device verbs allow: exit 3 naming it, before any run, not a
+# traceback from the first Context
+
+@pytest.mark.parametrize("argv", [["demo", "--messages", "1", "--json"], ["bench", "--json"]])
+def test_a_gpu_too_old_is_no_usable_gpu(argv, capsys, monkeypatch):
+    import gpuwrite.cudaenv as cudaenv
+
+    def too_old(device=None):
+        raise RuntimeError("GPU Tesla T4 has compute capability 7.5; gpuwrite's device verbs need 8.0 "
+                           "or newer (cp.async): use a newer GPU, or the CUDA simulator")
+
+    monkeypatch.setattr(cudaenv, "check_capability", too_old)
+    if argv[0] == "bench":       # bench refuses the simulator first: look past that check
+        monkeypatch.setattr(cudaenv, "SIMULATOR", False)
+    assert main(argv) == 3
+    data = json.loads(capsys.readouterr().out)
+    assert "compute capability 7.5" in data["error"] and data["exit_status"] == 3
+    assert "8.0 or newer" in data["allowed"]
