@@ -1,10 +1,11 @@
 """``gpuwrite doctor``: GPU-NIC paths, IOMMU, ACS, peer memory, and the path to expect to win."""
 from __future__ import annotations
 
-from pathlib import Path
-
 from gpuwrite.cli import UsageError
 from gpuwrite.cli.common import add_json_flag, console, parse_size, print_json, table
+
+# The names doctor.diagnose gives the roots it refuses, and the options that set them.
+ROOT_OPTIONS = {"sysfs root": "--sysfs-root", "proc root": "--proc-root"}
 
 
 def register(sub) -> None:
@@ -21,6 +22,7 @@ def register(sub) -> None:
 
 def main(args) -> int:
     from gpuwrite import doctor
+    from gpuwrite.model.errors import ParamError
 
     size = parse_size(args.size, "--size")
     for flag, value in (("--sysfs-root", args.sysfs_root), ("--proc-root", args.proc_root)):
@@ -28,13 +30,16 @@ def main(args) -> int:
             raise UsageError(f"{flag}={value!r} is not allowed; allowed: a directory (e.g. "
                              f"{'/sys' if flag == '--sysfs-root' else '/proc'})", value=value,
                              allowed="a directory")
-    sysfs = Path(args.sysfs_root)
-    if sysfs.is_dir() and not (sysfs / "devices").is_dir():
-        # any folder was read as a machine with no GPU and no NIC (exit 1): not a sysfs tree
-        raise UsageError(f"--sysfs-root={args.sysfs_root!r} is not allowed (it has no devices/ folder, so it "
-                         "is no sysfs tree: the sysfs root to read); allowed: a sysfs mount or a copy of one, "
-                         "with devices/ (e.g. /sys)", value=args.sysfs_root, allowed="a sysfs tree (e.g. /sys)")
-    report = doctor.diagnose(args.sysfs_root, args.proc_root, size)
+    try:
+        report = doctor.diagnose(args.sysfs_root, args.proc_root, size)
+    except ParamError as exc:
+        # diagnose checks the roots (a folder without devices/ is no sysfs tree): name the
+        # option that gave the one it refused
+        option = ROOT_OPTIONS.get(exc.name)
+        if option is None:
+            raise
+        raise UsageError(f"{option}={exc.value!r} is not allowed (not a {exc.name} to read); allowed: "
+                         f"{exc.allowed}", value=exc.value, allowed=exc.allowed) from None
     # ready: false is a result a script must be able to test: exit status 1
     status = 0 if report["ready"] else 1
     if args.json:
