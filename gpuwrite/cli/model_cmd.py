@@ -57,7 +57,8 @@ def _param_files(args) -> tuple[dict | None, dict | None]:
     read once; None where the option is not given. A calibration file must hold
     measurements of a real GPU: an empty file, or one that ``gpuwrite calibrate
     --allow-simulator`` wrote (Python's timings), is refused."""
-    from gpuwrite.experiments.inputs import calibration_table, read_toml
+    from gpuwrite.experiments.inputs import calibration_table
+    from gpuwrite.model.checks import read_toml
 
     config, calibration = getattr(args, "config", None), getattr(args, "calibration", None)
     if config is not None:      # "" too: an empty name is refused, not ignored

@@ -33,7 +33,7 @@ def _beside(data: dict, key: str, extra: dict) -> dict:
 
 
 def load_config(args) -> SimConfig:
-    from gpuwrite.experiments.inputs import read_toml
+    from gpuwrite.model.checks import read_toml
 
     path = Path(args.config)
     if not str(args.config).strip() or not path.is_file():

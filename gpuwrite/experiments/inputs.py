@@ -1,23 +1,13 @@
-"""The TOML files a user names (``--config``, ``--calibration``, ``sim CONFIG``, an
-experiment file's ``calibration``): read once, with every error a ParamError naming the
-option (or key) and the file. Outside gpuwrite/model/, whose sources are fingerprinted into
-every model table's configuration hash: these checks change no stored number."""
+"""The calibration files a user names (``--calibration``, an experiment file's
+``calibration``): read once and checked, with every error a ParamError naming the option
+(or key) and the file. The library's ``Params.with_calibration`` applies any such file;
+the commands take only one measured on a GPU that sets a parameter."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from gpuwrite.model import checks
 from gpuwrite.model.errors import ParamError
-
-
-def read_toml(path, name: str) -> dict:
-    """``checks.read_toml``, and a file that cannot be read (EIO of /proc/self/mem: an
-    OSError without a file name, a traceback before) a ParamError naming it too."""
-    try:
-        return checks.read_toml(path, name)
-    except OSError as exc:
-        raise ParamError(name, str(path), f"a readable TOML file (reading it failed: "
-                                          f"{exc.strerror or type(exc).__name__})") from None
 
 
 def _refused(name: str, file, why: str, allowed: str, short: str) -> ParamError:
@@ -35,7 +25,7 @@ def calibration_table(file: str | Path, name: str = "calibration", *, allow_simu
     not a table, a file that sets no parameter, a ``device`` that is not a table, and (unless
     ``allow_simulator``) a file ``gpuwrite calibrate --allow-simulator`` wrote, whose timings
     are Python's. ``Params.with_calibration`` (the library's) applies such a file as it is."""
-    data = read_toml(file, name)
+    data = checks.read_toml(file, name)
     table = data.get("params", data)
     if not isinstance(table, dict):
         raise ParamError(f"{name}.params", table, f"a table of keys (in {file})")

@@ -47,6 +47,9 @@ def read_toml(path, name: str) -> dict:
         raise ParamError(name, text, f"a TOML file of UTF-8 text (byte {exc.start} is not UTF-8)") from None
     except tomllib.TOMLDecodeError as exc:
         raise ParamError(name, text, f"a valid TOML file ({exc})") from None
+    except OSError as exc:   # no file name in it (EIO of /proc/self/mem): a traceback before
+        raise ParamError(name, text, f"a readable TOML file (reading it failed: "
+                                     f"{exc.strerror or type(exc).__name__})") from None
     return data
 
 
